@@ -1,0 +1,108 @@
+"""One error hierarchy for every stage of tpu-export (STYLE.md #6).
+
+Every message names what failed and where: the ATen overload, the target, the
+FX node, the module path and the user's ``file:line`` taken from
+``node.meta["stack_trace"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_INTERNAL = ("/torch/", "/site-packages/", "/converter/", "/tpu_runtime/", "<frozen")
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """Where in user code an FX node came from."""
+
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    module_path: str | None = None
+    module_type: str | None = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(f"{self.file}:{self.line}" + (f" in {self.function}" if self.function else ""))
+        if self.module_path:
+            parts.append(f"module {self.module_path}" + (f" ({self.module_type})" if self.module_type else ""))
+        return ", ".join(parts) or "unknown location"
+
+
+def source_location(node: Any) -> SourceLocation:
+    """Return the user's source location of an FX node (best effort, never raises).
+
+    Args:
+        node: a ``torch.fx.Node`` (or anything with a ``meta`` dict).
+
+    Returns:
+        The innermost frame outside torch and tpu-export, plus the module path
+        from ``nn_module_stack``.
+    """
+    meta = getattr(node, "meta", None) or {}
+    frames = _FRAME.findall(meta.get("stack_trace") or "")
+    user = [f for f in frames if not any(s in f[0] for s in _INTERNAL)]
+    chosen = (user or frames or [None])[-1]
+    module_path = module_type = None
+    stack = meta.get("nn_module_stack") or {}
+    if stack:
+        path, mtype = list(stack.values())[-1]
+        module_path = path.replace("L['self']", "").lstrip(".") or "<root>"
+        module_type = getattr(mtype, "__name__", None) or str(mtype).rsplit(".", 1)[-1].strip("'>")
+    if chosen is None:
+        return SourceLocation(module_path=module_path, module_type=module_type)
+    return SourceLocation(chosen[0], int(chosen[1]), chosen[2], module_path, module_type)
+
+
+class ConversionError(Exception):
+    """Base class of every error tpu-export raises on purpose."""
+
+
+class InputError(ConversionError):
+    """Bad user input: a missing file, a factory that raises, wrong shapes, a bad option."""
+
+
+class CaptureError(ConversionError):
+    """torch.export could not capture the model."""
+
+
+class UnsupportedOpError(ConversionError):
+    """An ATen op has no lowering for the requested target.
+
+    Attributes:
+        op: the ATen overload (``OpOverload``) or its name.
+        target: the target that was asked for.
+        location: the user's source location.
+    """
+
+    def __init__(self, op: Any, target: str, location: SourceLocation | None = None,
+                 nearest: list[str] | None = None, reason: str | None = None):
+        self.op, self.target, self.location = op, target, location or SourceLocation()
+        msg = f"unsupported op {op} for target '{target}' at {self.location}"
+        if reason:
+            msg += f": {reason}"
+        if nearest:
+            msg += f" (supported overloads nearby: {', '.join(nearest)})"
+        msg += ". Add a lowering with @lowering(...) in converter/lowering/ to support it."
+        super().__init__(msg)
+
+
+class LoweringError(ConversionError):
+    """A lowering exists but failed on this node."""
+
+    def __init__(self, op: Any, location: SourceLocation | None, detail: str):
+        self.op, self.location = op, location or SourceLocation()
+        super().__init__(f"lowering {op} failed at {self.location}: {detail}")
+
+
+class ExportError(ConversionError):
+    """A target exporter could not write or load an artifact."""
+
+
+class ParityError(ConversionError):
+    """A target's outputs disagree with PyTorch beyond tolerance."""

@@ -1,0 +1,7 @@
+"""The ATen → JAX lowering table and the interpreter that applies it."""
+
+from converter.lowering.context import LoweringContext
+from converter.lowering.interpreter import LoweredProgram, TensorSpec, lower
+from converter.lowering.registry import lookup, lowering, override, registered
+
+__all__ = ["LoweringContext", "LoweredProgram", "TensorSpec", "lower", "lookup", "lowering", "override", "registered"]

@@ -1,0 +1,71 @@
+"""The small typed context every lowering receives (litert-torch style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import zlib
+
+import torch
+
+from converter.errors import SourceLocation, source_location
+from converter.lowering.dtypes import to_jax_dtype
+
+
+@dataclass
+class LoweringContext:
+    """What a lowering may know besides its arguments.
+
+    Attributes:
+        node: the FX node being lowered (``None`` in eager dispatch).
+        target: "tpu", "stablehlo", "litert", "onnx", …
+        options: conversion options (e.g. ``composites``, ``kernels``).
+        rng: a JAX PRNG key for random ops, or ``None`` (then seeded from 0).
+        meta: the node's output FakeTensor(s), when known without a node.
+    """
+
+    node: Any = None
+    target: str = "tpu"
+    options: dict = field(default_factory=dict)
+    rng: Any = None
+    meta: Any = None
+    _rng_count: int = 0
+
+    @property
+    def out_meta(self) -> Any:
+        """The op's output value as torch.export recorded it (FakeTensor, tuple, SymInt)."""
+        if self.meta is not None:
+            return self.meta
+        return None if self.node is None else self.node.meta.get("val")
+
+    def _first_tensor(self) -> Any:
+        val = self.out_meta
+        if isinstance(val, (list, tuple)):
+            val = next((v for v in val if isinstance(v, torch.Tensor)), None)
+        return val if isinstance(val, torch.Tensor) else None
+
+    @property
+    def out_dtype(self) -> Any:
+        """JAX dtype of the (first) output, or ``None`` when unknown."""
+        t = self._first_tensor()
+        return None if t is None else to_jax_dtype(t.dtype)
+
+    @property
+    def out_shape(self) -> tuple | None:
+        """Shape of the (first) output with SymInts left as they are, or ``None``."""
+        t = self._first_tensor()
+        return None if t is None else tuple(t.shape)
+
+    @property
+    def location(self) -> SourceLocation:
+        """The user's source location of the node."""
+        return source_location(self.node)
+
+    def next_key(self) -> Any:
+        """A fresh PRNG key for one random op (deterministic per node and call)."""
+        base = self.rng if self.rng is not None else jax.random.key(0)
+        self._rng_count += 1
+        salt = zlib.crc32(self.node.name.encode()) % (2**31) if self.node is not None else 0
+        return jax.random.fold_in(jax.random.fold_in(base, salt), self._rng_count)

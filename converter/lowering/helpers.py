@@ -1,0 +1,82 @@
+"""Small shared helpers for lowerings: torch type promotion, dims, scalars."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_KIND = {"b": 0, "u": 1, "i": 1, "f": 2, "V": 2, "c": 3}  # bfloat16 reports kind "V"
+
+
+def _kind(dtype: Any) -> int:
+    if dtype == jnp.bfloat16:
+        return 2
+    return _KIND[np.dtype(dtype).kind]
+
+
+def is_array(x: Any) -> bool:
+    """True for JAX arrays and tracers (not python scalars)."""
+    return isinstance(x, (jax.Array, jax.core.Tracer, np.ndarray))
+
+
+def result_type(*args: Any) -> Any:
+    """torch's result dtype for an elementwise op over ``args``.
+
+    Dimensioned tensors outrank 0-d tensors, which outrank python scalars; a
+    lower-ranked argument only decides the dtype when it is of a higher kind
+    (bool < int < float < complex). Python floats give float32, ints int64.
+    """
+    cats: list[list[Any]] = [[], [], []]
+    for a in args:
+        if a is None:
+            continue
+        if is_array(a):
+            cats[0 if a.ndim > 0 else 1].append(a.dtype)
+        elif isinstance(a, bool):
+            cats[2].append(np.dtype(bool))
+        elif isinstance(a, int):
+            cats[2].append(np.dtype(np.int64))
+        elif isinstance(a, float):
+            cats[2].append(np.dtype(np.float32))
+        elif isinstance(a, complex):
+            cats[2].append(np.dtype(np.complex64))
+    top = max(_kind(d) for c in cats for d in c)
+    for i, c in enumerate(cats):
+        same = [d for d in c if _kind(d) == top]
+        if same:
+            out = same[0]
+            for d in same[1:]:
+                out = jnp.promote_types(out, d)
+            return out
+    raise TypeError("result_type of no arguments")
+
+
+def promote(*args: Any, dtype: Any = None) -> list[Any]:
+    """Cast every argument (arrays and python scalars) to ``dtype`` or torch's result type."""
+    dtype = dtype or result_type(*args)
+    return [jnp.asarray(a, dtype=dtype) if not is_array(a) else a.astype(dtype) for a in args]
+
+
+def dim(d: int, ndim: int) -> int:
+    """Normalize a possibly negative dim (0-d tensors accept dim 0 and -1)."""
+    n = max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"dim {d} out of range for a {ndim}-d tensor")
+    return d % n
+
+
+def dims(ds: Sequence[int] | int | None, ndim: int) -> tuple[int, ...]:
+    """Normalize a dim list; ``None`` or ``[]`` means all dims."""
+    if ds is None or (isinstance(ds, (list, tuple)) and len(ds) == 0):
+        return tuple(range(ndim))
+    if isinstance(ds, int):
+        ds = [ds]
+    return tuple(sorted({dim(d, ndim) for d in ds}))
+
+
+def float_dtype(x: Any) -> Any:
+    """``x``'s dtype if floating, else float32 (torch's ops that return floats for ints)."""
+    return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32

@@ -1,0 +1,245 @@
+"""Interpret a captured FX graph with the lowering table: the shared JAX program.
+
+:class:`LoweredProgram` is the IR every target starts from. Its ``fn`` is a pure
+JAX function ``fn(state, *inputs, rng=None) -> (outputs, mutations)``:
+
+* ``state`` maps parameter / buffer / constant names to arrays (the weights are
+  arguments, not constants, so the TPU runtime keeps them on device);
+* ``inputs`` are the flattened user tensors;
+* ``outputs`` is the tuple of user outputs and ``mutations`` maps buffer names to
+  their new values (BatchNorm running stats, in-place KV caches).
+
+Exporters that want weights baked in use :meth:`LoweredProgram.closed`.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
+from converter.lowering import registry
+from converter.lowering.context import LoweringContext
+from converter.lowering.dtypes import to_jax_dtype
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape (``str`` for a dynamic dim) and torch dtype of one tensor."""
+
+    name: str
+    shape: tuple
+    dtype: torch.dtype
+
+    @property
+    def dynamic(self) -> bool:
+        """True when any dim is symbolic."""
+        return any(isinstance(d, str) for d in self.shape)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": str(self.dtype).replace("torch.", "")}
+
+
+def _spec(name: str, val: Any) -> TensorSpec:
+    shape = tuple(int(d) if isinstance(d, int) or (hasattr(d, "node") and d.node.is_constant()) else str(d)
+                  for d in val.shape)
+    return TensorSpec(name, shape, val.dtype)
+
+
+@dataclass
+class LoweredProgram:
+    """A captured model lowered to a pure JAX function (see module docstring)."""
+
+    exported: ExportedProgram
+    state: dict[str, Any]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    mutated_buffers: list[str]
+    target: str = "tpu"
+    options: dict = field(default_factory=dict)
+
+    def fn(self, state: dict, *inputs: Any, rng: Any = None) -> tuple[tuple, dict]:
+        """Run the graph on JAX values (traceable; call it under ``jax.jit``)."""
+        return run_graph(self, state, inputs, rng)
+
+    @property
+    def dynamic(self) -> bool:
+        """True when any input has a dynamic dim."""
+        return any(s.dynamic for s in self.inputs)
+
+    def closed(self) -> Callable[..., tuple]:
+        """A function of the user inputs only, with the weights closed over as constants."""
+        state = {k: jnp.asarray(v) for k, v in self.state.items()}
+
+        def f(*inputs: Any) -> tuple:
+            return self.fn(state, *inputs)[0]
+
+        return f
+
+    def example_inputs(self) -> list[jax.ShapeDtypeStruct]:
+        """Abstract inputs at the captured sample shapes."""
+        return [jax.ShapeDtypeStruct(tuple(v.shape), to_jax_dtype(v.dtype)) for v in self.sample_inputs]
+
+    @property
+    def sample_inputs(self) -> list[torch.Tensor]:
+        """The example inputs torch.export saw, flattened (tensors only)."""
+        flat = torch.utils._pytree.tree_leaves(self.exported.example_inputs)
+        return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+def lower(exported: ExportedProgram, target: str = "tpu", options: dict | None = None) -> LoweredProgram:
+    """Prepare an ExportedProgram for interpretation with the lowering table.
+
+    Every op is looked up now, so an unsupported op fails before any tracing with
+    an :class:`UnsupportedOpError` naming the op, the target and the source line.
+    """
+    sig = exported.graph_signature
+    for node in exported.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            registry.lookup(node.target, target, source_location(node))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            raise UnsupportedOpError(str(node.target), target, source_location(node),
+                                     reason="higher-order ops (control flow) are not supported yet")
+    consts = dict(exported.state_dict)
+    consts.update(exported.constants)
+    state: dict[str, Any] = {}
+    inputs: list[TensorSpec] = []
+    for spec in sig.input_specs:
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            value = consts[spec.target]
+            if not isinstance(value, torch.Tensor):
+                raise ConversionError(f"constant {spec.target} of type {type(value).__name__} is not supported")
+            state[spec.target] = _to_numpy(value)
+        elif spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name") and _is_tensor_arg(exported, spec):
+            inputs.append(_spec(spec.arg.name, _placeholder_val(exported, spec.arg.name)))
+        elif spec.kind == InputKind.CUSTOM_OBJ:
+            raise ConversionError(f"custom object input {spec.target} is not supported")
+    outputs, mutated = [], []
+    out_node = exported.graph.output_node()
+    out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_node.args[0]]
+    for spec, val in zip(sig.output_specs, out_vals):
+        if spec.kind == OutputKind.USER_OUTPUT:
+            name = f"output_{len(outputs)}"
+            outputs.append(_spec(name, val) if isinstance(val, torch.Tensor) else TensorSpec(name, (), torch.float32))
+        elif spec.kind == OutputKind.BUFFER_MUTATION:
+            mutated.append(spec.target)
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            raise ConversionError("models that mutate their inputs in place are not supported; clone the input first")
+    return LoweredProgram(exported, state, inputs, outputs, mutated, target, dict(options or {}))
+
+
+def _placeholder_val(exported: ExportedProgram, name: str) -> Any:
+    for n in exported.graph.nodes:
+        if n.op == "placeholder" and n.name == name:
+            return n.meta["val"]
+    raise KeyError(name)
+
+
+def _is_tensor_arg(exported: ExportedProgram, spec: Any) -> bool:
+    try:
+        return isinstance(_placeholder_val(exported, spec.arg.name), torch.Tensor)
+    except KeyError:
+        return False
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(jnp.bfloat16)
+    return t.numpy().copy()
+
+
+def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = None) -> tuple[tuple, dict]:
+    """Evaluate the FX graph node by node with the lowering table."""
+    ep = program.exported
+    sig = ep.graph_signature
+    env: dict[str, Any] = {}
+    user_iter = iter(inputs)
+    kinds = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+    ctx = LoweringContext(target=program.target, options=program.options, rng=rng)
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            spec = kinds.get(node.name)
+            if spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                env[node.name] = state[spec.target]
+            elif isinstance(node.meta.get("val"), torch.Tensor):
+                env[node.name] = next(user_iter)
+            else:
+                env[node.name] = getattr(spec.arg, "value", None) if spec is not None else None
+        elif node.op == "call_function":
+            env[node.name] = _call(node, env, ctx)
+        elif node.op == "get_attr":
+            env[node.name] = jnp.asarray(_to_numpy(getattr(ep.graph_module, node.target)))
+        elif node.op == "output":
+            vals = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
+            outs, muts = [], {}
+            for spec, v in zip(sig.output_specs, vals):
+                if spec.kind == OutputKind.BUFFER_MUTATION:
+                    muts[spec.target] = v
+                elif spec.kind == OutputKind.USER_OUTPUT:
+                    outs.append(v)
+            return tuple(outs), muts
+    raise ConversionError("graph has no output node")
+
+
+def _materialize(x: Any, env: dict) -> Any:
+    if isinstance(x, torch.fx.Node):
+        return env[x.name]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_materialize(v, env) for v in x)
+    if isinstance(x, dict):
+        return {k: _materialize(v, env) for k, v in x.items()}
+    return x
+
+
+def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
+    args = _materialize(node.args, env)
+    kwargs = _materialize(node.kwargs, env)
+    target = node.target
+    if target is operator.getitem:
+        return args[0][args[1]]
+    if not isinstance(target, torch._ops.OpOverload):
+        # SymInt arithmetic (operator.mul, torch.sym_max, …) works on python ints and
+        # on jax.export symbolic dims alike.
+        return target(*args, **kwargs)
+    row = registry.lookup(target, ctx.target, source_location(node))
+    ctx.node = node
+    try:
+        result = registry.apply(row, ctx, args, kwargs)
+    except ConversionError:
+        raise
+    except Exception as e:  # wrap the innermost failure once, with the node's location
+        shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', []))}"
+                           for a in args if hasattr(a, "shape"))
+        raise LoweringError(target, source_location(node), f"{type(e).__name__}: {e} (inputs: {shapes})") from e
+    return conform(result, node.meta.get("val"), node)
+
+
+def conform(result: Any, meta: Any, node: Any = None) -> Any:
+    """Cast a lowering's result to the dtype torch.export recorded; check its shape.
+
+    Torch decides result dtypes (type promotion); casting here keeps every
+    lowering honest to torch semantics. A shape mismatch is a lowering bug.
+    """
+    if isinstance(meta, torch.Tensor) and hasattr(result, "dtype"):
+        want = to_jax_dtype(meta.dtype)
+        if result.dtype != want:
+            result = result.astype(want)
+        if len(result.shape) != meta.dim() or any(
+            isinstance(m, int) and isinstance(r, int) and m != r for m, r in zip(meta.shape, result.shape)
+        ):
+            raise LoweringError(getattr(node, "target", "?"), source_location(node),
+                                f"lowering produced shape {tuple(result.shape)}, torch expects {tuple(meta.shape)}")
+        return result
+    if isinstance(meta, (list, tuple)) and isinstance(result, (list, tuple)) and len(meta) == len(result):
+        return type(result)(conform(r, m, node) for r, m in zip(result, meta))
+    return result

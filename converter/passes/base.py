@@ -1,0 +1,33 @@
+"""The pass contract: ``requires`` → ``call`` → ``ensures`` (STYLE.md #10)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.export import ExportedProgram
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did."""
+
+    name: str
+    modified: bool
+
+
+class Pass:
+    """Base class of the FX passes: small, one per file, keeping ``node.meta``."""
+
+    #: Passes that fold weights run only when converting for inference.
+    inference_only: bool = False
+
+    def requires(self, ep: ExportedProgram) -> None:
+        """Check preconditions; raise if the program is not in the expected form."""
+
+    def call(self, ep: ExportedProgram) -> tuple[ExportedProgram, bool]:
+        """Transform ``ep``; return it and whether anything changed."""
+        raise NotImplementedError(f"{type(self).__name__} must implement call()")
+
+    def ensures(self, ep: ExportedProgram) -> None:
+        """Check postconditions (by default: the graph lints)."""
+        ep.graph.lint()

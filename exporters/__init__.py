@@ -1,0 +1,1 @@
+"""Target writers and loaders: StableHLO, LiteRT, ONNX."""

@@ -1,0 +1,68 @@
+"""Load a saved StableHLO artifact and run it — no PyTorch model needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export as jax_export
+
+from converter.errors import ExportError
+
+
+def run_exported(exported: Any, state: dict, inputs: tuple) -> Any:
+    """Call an Exported module; torch tensors in → torch tensors out, else numpy."""
+    torch_io = any(type(x).__module__.startswith("torch") for x in inputs)
+    with jax.enable_x64(True):
+        arrays = [_to_array(x) for x in inputs]
+        outs = exported.call(state, *arrays)
+    if torch_io:
+        from tpu_runtime.module import to_torch
+
+        outs = [to_torch(o) for o in outs]
+    else:
+        outs = [np.asarray(o) for o in outs]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _to_array(x: Any) -> Any:
+    if type(x).__module__.startswith("torch"):
+        from tpu_runtime.module import to_jax
+
+        return to_jax(x)
+    return jnp.asarray(x)
+
+
+class LoadedStableHLO:
+    """A reloaded StableHLO artifact: ``signature``, ``mlir_text`` and ``__call__``."""
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        try:
+            self.signature = json.loads((path / "signature.json").read_text())
+            self.exported = jax_export.deserialize(bytearray((path / "model.stablehlo").read_bytes()))
+            with np.load(path / "weights.npz") as z:
+                dtypes = {w["name"]: w["dtype"] for w in self.signature["weights"]}
+                self.state = {k: _restore(z[k], dtypes.get(k)) for k in z.files}
+        except FileNotFoundError as e:
+            raise ExportError(f"{path} is not a StableHLO artifact: missing {Path(e.filename).name}") from e
+        except (ValueError, KeyError, json.JSONDecodeError) as e:
+            raise ExportError(f"{path}: corrupt StableHLO artifact ({type(e).__name__}: {e})") from e
+        self.mlir_text = (path / "model.mlir").read_text() if (path / "model.mlir").exists() else None
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run with numpy arrays or torch tensors."""
+        return run_exported(self.exported, self.state, inputs)
+
+
+def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:
+    return v.view(jnp.bfloat16) if dtype == "bfloat16" else v
+
+
+def load(path: str | Path) -> LoadedStableHLO:
+    """Load a directory written by ``StableHLOArtifact.save``."""
+    return LoadedStableHLO(path)

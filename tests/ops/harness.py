@@ -1,0 +1,74 @@
+"""Run one torch callable through capture → lowering → jax.jit and compare with PyTorch."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import torch
+
+from converter.capture import capture
+from converter.lowering import lower
+from converter.lowering.dtypes import to_torch_dtype
+
+
+class FnModule(torch.nn.Module):
+    """Wrap ``fn`` so tensor args are inputs and everything else is constant."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict):
+        super().__init__()
+        self.fn, self.template, self.kwargs = fn, args, kwargs
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        it = iter(tensors)
+        args = [next(it) if isinstance(a, torch.Tensor) else a for a in self.template]
+        return self.fn(*args, **self.kwargs)
+
+
+def run_both(fn: Callable, args: tuple, kwargs: dict | None = None, target: str = "tpu"):
+    """Return ``(torch_outputs, our_outputs, ops_in_graph)`` as flat lists of tensors."""
+    kwargs = kwargs or {}
+    tensors = tuple(a for a in args if isinstance(a, torch.Tensor))
+    module = FnModule(fn, args, kwargs).eval()
+    with torch.no_grad():
+        expected = module(*[t.clone() for t in tensors])
+    expected = [e for e in torch.utils._pytree.tree_leaves(expected)]
+    ep = capture(module, tensors)
+    ops = {n.target for n in ep.graph.nodes if n.op == "call_function"}
+    prog = lower(ep, target=target)
+    with jax.enable_x64(True):
+        state = {k: jax.numpy.asarray(v) for k, v in prog.state.items()}
+        inputs = [to_jax(t) for t in tensors]
+        outs, _ = jax.jit(prog.fn)(state, *inputs)
+        got = [to_torch(o) for o in outs]
+    return expected, got, ops
+
+
+def to_jax(t: torch.Tensor) -> jax.Array:
+    """torch → JAX (bfloat16 via a bit view)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return jax.numpy.asarray(t.view(torch.int16).numpy().view(jax.numpy.bfloat16))
+    return jax.numpy.asarray(t.numpy())
+
+
+def to_torch(a: Any) -> torch.Tensor:
+    """JAX → torch (bfloat16 via a bit view)."""
+    arr = np.asarray(a)
+    if arr.dtype == jax.numpy.bfloat16:
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(arr.copy())
+
+
+def assert_close(got: torch.Tensor, expected: Any, rtol: float, atol: float, what: str = "") -> None:
+    """Shape and dtype exactly, then values (NaN positions must agree)."""
+    if not isinstance(expected, torch.Tensor):
+        expected = torch.tensor(expected)
+    assert tuple(got.shape) == tuple(expected.shape), f"{what} shape {tuple(got.shape)} != {tuple(expected.shape)}"
+    assert got.dtype == expected.dtype, f"{what} dtype {got.dtype} != {expected.dtype}"
+    if expected.dtype.is_floating_point or expected.dtype.is_complex:
+        torch.testing.assert_close(got.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True,
+                                   msg=lambda m: f"{what}: {m}")
+    else:
+        assert torch.equal(got, expected), f"{what}: values differ\n{got}\n{expected}"

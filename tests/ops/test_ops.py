@@ -1,0 +1,106 @@
+"""OpInfo-style tests: every op in op_db against PyTorch CPU (STYLE.md #8).
+
+Capture (torch.export + core-ATen decomposition) costs ~0.4 s, so all samples of
+one op and dtype are captured together in one module; the test for each sample
+compares its own outputs. If the combined run fails, samples run one by one so
+each failure is reported against its own sample.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+
+from converter.errors import ConversionError
+from converter.lowering import registered
+from tests.ops.harness import assert_close, run_both
+from tests.ops.op_db import DEFAULT_TOL, all_ops
+
+OPS = all_ops()
+_BY_NAME = {o.name: o for o in OPS}
+
+
+def _cases():
+    for info in OPS:
+        for dtype in info.dtypes:
+            for i, sample in enumerate(info.samples(dtype)):
+                sid = sample.name or str(i)
+                reason = info.xfail.get(sid) or info.xfail.get(str(dtype).replace("torch.", ""))
+                marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+                yield pytest.param(info.name, dtype, i, id=f"{info.name}-{str(dtype)[6:]}-{sid}", marks=marks)
+
+
+def _group_fn(info, samples):
+    def fn(*flat):
+        it = iter(flat)
+        outs = []
+        for s in samples:
+            args = [next(it) if isinstance(a, torch.Tensor) else a for a in s.args]
+            outs.append(info.fn(*args, **s.kwargs))
+        return tuple(outs)
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped(name: str, dtype: torch.dtype):
+    """Run all samples of one op/dtype in one capture; ``None`` when that fails."""
+    info = _BY_NAME[name]
+    samples = info.samples(dtype)
+    flat = tuple(t for s in samples for t in s.args if isinstance(t, torch.Tensor))
+    try:
+        expected, got, ops = run_both(_group_fn(info, samples), flat)
+    except Exception:  # fall back to per-sample runs, which report the real error
+        return None
+    counts = [len(torch.utils._pytree.tree_leaves(_expected_one(info, s))) for s in samples]
+    per_e, per_g, k = [], [], 0
+    for c in counts:
+        per_e.append(expected[k:k + c]); per_g.append(got[k:k + c]); k += c
+    return per_e, per_g, ops
+
+
+def _expected_one(info, s):
+    with torch.no_grad():
+        return info.fn(*[a.clone() if isinstance(a, torch.Tensor) else a for a in s.args], **s.kwargs)
+
+
+@pytest.mark.parametrize("name,dtype,index", list(_cases()))
+def test_op_matches_torch(name, dtype, index):
+    info = _BY_NAME[name]
+    group = _grouped(name, dtype)
+    if group is None or len(group[0]) != len(info.samples(dtype)):
+        sample = info.samples(dtype)[index]
+        expected, got, ops = run_both(info.fn, sample.args, sample.kwargs)
+    else:
+        expected, got, ops = group[0][index], group[1][index], group[2]
+    missing = [str(op) for op in info.aten if op not in ops]
+    assert not missing, f"{info.name}: captured graph lacks {missing}; it has {sorted(map(str, ops))}"
+    rtol, atol = info.tol.get(dtype, DEFAULT_TOL.get(dtype, (0, 0)))
+    assert len(got) == len(expected)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert_close(g, e, rtol, atol, what=f"{info.name} output {k}")
+
+
+def _error_cases():
+    for info in OPS:
+        for i, err in enumerate(info.errors):
+            yield pytest.param(info, err, id=f"{info.name}-err{i}")
+
+
+@pytest.mark.parametrize("info,err", list(_error_cases()))
+def test_op_error_inputs(info, err):
+    with pytest.raises((ConversionError, RuntimeError, ValueError, IndexError, TypeError)) as exc:
+        run_both(info.fn, err.args, err.kwargs)
+    assert re.search(err.pattern, str(exc.value)), str(exc.value)
+
+
+def test_every_lowering_has_an_opinfo():
+    covered = {op for info in OPS for op in info.aten}
+    untested = sorted(str(op) for op in registered() if op not in covered and op not in UNTESTED_BY_OPINFO)
+    assert not untested, f"lowerings without an OpInfo: {untested}"
+
+
+#: Lowerings exercised elsewhere (model tests) rather than by an OpInfo, with why.
+UNTESTED_BY_OPINFO: dict = {}

@@ -1,0 +1,1 @@
+"""Parity checks between PyTorch and every target."""
