@@ -1,0 +1,1 @@
+"""The ``tpu-export`` command line."""

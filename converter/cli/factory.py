@@ -1,0 +1,82 @@
+"""Load a model factory named ``path/to/file.py:function`` or ``package.module:function``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from converter.errors import InputError
+
+
+def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
+    """Import the factory, call it and normalize what it returns.
+
+    The factory returns ``(model, args)`` or ``(model, args, kwargs)``; ``args`` may
+    be a single tensor.
+
+    Raises:
+        InputError: bad spec, missing file or function, the factory raised, or it
+            returned something else.
+    """
+    if ":" not in spec:
+        raise InputError(f"factory '{spec}' must look like path/to/file.py:function or package.module:function")
+    where, name = spec.rsplit(":", 1)
+    if where.endswith(".py") or "/" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise InputError(f"factory file not found: {where}")
+        mod_name = f"_tpu_export_factory_{path.stem}"
+        loader = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[mod_name] = module
+        try:
+            loader.loader.exec_module(module)
+        except Exception as e:  # user code: report it on one line
+            raise InputError(f"importing {where} failed: {type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise InputError(f"cannot import module '{where}': {e}") from e
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise InputError(f"'{name}' is not a function in {where}")
+    try:
+        result = fn()
+    except Exception as e:  # user code: report it on one line
+        raise InputError(f"factory {spec} raised {type(e).__name__}: {e}") from e
+    if not isinstance(result, tuple) or len(result) not in (2, 3) or not isinstance(result[0], torch.nn.Module):
+        raise InputError(f"factory {spec} must return (model, args) or (model, args, kwargs)")
+    model, args = result[0], result[1]
+    kwargs = result[2] if len(result) == 3 else {}
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    return model, tuple(args), dict(kwargs or {})
+
+
+def parse_dynamic(text: str | None, args: tuple) -> Any:
+    """``"0:0=batch,1:1"`` → torch.export ``dynamic_shapes`` for positional ``args``.
+
+    Each item is ``INPUT:DIM`` with an optional ``=NAME``; equal names share a dim.
+    """
+    if not text:
+        return None
+    spec: list[dict | None] = [None] * len(args)
+    dims: dict[str, Any] = {}
+    for item in text.split(","):
+        try:
+            where, _, name = item.partition("=")
+            i, d = (int(v) for v in where.split(":"))
+        except ValueError:
+            raise InputError(f"--dynamic item '{item}' must be INPUT:DIM or INPUT:DIM=NAME") from None
+        if not 0 <= i < len(args):
+            raise InputError(f"--dynamic names input {i}, the model has {len(args)} inputs")
+        name = name or f"dim_{i}_{d}"
+        dims.setdefault(name, torch.export.Dim(name))
+        spec[i] = {**(spec[i] or {}), d: dims[name]}
+    return tuple(spec)

@@ -1,0 +1,127 @@
+"""``tpu-export``: convert, inspect, validate and demo from the command line.
+
+Errors print one line (``tpu-export: error: …``) and exit 2; a parity mismatch
+exits 1. Outputs are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from converter.errors import ConversionError, InputError
+
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tpu-export", description="PyTorch → TPU runtime (JAX/XLA), StableHLO, "
+                                "LiteRT and ONNX, with parity checks against PyTorch.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("convert", help="convert a model for one target",
+                       description="Convert the model returned by FACTORY (path/to/file.py:function or "
+                       "package.module:function returning (model, args[, kwargs])).")
+    c.add_argument("factory", metavar="FACTORY")
+    c.add_argument("--target", required=True, choices=["tpu", "stablehlo", "litert", "onnx"])
+    c.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="output file (litert, onnx, tpu: StableHLO text) or directory (stablehlo)")
+    c.add_argument("--dynamic", metavar="I:D[=NAME],…", help="dynamic dims, e.g. 0:0=batch,1:0=batch")
+    c.add_argument("--channels-last-io", action="store_true", help="LiteRT: NHWC inputs and outputs")
+    c.add_argument("--strict", action="store_true", help="use torch.export strict tracing")
+
+    i = sub.add_parser("inspect", help="describe a .tflite file or a StableHLO directory")
+    i.add_argument("path")
+
+    v = sub.add_parser("validate", help="check every target against PyTorch and write reports")
+    v.add_argument("factory", metavar="FACTORY")
+    v.add_argument("--targets", default="tpu,stablehlo,litert")
+    v.add_argument("--report", default="tpu-export-report", metavar="DIR")
+    v.add_argument("--num-random-inputs", type=int, default=2)
+
+    d = sub.add_parser("demo", help="bundled model → every target → parity summary")
+    d.add_argument("--out", default="tpu-export-demo", metavar="DIR", help="where artifacts and reports go")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tpu-export`` console script."""
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        return {"convert": _convert, "inspect": _inspect, "validate": _validate, "demo": _demo}[args.command](args)
+    except (ConversionError, OSError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"tpu-export: error: {msg}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from converter.api import convert
+    from converter.cli.factory import load_factory, parse_dynamic
+    from exporters.atomic import write_bytes
+
+    model, margs, mkwargs = load_factory(args.factory)
+    dynamic = parse_dynamic(args.dynamic, margs)
+    options = {"channels_last_io": True} if args.channels_last_io else {}
+    art = convert(model, margs, mkwargs, target=args.target, dynamic_shapes=dynamic, strict=args.strict, **options)
+    out = Path(args.output)
+    if args.target == "tpu":
+        write_bytes(out, art.stablehlo().encode())
+        what = "StableHLO compiled by the TPU runtime"
+    else:
+        art.save(out)
+        what = args.target
+    print(f"wrote {out} ({what})")
+    return EXIT_OK
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if not path.exists():
+        raise InputError(f"no such file: {path}")
+    if path.is_dir():
+        from exporters.stablehlo import load
+
+        art = load(path)
+        sig = art.signature
+        print(f"StableHLO artifact {path}")
+        for kind in ("inputs", "outputs"):
+            for s in sig[kind]:
+                print(f"  {kind[:-1]:6} {s['name']:12} {s['dtype']:9} {s['shape']}")
+        print(f"  weights: {len(sig['weights'])} tensors")
+        return EXIT_OK
+    from exporters.litert.inspect import inspect_file
+
+    print(inspect_file(str(path)))
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from converter.cli.factory import load_factory
+    from validators.parity import validate
+
+    model, margs, mkwargs = load_factory(args.factory)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    report = validate(model, margs, targets=targets, num_random_inputs=args.num_random_inputs,
+                      sample_kwargs=mkwargs)
+    paths = report.write(args.report)
+    print(report.to_markdown())
+    print(f"reports: {', '.join(str(p) for p in paths)}")
+    return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from converter.cli.demo import run_demo
+
+    return run_demo(Path(args.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
