@@ -16,10 +16,21 @@ class PassResult:
 
 
 class Pass:
-    """Base class of the FX passes: small, one per file, keeping ``node.meta``."""
+    """Base class of the FX passes: small, one per file, keeping ``node.meta``.
+
+    A pass never mutates the program it is given; ``call`` returns a new one (or
+    the same object when nothing changed).
+
+    Args:
+        inference: the program is converted for inference (weights may be folded
+            or dropped); ``False`` keeps every parameter as a parameter.
+    """
 
     #: Passes that fold weights run only when converting for inference.
     inference_only: bool = False
+
+    def __init__(self, *, inference: bool = True) -> None:
+        self.inference = inference
 
     def requires(self, ep: ExportedProgram) -> None:
         """Check preconditions; raise if the program is not in the expected form."""
