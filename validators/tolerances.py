@@ -22,3 +22,36 @@ def tolerance(dtype: torch.dtype, op: str | None = None) -> tuple[float, float]:
     if op is not None and op in BY_OP:
         return BY_OP[op][0]
     return BY_DTYPE.get(dtype, (0.0, 0.0))
+
+
+#: Task-level thresholds for low-precision artifacts (fp16 / bf16 / int8), judged
+#: instead of element-wise fp32 tolerances: (minimum top-1 agreement of
+#: classifier outputs, minimum SNR in dB of regression outputs). bf16 keeps 8
+#: mantissa bits (~48 dB per rounding), fp16 11 bits; a few layers of accumulated
+#: rounding cost ~10-20 dB. int8 is a coarse quantization (~6 dB per bit of 8).
+TASK_LEVEL: dict[str, tuple[float, float]] = {
+    "fp16": (0.99, 30.0),
+    "bf16": (0.95, 20.0),
+    "int8": (0.90, 12.0),
+}
+
+#: Precisions judged by :data:`TASK_LEVEL` instead of :data:`BY_DTYPE`.
+LOW_PRECISION = tuple(TASK_LEVEL)
+
+
+def task_thresholds(precision: str) -> tuple[float, float]:
+    """Return ``(min_top1_agreement, min_snr_db)`` for a low-precision artifact.
+
+    Raises:
+        KeyError: ``precision`` is not one of :data:`LOW_PRECISION`.
+    """
+    return TASK_LEVEL[precision]
+
+
+def cross_target(rtol: float, atol: float) -> tuple[float, float]:
+    """Tolerance between two targets that are each within ``(rtol, atol)`` of PyTorch.
+
+    Doubled by the triangle inequality: two outputs within ``atol`` of the same
+    reference are within ``2·atol`` of each other.
+    """
+    return 2 * rtol, 2 * atol

@@ -1,15 +1,15 @@
-"""``tpu-export demo``: the bundled CNN through every available target, then a parity summary."""
+"""``tpu-export demo``: the bundled CNN through every available target, then the parity report."""
 
 from __future__ import annotations
 
 import importlib
-import time
 from pathlib import Path
 
-import torch
-
-from converter.api import TARGETS, convert
+from converter.api import TARGETS
 from converter.cli.demo_model import build
+
+#: Where each file target's artifact is saved inside the demo folder.
+_ARTIFACT_NAMES = {"stablehlo": "model_stablehlo", "litert": "model.tflite", "onnx": "model.onnx"}
 
 
 def available_targets() -> list[str]:
@@ -26,30 +26,43 @@ def available_targets() -> list[str]:
 
 
 def run_demo(out: Path) -> int:
-    """Convert, save, run and compare; print a table; return the exit code."""
-    from validators.metrics import compare
+    """Validate the demo model on every available target, save the artifacts and the reports.
+
+    Prints one row per target, then the parity verdict (with the first diverging op
+    of any failing target) and, last, the path of the HTML report.
+
+    Args:
+        out: the folder for artifacts and reports (``out/report/report.html``).
+
+    Returns:
+        0 when every target matches PyTorch, 1 otherwise.
+    """
+    from validators import validate
 
     model, args = build()
-    with torch.no_grad():
-        ref = model(*args)
+    targets = available_targets()
     out.mkdir(parents=True, exist_ok=True)
-    rows, ok = [], True
     print(f"tpu-export demo: {type(model).__name__} on input {list(args[0].shape)} → {out}/")
-    for target in available_targets():
-        start = time.perf_counter()
-        art = convert(model, args, target=target)
-        seconds = time.perf_counter() - start
-        if target == "tpu":
-            got, saved = art(*args), "(in memory, " + str(art.device) + ")"
-        else:
-            path = out / {"stablehlo": "model_stablehlo", "litert": "model.tflite", "onnx": "model.onnx"}[target]
-            art.save(path)
-            got, saved = art(*args), str(path)
-        err = compare("output_0", ref, got)
-        ok &= err.passed
-        rows.append((target, seconds, err, saved))
+    report = validate(model, args, targets=targets, num_random_inputs=2, errors="report")
     print(f"\n{'target':10} {'convert s':>9} {'max abs err':>12} {'max rel err':>12}  {'parity':6}  artifact")
-    for target, seconds, err, saved in rows:
-        print(f"{target:10} {seconds:9.2f} {err.max_abs:12.3e} {err.max_rel:12.3e}  {'PASS' if err.passed else 'FAIL':6}  {saved}")
-    print("\nparity:", "all targets match PyTorch" if ok else "MISMATCH")
-    return 0 if ok else 1
+    for t in report.targets:
+        if t.status == "error":
+            print(f"{t.target:10} {'':>9} {'':>12} {'':>12}  {'ERROR':6}  {t.message}")
+            continue
+        if t.target == "tpu":
+            saved = f"(in memory, {t.artifact.device})"
+        else:
+            saved = str(out / _ARTIFACT_NAMES.get(t.target, f"model_{t.target}"))
+            t.artifact.save(saved)
+        worst = max((c.error for c in t.comparisons), key=lambda e: (not e.passed, e.max_rel))
+        print(f"{t.target:10} {t.convert_seconds:9.2f} {worst.max_abs:12.3e} {worst.max_rel:12.3e}  "
+              f"{'PASS' if t.passed else 'FAIL':6}  {saved}")
+    for t in report.targets:
+        if t.localization is not None and t.localization.node is not None:
+            print(f"  {t.target}: first divergence at {t.localization.op} ({t.localization.where})")
+    paths = report.write(out / "report")
+    print(f"\nparity over {len(report.inputs)} input sets:",
+          "all targets match PyTorch" if report.passed else "MISMATCH")
+    print(f"reports: {', '.join(str(p) for p in paths if p.suffix in ('.json', '.md'))}")
+    print(f"HTML report: {out / 'report' / 'report.html'}")
+    return 0 if report.passed else 1

@@ -158,8 +158,22 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
-def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = None) -> tuple[tuple, dict]:
-    """Evaluate the FX graph node by node with the lowering table."""
+def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = None,
+              observer: Callable[[torch.fx.Node, Any], None] | None = None) -> tuple[tuple, dict]:
+    """Evaluate the FX graph node by node with the lowering table.
+
+    Args:
+        program: the lowered program.
+        state: parameter / buffer / constant arrays by name.
+        inputs: the flattened user inputs.
+        rng: a JAX PRNG key for random ops.
+        observer: called as ``observer(node, value)`` after every placeholder,
+            ``get_attr`` and ``call_function`` node (the validators record
+            intermediates with it to find the first op that diverges).
+
+    Returns:
+        ``(outputs, mutations)`` as described in the module docstring.
+    """
     ep = program.exported
     sig = ep.graph_signature
     env: dict[str, Any] = {}
@@ -179,7 +193,9 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
             env[node.name] = _call(node, env, ctx)
         elif node.op == "get_attr":
             env[node.name] = jnp.asarray(_to_numpy(getattr(ep.graph_module, node.target)))
-        elif node.op == "output":
+        if observer is not None and node.name in env:
+            observer(node, env[node.name])
+        if node.op == "output":
             vals = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
             outs, muts = [], {}
             for spec, v in zip(sig.output_specs, vals):

@@ -1,0 +1,77 @@
+"""Input sets (seeded, in range) and error metrics (histogram, SNR, top-1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from converter.capture import capture
+from validators.inputs import build_input_sets, index_bounds
+from validators.metrics import HISTOGRAM_EDGES, compare, histogram, snr_db, task_agreement, top1_agreement
+
+
+class Tagger(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids).sum(-1) + positions.float() + x
+
+
+SAMPLE = (torch.tensor([[1, 2, 3]]), torch.tensor([[100, 101, 102]]), torch.tensor([[5.0, 6.0, 7.0]]))
+
+
+@pytest.fixture(scope="module")
+def tagger_ep():
+    return capture(Tagger().eval(), SAMPLE)
+
+
+def _sets(ep, seed: int = 0):
+    return build_input_sets(ep, SAMPLE, {}, inputs=[SAMPLE], num_random_inputs=3, seed=seed)
+
+
+def test_input_sets_keep_shapes_dtypes_and_integer_ranges(tagger_ep):
+    ep, sets = tagger_ep, _sets(tagger_ep)
+    assert index_bounds(ep) == {"ids": 10}
+    assert [s.origin for s in sets] == ["sample", "given", "random", "random", "random"]
+    for s in sets[2:]:
+        ids, positions, x = s.args
+        assert ids.shape == (1, 3) and ids.dtype == torch.int64 and positions.dtype == torch.int64
+        assert int(ids.min()) >= 0 and int(ids.max()) < 10  # embedding size, not the sample's [1, 3]
+        assert 100 <= int(positions.min()) and int(positions.max()) <= 102  # the sample's range
+        assert x.dtype == torch.float32 and not torch.equal(x, sets[0].args[2])
+    assert "ids: integers in [0, 9] (index into a dim of size 10)" in sets[2].notes
+
+
+def test_random_input_sets_are_seeded(tagger_ep):
+    a, b, c = _sets(tagger_ep, seed=3), _sets(tagger_ep, seed=3), _sets(tagger_ep, seed=4)
+    assert all(torch.equal(x, y) for x, y in zip(a[2].flat, b[2].flat))
+    assert not torch.equal(a[2].flat[2], c[2].flat[2])
+
+
+def test_histogram_counts_every_element_by_decade():
+    diff = np.array([0.0, 0.0, 1e-11, 5e-7, 3.0, 1e5, np.inf])
+    counts = histogram(diff)
+    assert len(counts) == len(HISTOGRAM_EDGES) + 1 and sum(counts) == diff.size
+    assert counts[0] == 2 and counts[1] == 1 and counts[-1] == 2
+
+
+def test_compare_metrics_and_exact_integers():
+    ref = torch.tensor([1.0, -2.0, 4.0])
+    e = compare("y", ref, ref + torch.tensor([0.0, 0.0, 0.4]))
+    assert abs(e.max_abs - 0.4) < 1e-6 and abs(e.max_rel - 0.1) < 1e-6 and not e.passed and e.mode == "tolerance"
+    assert compare("i", torch.tensor([1, 2]), torch.tensor([1, 3])).mode == "exact"
+
+
+def test_task_level_metrics():
+    ref = torch.tensor([[0.1, 0.9], [0.8, 0.2]])
+    assert top1_agreement(ref, torch.tensor([[0.2, 0.7], [0.1, 0.3]])) == 0.5
+    assert snr_db(ref, ref) == float("inf")
+    assert abs(snr_db(torch.ones(4), torch.full((4,), 1.1)) - 20.0) < 1e-4
+    e = task_agreement("logits", ref, ref + 0.05, "bf16")
+    assert e.mode == "top1" and e.top1_agreement == 1.0 and e.passed and not compare("logits", ref, ref + 0.05).passed
+    regression = task_agreement("logits", ref, ref + 0.05, "bf16", task="regression")
+    assert regression.mode == "snr" and regression.passed == (regression.snr_db >= 20.0)

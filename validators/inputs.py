@@ -1,0 +1,193 @@
+"""The input sets of a parity run: the sample, any given ones, and seeded random ones.
+
+Random inputs keep each sample's shape and dtype. Floating inputs are drawn from
+a normal distribution with the sample's mean and standard deviation; integer
+inputs stay inside the range the model can take — ``[0, num_embeddings)`` when
+they index an embedding table (or the indexed dim of ``index_select`` /
+``gather`` / ``index``), else the sample's own ``[min, max]`` (token ids);
+boolean and mask-like inputs (two distinct values one of which is 0, or
+non-finite entries such as ``-inf`` attention masks) are reused as given, because their
+pattern carries meaning a random draw would destroy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+aten = torch.ops.aten
+
+#: Ops that only move or re-view data: an index stays an index through them.
+_VIEW_LIKE = {
+    aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.flatten.using_ints, aten.clone.default,
+    aten.expand.default, aten.permute.default, aten._to_copy.default, aten.alias.default,
+}
+
+
+@dataclass(frozen=True)
+class InputSet:
+    """One set of inputs for the reference and every target.
+
+    Attributes:
+        index: position in the run (0 is the sample).
+        origin: "sample", "given" or "random".
+        args: positional inputs.
+        kwargs: keyword inputs.
+        notes: how each random input was drawn (for the report).
+    """
+
+    index: int
+    origin: str
+    args: tuple
+    kwargs: dict
+    notes: tuple = ()
+
+    @property
+    def flat(self) -> list[torch.Tensor]:
+        """The tensor leaves of ``(args, kwargs)``, in the order the targets take them."""
+        leaves = torch.utils._pytree.tree_leaves((tuple(self.args), dict(self.kwargs)))
+        return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def index_bounds(ep: ExportedProgram) -> dict[str, int]:
+    """Upper bounds (exclusive) of user inputs that index a dim, by placeholder name."""
+    users = {s.arg.name for s in ep.graph_signature.input_specs
+             if s.kind == InputKind.USER_INPUT and hasattr(s.arg, "name")}
+    bounds: dict[str, int] = {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for index, size in _indexed(node):
+            root = _through_views(index)
+            if root is not None and root.name in users and isinstance(size, int):
+                bounds[root.name] = min(bounds.get(root.name, size), size)
+    return bounds
+
+
+def _indexed(node: torch.fx.Node) -> list[tuple[Any, Any]]:
+    """``(index node, size of the dim it indexes)`` pairs of one node."""
+
+    def dim_size(t: Any, dim: int) -> Any:
+        val = t.meta.get("val") if isinstance(t, torch.fx.Node) else None
+        return val.shape[dim] if isinstance(val, torch.Tensor) and -val.dim() <= dim < val.dim() else None
+
+    a = node.args
+    if node.target in (aten.embedding.default,):
+        return [(a[1], dim_size(a[0], 0))]
+    if node.target in (aten.index_select.default, aten.gather.default):
+        return [(a[2], dim_size(a[0], a[1]))]
+    if node.target is aten.index.Tensor:
+        return [(ix, dim_size(a[0], d)) for d, ix in enumerate(a[1]) if ix is not None]
+    return []
+
+
+def _through_views(x: Any) -> torch.fx.Node | None:
+    while isinstance(x, torch.fx.Node) and x.op == "call_function" and x.target in _VIEW_LIKE:
+        x = x.args[0]
+    return x if isinstance(x, torch.fx.Node) and x.op == "placeholder" else None
+
+
+def random_like(sample: torch.Tensor, generator: torch.Generator, bound: int | None = None) -> tuple[torch.Tensor, str]:
+    """A seeded random tensor shaped like ``sample``, and how it was drawn.
+
+    Args:
+        sample: the sample input.
+        generator: the seeded generator to draw from.
+        bound: exclusive upper bound for an integer input that indexes a dim.
+
+    Returns:
+        ``(tensor, note)``.
+    """
+    dtype, shape = sample.dtype, tuple(sample.shape)
+    if dtype == torch.bool:
+        return sample.clone(), "bool: sample reused (mask)"
+    if dtype.is_floating_point or dtype.is_complex:
+        s = sample.detach().float()
+        if s.numel() > 2 and (not torch.isfinite(s).all() or _two_valued_with_zero(s)):
+            return sample.clone(), "mask-like: sample reused"
+        mean = float(s.mean()) if s.numel() else 0.0
+        std = float(s.std()) if s.numel() > 1 else 0.0
+        std = std if std > 0 else 1.0
+        x = torch.randn(shape, generator=generator) * std + mean
+        return x.to(dtype), f"normal(mean={mean:.3g}, std={std:.3g})"
+    if bound is not None:
+        lo, hi = 0, bound - 1
+        why = f"index into a dim of size {bound}"
+    else:
+        lo = int(sample.min()) if sample.numel() else 0
+        hi = int(sample.max()) if sample.numel() else 0
+        why = "sample range"
+    return torch.randint(lo, hi + 1, shape, generator=generator, dtype=dtype), f"integers in [{lo}, {hi}] ({why})"
+
+
+def _two_valued_with_zero(s: torch.Tensor) -> bool:
+    values = torch.unique(s)
+    return values.numel() == 2 and bool((values == 0).any())
+
+
+def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dict, *,
+                     inputs: list | None = None, num_random_inputs: int = 2, seed: int = 0) -> list[InputSet]:
+    """The sample, then the given input sets, then ``num_random_inputs`` random ones.
+
+    Args:
+        ep: the captured program (tells which integer inputs index a dim).
+        sample_args: the sample positional inputs.
+        sample_kwargs: the sample keyword inputs.
+        inputs: more input sets, each a tuple of positional inputs or an
+            ``(args, kwargs)`` pair whose args is a tuple.
+        num_random_inputs: how many seeded random sets to add.
+        seed: the seed of the random sets.
+
+    Returns:
+        The input sets, numbered from 0.
+    """
+    sets = [InputSet(0, "sample", tuple(sample_args), dict(sample_kwargs))]
+    for given in inputs or []:
+        args, kwargs = _split(given)
+        sets.append(InputSet(len(sets), "given", args, kwargs))
+    bounds = index_bounds(ep)
+    names = tensor_input_names(ep)
+    leaves, spec = torch.utils._pytree.tree_flatten((tuple(sample_args), dict(sample_kwargs)))
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(num_random_inputs):
+        new, notes, t = [], [], 0
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                name = names[t] if t < len(names) else f"input_{t}"
+                x, note = random_like(leaf, generator, bounds.get(name))
+                new.append(x)
+                notes.append(f"{name}: {note}")
+                t += 1
+            else:
+                new.append(leaf)
+        args, kwargs = torch.utils._pytree.tree_unflatten(new, spec)
+        sets.append(InputSet(len(sets), "random", tuple(args), dict(kwargs), tuple(notes)))
+    return sets
+
+
+def tensor_input_names(ep: ExportedProgram) -> list[str]:
+    """Placeholder names of the user's tensor inputs, in the order targets take them."""
+    return [s.arg.name for s in ep.graph_signature.input_specs
+            if s.kind == InputKind.USER_INPUT and hasattr(s.arg, "name")
+            and isinstance(_placeholder_val(ep, s.arg.name), torch.Tensor)]
+
+
+def _split(given: Any) -> tuple[tuple, dict]:
+    if isinstance(given, torch.Tensor):
+        return (given,), {}
+    if (isinstance(given, (tuple, list)) and len(given) == 2 and isinstance(given[0], (tuple, list))
+            and isinstance(given[1], dict)):
+        return tuple(given[0]), dict(given[1])
+    return tuple(given), {}
+
+
+def _placeholder_val(ep: ExportedProgram, name: str) -> Any:
+    for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name == name:
+            return n.meta.get("val")
+    return None
