@@ -1,0 +1,49 @@
+"""Run a plain aten-level ``torch.fx.GraphModule`` (as AOTAutograd hands it over) with the table.
+
+The ExportedProgram interpreter (:mod:`converter.lowering.interpreter`) handles
+lifted weights and buffer mutations; here every placeholder is a positional input
+and the output tuple is returned as is (``None`` and python ints pass through).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from converter.errors import ConversionError, UnsupportedOpError, source_location
+from converter.lowering import registry
+from converter.lowering.context import LoweringContext
+from converter.lowering.interpreter import _call, _materialize
+
+
+def check_supported(gm: torch.fx.GraphModule, target: str) -> None:
+    """Raise :class:`UnsupportedOpError` for the first op without a lowering."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            registry.lookup(node.target, target, source_location(node))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            raise UnsupportedOpError(str(node.target), target, source_location(node),
+                                     reason="higher-order ops (control flow) are not supported yet")
+
+
+def run_graph_module(gm: torch.fx.GraphModule, inputs: tuple, *, target: str = "tpu",
+                     options: dict | None = None, rng: Any = None) -> tuple:
+    """Evaluate ``gm`` on JAX values (traceable under ``jax.jit``)."""
+    env: dict[str, Any] = {}
+    it = iter(inputs)
+    ctx = LoweringContext(target=target, options=dict(options or {}), rng=rng)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            env[node.name] = next(it)
+        elif node.op == "call_function":
+            env[node.name] = _call(node, env, ctx)
+        elif node.op == "get_attr":
+            from converter.lowering.interpreter import _to_numpy
+            import jax.numpy as jnp
+
+            env[node.name] = jnp.asarray(_to_numpy(getattr(gm, node.target)))
+        elif node.op == "output":
+            out = _materialize(node.args[0], env)
+            return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    raise ConversionError("graph has no output node")
