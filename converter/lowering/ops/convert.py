@@ -1,0 +1,106 @@
+"""Type conversion and identity-like ops: _to_copy, clone, scalar_tensor,
+_local_scalar_dense, and the runtime assertions torch.export leaves in graphs.
+
+``.to(dtype)``, ``.float()``, ``type_as`` and ``fill.Scalar``'s dtype handling
+decompose to ``_to_copy``; ``lift_fresh_copy`` to ``clone``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from converter.errors import LoweringError
+from converter.lowering.dtypes import is_floating, to_jax_dtype
+from converter.lowering.helpers import is_array
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+
+def cast(x, dtype):
+    """Convert ``x`` to ``dtype`` with torch's conversion rules.
+
+    float → int truncates toward zero; anything → bool is ``x != 0`` (NaN is
+    True); float → uint8 goes through int64 and wraps (-1.0 → 255), the rule
+    torch's ``c10::convert`` documents. Deviation: float → signed int out of the
+    target's range is undefined in torch (x86 gives INT_MIN); XLA saturates.
+    """
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if dtype == np.dtype(np.uint8) and is_floating(x.dtype):
+        return x.astype(jnp.int64).astype(jnp.uint8)
+    return x.astype(dtype)
+
+
+@lowering(aten._to_copy.default)
+def lower__to_copy_default(ctx, self, *, dtype=None, layout=None, device=None, pin_memory=None,
+                           non_blocking=False, memory_format=None):
+    """_to_copy(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, MemoryFormat? memory_format=None) -> Tensor
+
+    Emits ``convert`` (see :func:`cast` for the float → int/bool rules); layout,
+    device and memory format are placement hints with no meaning in JAX.
+    """  # noqa: E501 (the first line is the exact schema)
+    dt = ctx.out_dtype or (to_jax_dtype(dtype) if dtype is not None else self.dtype)
+    return cast(self, dt)
+
+
+@lowering(aten.clone.default)
+def lower_clone_default(ctx, self, *, memory_format=None):
+    """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor
+
+    Identity: JAX values are immutable, so a copy is the value itself.
+    """
+    return self
+
+
+@lowering(aten.scalar_tensor.default)
+def lower_scalar_tensor_default(ctx, s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    A 0-d constant (float32 by default, like torch); a traced scalar (from
+    ``_local_scalar_dense``) is converted instead.
+    """  # noqa: E501 (the first line is the exact schema)
+    dt = ctx.out_dtype or (to_jax_dtype(dtype) if dtype is not None else jnp.float32)
+    if is_array(s):
+        return cast(jnp.reshape(s, ()), dt)
+    return jnp.asarray(s, dtype=dt)
+
+
+@lowering(aten._local_scalar_dense.default)
+def lower__local_scalar_dense_default(ctx, self):
+    """_local_scalar_dense(Tensor self) -> Scalar
+
+    ``Tensor.item()``: the single element as a 0-d array, which later ops take
+    where torch has a SymInt/SymFloat. Using it as a shape (data-dependent
+    shapes) is not supported by XLA's static shapes.
+    """
+    return jnp.reshape(self, ())
+
+
+@lowering(aten._assert_tensor_metadata.default)
+def lower__assert_tensor_metadata_default(ctx, a, size=None, stride=None, dtype=None, *, device=None, layout=None):
+    """_assert_tensor_metadata(Tensor a, SymInt[]? size=None, SymInt[]? stride=None, ScalarType? dtype=None, *, Device? device=None, Layout? layout=None) -> ()
+
+    Emits nothing. The dtype is checked while tracing (it is static); size and
+    stride were checked by torch.export (strides do not exist in JAX).
+    """  # noqa: E501 (the first line is the exact schema)
+    if dtype is not None and np.dtype(a.dtype) != np.dtype(to_jax_dtype(dtype)):
+        raise LoweringError(str(aten._assert_tensor_metadata.default), ctx.location,
+                            f"tensor has dtype {a.dtype}, the graph asserts {dtype}")
+    return None
+
+
+@lowering(aten._assert_scalar.default)
+def lower__assert_scalar_default(ctx, self, assert_msg):
+    """_assert_scalar(Scalar self, str assert_msg) -> ()
+
+    Emits nothing: a condition on traced values cannot raise inside a compiled
+    program (torch.export checked it on the sample inputs). A condition already
+    known False while tracing raises here.
+    """
+    if isinstance(self, (bool, int, np.bool_)) and not self:
+        raise LoweringError(str(aten._assert_scalar.default), ctx.location, str(assert_msg))
+    return None
