@@ -1,0 +1,286 @@
+"""Indexing and scatter: index.Tensor, index_put, index_select, gather, scatter*, put, …
+
+Integer indices follow torch: negative entries count from the end where torch
+allows them (``index``, ``index_put``, ``put``); ``None`` entries in an index
+list keep a dim whole; advanced-index dims land where NumPy (and torch) put
+them. Boolean-mask *reads* have a data-dependent shape and raise
+UnsupportedOpError; boolean-mask *writes* of one value are a ``select``.
+Duplicate indices in a non-accumulating write pick an arbitrary writer, as in
+torch.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.errors import UnsupportedOpError
+from converter.lowering.helpers import dim as norm_dim
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+lax = jax.lax
+
+_MASK_DTYPES = (jnp.bool_, jnp.uint8)
+
+
+def _unsupported(ctx, op, reason):
+    return UnsupportedOpError(str(op), ctx.target, ctx.location, reason=reason)
+
+
+def _wrap(idx, size):
+    """Negative indices count from the end of a dim of ``size``."""
+    return jnp.where(idx < 0, idx + size, idx)
+
+
+@lowering(aten.index.Tensor)
+def lower_index_tensor(ctx, self, indices):
+    """index.Tensor(Tensor self, Tensor?[] indices) -> Tensor
+
+    Advanced indexing: emits one ``gather`` (NumPy placement rules, which torch
+    shares). ``None`` entries keep a dim. Boolean masks raise UnsupportedOpError:
+    the result's length depends on the data. Reflection/replication padding and
+    torch.take decompose to this.
+    """
+    parts = []
+    for d, idx in enumerate(indices):
+        if idx is None:
+            parts.append(slice(None))
+        elif idx.dtype in _MASK_DTYPES:
+            raise _unsupported(ctx, aten.index.Tensor,
+                               "indexing with a boolean mask has a data-dependent output shape; "
+                               "use torch.where(mask, x, other) or masked_fill to keep shapes static")
+        else:
+            parts.append(_wrap(idx, self.shape[d]))
+    return self[tuple(parts)]
+
+
+def _mask_put(ctx, self, indices, values, accumulate):
+    """``x[mask] = v`` with a single value ``v``: a ``select``, no data-dependent shape."""
+    given = [i for i in indices if i is not None]
+    if len(given) != 1 or values.size != 1:
+        raise _unsupported(ctx, aten.index_put.default,
+                           "a boolean-mask write needs a single value (a tensor of nnz values or mixed "
+                           "mask/integer indices has a data-dependent shape); use torch.where")
+    pos = next(d for d, i in enumerate(indices) if i is not None)
+    mask = given[0].astype(bool)
+    mask = mask.reshape((1,) * pos + mask.shape + (1,) * (self.ndim - pos - mask.ndim))
+    v = values.reshape(()).astype(self.dtype)
+    return jnp.where(mask, self + v if accumulate else v, self)
+
+
+@lowering(aten.index_put.default)
+def lower_index_put_default(ctx, self, indices, values, accumulate=False):
+    """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor
+
+    Emits a ``scatter`` (``scatter-add`` when accumulating) of ``values``
+    broadcast to the indexed shape. A boolean mask with one value becomes a
+    ``select``. ``x[i] = v``, index_add, index_copy and index_fill decompose to this.
+    """
+    if any(i is not None and i.dtype in _MASK_DTYPES for i in indices):
+        return _mask_put(ctx, self, indices, values, accumulate)
+    parts = tuple(slice(None) if i is None else _wrap(i, self.shape[d]) for d, i in enumerate(indices))
+    values = values.astype(self.dtype)
+    return self.at[parts].add(values) if accumulate else self.at[parts].set(values)
+
+
+@lowering(aten.index_select.default)
+def lower_index_select_default(ctx, self, dim, index):
+    """index_select(Tensor self, int dim, Tensor index) -> Tensor
+
+    Emits one ``gather`` along ``dim`` (a 0-d index acts as a 1-element one).
+    roll decomposes to this.
+    """
+    index = index.reshape(-1)
+    if self.ndim == 0:
+        return jnp.take(self.reshape(1), index, axis=0, mode="clip").reshape(())
+    return jnp.take(self, index, axis=norm_dim(dim, self.ndim), mode="clip")
+
+
+@lowering(aten.gather.default)
+def lower_gather_default(ctx, self, dim, index, *, sparse_grad=False):
+    """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor
+
+    Emits ``take_along_axis`` (one ``gather``); ``self`` is first cropped to
+    ``index``'s extent in the other dims, which torch allows to be smaller.
+    """
+    if self.ndim == 0:
+        return jnp.take(self.reshape(1), index.reshape(-1), mode="clip").reshape(index.shape)
+    d = norm_dim(dim, self.ndim)
+    crop = tuple(slice(None) if a == d else slice(0, index.shape[a]) for a in range(self.ndim))
+    return jnp.take_along_axis(self[crop], index, axis=d, mode="clip")
+
+
+def _coords(x, dim, index):
+    """Full scatter coordinates: ``index`` along ``dim``, iotas elsewhere (index's shape)."""
+    d = norm_dim(dim, x.ndim)
+    return tuple(index if a == d else lax.broadcasted_iota(index.dtype, index.shape, a) for a in range(index.ndim))
+
+
+def _crop(src, index):
+    return src[tuple(slice(0, n) for n in index.shape)] if hasattr(src, "shape") and src.ndim else src
+
+
+def _scatter(x, dim, index, src, how):
+    """``x.at[coords].<how>(src)`` with torch's src cropping; 0-d tensors act as 1-element."""
+    if x.ndim == 0:
+        out = _scatter(x.reshape(1), 0, index.reshape(-1), src if not hasattr(src, "reshape") else src.reshape(-1), how)
+        return out.reshape(())
+    src = _crop(src, index)
+    src = src.astype(x.dtype) if hasattr(src, "astype") else jnp.asarray(src, x.dtype)
+    return getattr(x.at[_coords(x, dim, index)], how)(src)
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def lower_scatter_src(ctx, self, dim, index, src=None, *, value=None):
+    """scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
+
+    Also scatter.value(Tensor self, int dim, Tensor index, Scalar value). Emits a
+    ``scatter`` (replace). The value arrives positionally for scatter.value.
+    """
+    return _scatter(self, dim, index, src if value is None else value, "set")
+
+
+_REDUCE = {"add": "add", "sum": "add", "multiply": "multiply", "prod": "multiply", "amax": "max", "amin": "min"}
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def lower_scatter_reduce(ctx, self, dim, index, src, *, reduce):
+    """scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor
+
+    Also scatter.value_reduce (``src`` a Scalar). ``reduce`` is "add" or
+    "multiply"; emits ``scatter-add`` / ``scatter-mul``.
+    """
+    if reduce not in ("add", "multiply"):
+        raise _unsupported(ctx, aten.scatter.reduce, f"reduce={reduce!r} (torch accepts 'add' and 'multiply')")
+    return _scatter(self, dim, index, src, _REDUCE[reduce])
+
+
+@lowering(aten.scatter_add.default)
+def lower_scatter_add_default(ctx, self, dim, index, src):
+    """scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor
+
+    Emits ``scatter-add``.
+    """
+    return _scatter(self, dim, index, src, "add")
+
+
+def _reduce_into(ctx, op, x, coords, src, reduce, include_self):
+    """scatter_reduce/index_reduce core: sum, prod, mean, amax, amin with include_self."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise _unsupported(ctx, op, f"reduce={reduce!r}")
+    src = src.astype(x.dtype)
+    touched = jnp.zeros(x.shape, bool).at[coords].set(True)
+    if reduce in ("sum", "mean"):
+        identity = 0
+    elif reduce == "prod":
+        identity = 1
+    elif jnp.issubdtype(x.dtype, jnp.floating):
+        identity = -jnp.inf if reduce == "amax" else jnp.inf
+    elif x.dtype == jnp.bool_:
+        identity = reduce == "amin"
+    else:
+        info = jnp.iinfo(x.dtype)
+        identity = info.min if reduce == "amax" else info.max
+    base = x if include_self else jnp.where(touched, jnp.asarray(identity, x.dtype), x)
+    out = getattr(base.at[coords], _REDUCE.get(reduce, "add"))(src)
+    if reduce != "mean":
+        return out
+    count = jnp.zeros(x.shape, x.dtype).at[coords].add(jnp.ones_like(src)) + (1 if include_self else 0)
+    count = jnp.where(touched, count, jnp.ones((), x.dtype))
+    return out // count if jnp.issubdtype(x.dtype, jnp.integer) else out / count
+
+
+@lowering(aten.scatter_reduce.two)
+def lower_scatter_reduce_two(ctx, self, dim, index, src, reduce, *, include_self=True):
+    """scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor
+
+    ``reduce`` in sum/prod/mean/amax/amin: emits ``scatter`` with that combiner
+    onto ``self`` (or onto the reduction's identity where touched, when
+    ``include_self=False``); mean divides by a ``scatter-add`` count (floor
+    division for integers, like torch).
+    """
+    if self.ndim == 0:
+        return lower_scatter_reduce_two(ctx, self.reshape(1), 0, index.reshape(-1), src.reshape(-1), reduce,
+                                        include_self=include_self).reshape(())
+    src = _crop(src, index)
+    return _reduce_into(ctx, aten.scatter_reduce.two, self, _coords(self, dim, index), src, reduce, include_self)
+
+
+@lowering(aten.index_reduce.default)
+def lower_index_reduce_default(ctx, self, dim, index, source, reduce, *, include_self=True):
+    """index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor
+
+    ``reduce`` in prod/mean/amax/amin: slice ``k`` of ``source`` along ``dim`` is
+    reduced into slice ``index[k]`` of ``self`` — a scatter_reduce with the index
+    broadcast along the other dims.
+    """
+    if self.ndim == 0:
+        return lower_index_reduce_default(ctx, self.reshape(1), 0, index.reshape(-1), source.reshape(-1), reduce,
+                                          include_self=include_self).reshape(())
+    d = norm_dim(dim, self.ndim)
+    index = jnp.broadcast_to(index.reshape((1,) * d + (-1,) + (1,) * (self.ndim - d - 1)), source.shape)
+    return _reduce_into(ctx, aten.index_reduce.default, self, _coords(self, d, index), source, reduce, include_self)
+
+
+@lowering(aten.masked_scatter.default)
+def lower_masked_scatter_default(ctx, self, mask, source):
+    """masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor
+
+    Position ``p`` where the (broadcast) mask is true takes ``source.flatten()[k]``,
+    ``k`` counting true positions before ``p``: emits ``cumsum`` + ``gather`` +
+    ``select`` — static shapes throughout.
+    """
+    shape = jnp.broadcast_shapes(self.shape, mask.shape)
+    m = jnp.broadcast_to(mask, shape).reshape(-1)
+    x = jnp.broadcast_to(self, shape).reshape(-1)
+    if source.size == 0:  # torch requires as many source elements as true mask entries: none here
+        return x.reshape(shape)
+    pos = jnp.cumsum(m.astype(jnp.int32)) - 1
+    vals = jnp.take(source.reshape(-1), pos, mode="clip").astype(self.dtype)
+    return jnp.where(m, vals, x).reshape(shape)
+
+
+@lowering(aten.put.default)
+def lower_put_default(ctx, self, index, source, accumulate=False):
+    """put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor
+
+    Treats ``self`` as 1-d: a ``scatter`` (or ``scatter-add``) at flat indices
+    (negative ones count from the end).
+    """
+    flat = self.reshape(-1)
+    idx = _wrap(index.reshape(-1), flat.shape[0])
+    src = source.reshape(-1).astype(self.dtype)
+    flat = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
+    return flat.reshape(self.shape)
+
+
+@lowering(aten.nonzero_static.default)
+def lower_nonzero_static_default(ctx, self, *, size, fill_value=-1):
+    """nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor
+
+    The static-shape nonzero: ``(size, ndim)`` coordinates in row-major order,
+    padded with ``fill_value`` (``jnp.nonzero(size=...)``: cumsum + scatter).
+    torch.nonzero itself has a data-dependent shape and is not lowered.
+    """
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    cols = jnp.nonzero(self, size=size, fill_value=fill_value)
+    return jnp.stack(cols, axis=1).astype(jnp.int64)
+
+
+@lowering(aten.repeat_interleave.Tensor)
+def lower_repeat_interleave_tensor(ctx, repeats, *, output_size=None):
+    """repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor
+
+    With ``output_size`` (static shape): ``searchsorted(cumsum(repeats), iota,
+    side="right")``. Without it the length depends on the data and the op raises
+    UnsupportedOpError (pass ``output_size=`` to torch.repeat_interleave).
+    """
+    if output_size is None:
+        raise _unsupported(ctx, aten.repeat_interleave.Tensor,
+                           "repeat_interleave with tensor repeats has a data-dependent output shape; "
+                           "pass output_size= to torch.repeat_interleave")
+    ends = jnp.cumsum(repeats.reshape(-1).astype(jnp.int64))
+    return jnp.searchsorted(ends, jnp.arange(output_size, dtype=jnp.int64), side="right").astype(jnp.int64)
