@@ -81,14 +81,16 @@ class UnsupportedOpError(ConversionError):
     """
 
     def __init__(self, op: Any, target: str, location: SourceLocation | None = None,
-                 nearest: list[str] | None = None, reason: str | None = None):
+                 nearest: list[str] | None = None, reason: str | None = None, hint: bool = True):
         self.op, self.target, self.location = op, target, location or SourceLocation()
         msg = f"unsupported op {op} for target '{target}' at {self.location}"
         if reason:
             msg += f": {reason}"
         if nearest:
             msg += f" (supported overloads nearby: {', '.join(nearest)})"
-        msg += ". Add a lowering with @lowering(...) in converter/lowering/ to support it."
+        msg += "."
+        if hint:
+            msg += " Add a lowering with @lowering(...) in converter/lowering/ops/ to support it."
         super().__init__(msg)
 
 

@@ -47,6 +47,14 @@ class Lowering:
 
 
 _TABLE: dict[OpOverload, Lowering] = {}
+
+#: Ops whose output shape depends on the data: no static-shape target can take them.
+DATA_DEPENDENT: dict[str, str] = {
+    name: "its output shape depends on the input values, which compiled targets cannot express; "
+          "use a fixed-size alternative (torch.where with a mask, nonzero_static, topk)"
+    for name in ("aten.nonzero", "aten.unique", "aten._unique", "aten._unique2", "aten.unique_dim",
+                 "aten.unique_consecutive", "aten.masked_select", "aten.nonzero_numpy", "aten.argwhere")
+}
 _OVERRIDES: dict[OpOverload, Lowering] = {}
 
 
@@ -84,6 +92,9 @@ def lookup(op: Any, target: str = "tpu", location: SourceLocation | None = None)
     if row is not None:
         return row
     name = str(op)
+    packet_name = name.rsplit(".", 1)[0]
+    if packet_name in DATA_DEPENDENT:
+        raise UnsupportedOpError(name, target, location, reason=DATA_DEPENDENT[packet_name], hint=False)
     names = sorted(str(k) for k in _TABLE)
     packet = name.rsplit(".", 1)[0]
     nearest = [n for n in names if n.startswith(packet + ".")] or difflib.get_close_matches(name, names, n=3)

@@ -30,6 +30,8 @@ def _cases():
                 sid = sample.name or str(i)
                 reason = info.xfail.get(sid) or info.xfail.get(str(dtype).replace("torch.", ""))
                 marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+                # one capture per op and dtype: keep its samples on one xdist worker
+                marks.append(pytest.mark.xdist_group(info.name))
                 yield pytest.param(info.name, dtype, i, id=f"{info.name}-{str(dtype)[6:]}-{sid}", marks=marks)
 
 
