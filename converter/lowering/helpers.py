@@ -80,3 +80,32 @@ def dims(ds: Sequence[int] | int | None, ndim: int) -> tuple[int, ...]:
 def float_dtype(x: Any) -> Any:
     """``x``'s dtype if floating, else float32 (torch's ops that return floats for ints)."""
     return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+
+
+def opmath_dtype(dtype: Any) -> Any:
+    """torch's CPU accumulation ("opmath") type: float32 for float16/bfloat16, else ``dtype``."""
+    return jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype
+
+
+def masked_vjp(f: Any, primals: Sequence[Any], mask: Sequence[bool], cotangent: Any) -> list[Any]:
+    """``jax.vjp`` of ``f(*primals)`` for the arguments where ``mask`` is true.
+
+    For backward ops with an ``output_mask``: only the selected (non-``None``) primals
+    are differentiated; the others are closed over and their gradients are ``None``.
+    The cotangent is cast to ``f``'s output dtype.
+    """
+    wrt = [i for i, m in enumerate(mask) if m and primals[i] is not None]
+    grads: list[Any] = [None] * len(primals)
+    if not wrt:
+        return grads
+
+    def partial(*chosen: Any) -> Any:
+        full = list(primals)
+        for i, v in zip(wrt, chosen):
+            full[i] = v
+        return f(*full)
+
+    out, pullback = jax.vjp(partial, *[primals[i] for i in wrt])
+    for i, g in zip(wrt, pullback(cotangent.astype(out.dtype))):
+        grads[i] = g
+    return grads

@@ -1,0 +1,122 @@
+"""Embeddings: ``embedding`` and the embedding-bag family.
+
+torch.export keeps ``nn.Embedding`` as ``embedding`` (preserved), ``nn.EmbeddingBag``/
+``F.embedding_bag`` as ``embedding_bag.padding_idx`` (2-d inputs arrive flattened with
+``arange`` offsets); ``torch.ops.aten.embedding_bag.default`` becomes
+``_embedding_bag_forward_only``.
+
+Deviation: out-of-range indices are not checked (XLA cannot raise); the gather clamps
+them where torch raises an IndexError.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import torch
+
+from converter.errors import UnsupportedOpError
+from converter.lowering.helpers import opmath_dtype
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+_SUM, _MEAN, _MAX = 0, 1, 2
+
+
+@lowering(aten.embedding.default, composite=True)
+def lower_embedding_default(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor
+
+    Composite ``aten.embedding``: a row ``gather`` (``jnp.take(weight, indices, 0)``).
+    ``padding_idx``, ``scale_grad_by_freq`` and ``sparse`` only affect gradients.
+    """
+    return jnp.take(weight, indices, axis=0, mode="clip")
+
+
+def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
+    if indices.ndim != 1 or offsets.ndim != 1:
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason="embedding_bag expects 1-d indices and offsets at the ATen level")
+    if per_sample_weights is not None and mode != _SUM:
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason="per_sample_weights is only supported with mode='sum'")
+    if mode not in (_SUM, _MEAN, _MAX):
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason=f"unknown embedding_bag mode {mode}")
+    n = indices.shape[0]
+    nb = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    starts = offsets[:nb].astype(jnp.int64)
+    pos = jnp.arange(n, dtype=jnp.int64)
+    # bag of each position = (number of bag starts <= position) - 1: a scatter-add of the
+    # starts and a cumsum, O(n) and valid for symbolic sizes. With include_last_offset torch
+    # ignores the last offset's value: the last bag runs to the end of ``indices``.
+    seg = jnp.cumsum(jnp.zeros((n,), jnp.int64).at[starts].add(1, mode="drop")) - 1
+    idx = indices.astype(jnp.int64)
+    has_padding = padding_idx is not None and padding_idx >= 0
+    valid = idx != padding_idx if has_padding else jnp.ones((n,), jnp.bool_)
+    acc = opmath_dtype(weight.dtype)
+    rows = jnp.take(weight, idx, axis=0, mode="clip").astype(acc)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.astype(acc)[:, None]
+    d = weight.shape[1]
+    # scatter-add/max/min into (nb, …) buffers: unlike jax.ops.segment_*, the bag count
+    # may be a symbolic dim (dynamic batch)
+    counts = jnp.zeros((nb,), jnp.int64).at[seg].add(valid.astype(jnp.int64), mode="drop")
+    if mode == _MAX:
+        lowest = jnp.asarray(-jnp.inf, acc)
+        masked = jnp.where(valid[:, None], rows, lowest)
+        out = jnp.full((nb, d), lowest, acc).at[seg].max(masked, mode="drop")
+        nonempty = (counts > 0)[:, None]
+        # first position holding the maximum (torch updates on a strictly larger value)
+        hit = valid[:, None] & (masked == jnp.take(out, seg, axis=0, mode="clip"))
+        first = jnp.full((nb, d), n, jnp.int64).at[seg].min(jnp.where(hit, pos[:, None], n), mode="drop")
+        max_indices = jnp.where(nonempty, jnp.take(idx, first, mode="clip"), 0)
+        out = jnp.where(nonempty, out, jnp.zeros((), acc))
+    else:
+        summed = jnp.where(valid[:, None], rows, jnp.zeros((), acc))
+        out = jnp.zeros((nb, d), acc).at[seg].add(summed, mode="drop")
+        if mode == _MEAN:
+            out = out / jnp.maximum(counts, 1).astype(acc)[:, None]
+    # torch's CPU kernel (shapes as torch.export's meta records them): bag_size has one
+    # entry per offset, zeros in sum mode, else the non-padding counts; max_indices is
+    # bag_size again outside max mode.
+    bag_size = jnp.zeros((nb,), jnp.int64) if mode == _SUM else counts
+    if mode != _MAX:
+        max_indices = bag_size
+    if include_last_offset:
+        bag_size = jnp.concatenate([bag_size, jnp.zeros((1,), jnp.int64)])
+    # torch's fast CPU path (sum, no padding_idx, float32/float64) leaves offset2bag empty;
+    # follow the shape torch.export recorded when there is one
+    meta = ctx.out_meta
+    if isinstance(meta, (list, tuple)) and len(meta) == 4:
+        empty = meta[1].shape[0] == 0
+    else:
+        empty = mode == _SUM and not has_padding and weight.dtype in (jnp.float32, jnp.float64)
+    offset2bag = jnp.zeros((0,), jnp.int64) if empty else jnp.clip(seg, 0, nb - 1)
+    return out.astype(weight.dtype), offset2bag, bag_size, max_indices
+
+
+@lowering(aten.embedding_bag.padding_idx, composite=True)
+def lower_embedding_bag_padding_idx(ctx, weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+                                    per_sample_weights, include_last_offset, padding_idx):
+    """embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)
+
+    Composite ``aten.embedding_bag``: row ``gather``, bag ids by comparing positions
+    with the offsets, then ``segment_sum`` (mode sum, ``* per_sample_weights``), sum /
+    non-padding count (mean) or ``segment_max`` (max); entries equal to ``padding_idx``
+    are skipped and empty bags give zeros. Also returns offset2bag, bag_size and
+    max_indices as torch's CPU kernel does.
+    """
+    return _embedding_bag(ctx, aten.embedding_bag.padding_idx, weight, indices, offsets, mode, per_sample_weights,
+                          include_last_offset, padding_idx)
+
+
+@lowering(aten._embedding_bag.default, aten._embedding_bag_forward_only.default, composite=True)
+def lower__embedding_bag_default(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                                 per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """_embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)
+
+    Also _embedding_bag_forward_only. As embedding_bag.padding_idx; ``padding_idx=-1``
+    means no padding index.
+    """
+    return _embedding_bag(ctx, aten._embedding_bag.default, weight, indices, offsets, mode, per_sample_weights,
+                          include_last_offset, padding_idx)

@@ -1,0 +1,120 @@
+"""Matrix products: linear, mm, bmm, addmm, addmv, _cdist_forward.
+
+torch.export's core-ATen decomposition turns ``matmul``/``einsum``/``tensordot`` into
+``mm``/``bmm`` plus views, ``baddbmm`` into ``bmm`` + ``mul`` + ``add``, and ``mv``/``dot``/
+``outer``/``vecdot`` into ``mul`` + ``sum``; only the overloads below survive.
+
+float16/bfloat16 products accumulate in float32 and round once, like torch's CPU
+kernels; all products use ``Precision.HIGHEST`` so float32 matches PyTorch on TPU/GPU.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.errors import UnsupportedOpError
+from converter.lowering.helpers import opmath_dtype
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _dot(a, b, contract: tuple, batch: tuple = ((), ()), out_dtype=None):
+    """``dot_general`` at HIGHEST precision; the result stays in torch's opmath type
+    (float32 for float16/bfloat16) so a following bias/scale rounds only once."""
+    dtype = out_dtype or jnp.result_type(a.dtype, b.dtype)
+    return jax.lax.dot_general(a.astype(dtype), b.astype(dtype), (contract, batch), precision=_HIGHEST,
+                               preferred_element_type=opmath_dtype(dtype))
+
+
+def _scaled_sum(ctx, self, prod, beta, alpha):
+    """``beta * self + alpha * prod`` in opmath; ``self`` is ignored when beta == 0 (NaNs too), like torch."""
+    dtype = ctx.out_dtype or self.dtype
+    acc = prod.dtype
+    prod = prod if alpha == 1 else prod * jnp.asarray(alpha, dtype=acc)
+    if beta == 0:
+        return prod.astype(dtype)
+    s = self.astype(acc) if beta == 1 else self.astype(acc) * jnp.asarray(beta, dtype=acc)
+    return (s + prod).astype(dtype)
+
+
+@lowering(aten.linear.default, composite=True)
+def lower_linear_default(ctx, input, weight, bias=None):
+    """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor
+
+    Composite ``aten.linear`` (LiteRT: FULLY_CONNECTED with fused bias); body is
+    ``dot_general`` contracting the last dim of input with dim 1 of weight.
+    Precision HIGHEST so fp32 matches PyTorch on TPU/GPU too.
+    """
+    dtype = ctx.out_dtype or input.dtype
+    y = _dot(input, weight, ((input.ndim - 1,), (1,)), out_dtype=dtype)
+    return (y if bias is None else y + bias.astype(y.dtype)).astype(dtype)
+
+
+@lowering(aten.mm.default)
+def lower_mm_default(ctx, self, mat2):
+    """mm(Tensor self, Tensor mat2) -> Tensor
+
+    Emits ``dot_general`` (contract dim 1 with dim 0), precision HIGHEST.
+    """
+    return _dot(self, mat2, ((1,), (0,)), out_dtype=ctx.out_dtype).astype(ctx.out_dtype or self.dtype)
+
+
+@lowering(aten.bmm.default)
+def lower_bmm_default(ctx, self, mat2):
+    """bmm(Tensor self, Tensor mat2) -> Tensor
+
+    Emits ``dot_general`` with batch dim 0, precision HIGHEST.
+    """
+    return _dot(self, mat2, ((2,), (1,)), ((0,), (0,)), out_dtype=ctx.out_dtype).astype(ctx.out_dtype or self.dtype)
+
+
+@lowering(aten.addmm.default)
+def lower_addmm_default(ctx, self, mat1, mat2, *, beta=1, alpha=1):
+    """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
+
+    Emits ``dot_general`` + ``mul`` + ``add`` (``self`` broadcasts; ignored when beta == 0).
+    """
+    return _scaled_sum(ctx, self, _dot(mat1, mat2, ((1,), (0,)), out_dtype=ctx.out_dtype), beta, alpha)
+
+
+@lowering(aten.addmv.default)
+def lower_addmv_default(ctx, self, mat, vec, *, beta=1, alpha=1):
+    """addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor
+
+    Emits ``dot_general`` (matrix-vector) + ``mul`` + ``add``; ``self`` ignored when beta == 0.
+    """
+    return _scaled_sum(ctx, self, _dot(mat, vec, ((1,), (0,)), out_dtype=ctx.out_dtype), beta, alpha)
+
+
+@lowering(aten._cdist_forward.default)
+def lower__cdist_forward_default(ctx, x1, x2, p, compute_mode):
+    """_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor
+
+    Pairwise p-norm distances over broadcast batch dims: ``sub`` of the broadcast
+    ``[..., P, 1, M]`` and ``[..., 1, R, M]`` operands, then ``abs``/``pow``/``reduce_sum``
+    (p=0 counts non-zeros, p=inf takes the max). Deviation: torch may use the
+    ``|a|²+|b|²-2ab`` matmul form for p=2 with more than 25 rows (``compute_mode``);
+    the direct difference used here is the more accurate of the two.
+    """
+    if p < 0:
+        raise UnsupportedOpError(str(aten._cdist_forward.default), ctx.target, ctx.location,
+                                 reason=f"cdist only supports non-negative p, got {p}")
+    dtype = ctx.out_dtype or x1.dtype
+    acc = opmath_dtype(dtype)
+    d = jnp.abs(x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :])
+    if p == 0:
+        out = jnp.sum((d != 0).astype(acc), axis=-1)
+    elif p == float("inf"):
+        out = jnp.max(d, axis=-1, initial=0.0)
+    elif p == 1:
+        out = jnp.sum(d, axis=-1)
+    elif p == 2:
+        out = jnp.sqrt(jnp.sum(d * d, axis=-1))
+    else:
+        out = jnp.sum(d ** p, axis=-1) ** (1.0 / p)
+    return out.astype(dtype)

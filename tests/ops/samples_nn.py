@@ -1,0 +1,307 @@
+"""OpInfo samples: neural-network ops (linalg, conv, pool, norm, attention, embedding, upsample, RNNs).
+
+Random ops (dropout, rand*, bernoulli, …) are checked statistically in test_random.py;
+BatchNorm's train-mode buffer mutation through a real module in test_nn_modules.py.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from tests.ops.op_db import ErrorSample, OpInfo, Sample, make
+
+aten = torch.ops.aten
+
+F32, BF16, I64 = torch.float32, torch.bfloat16, torch.int64
+LOW_TOL = {BF16: (3e-2, 3e-2)}
+
+
+def _nan_self(dt):
+    t = make((3, 5), dt)
+    if dt.is_floating_point:
+        t[0, 0] = float("nan")
+    return t
+
+
+# ----------------------------------------------------------------------------- linalg
+LINALG = [
+    OpInfo("mm", torch.mm, (aten.mm.default,),
+           lambda dt: [Sample((make((3, 4), dt), make((4, 5), dt))),
+                       Sample((make((0, 4), dt), make((4, 2), dt)), name="empty"),
+                       Sample((make((3, 0), dt), make((0, 2), dt)), name="k0")],
+           dtypes=(F32, BF16, I64), tol=LOW_TOL),
+    OpInfo("matmul_bmm", torch.matmul, (aten.bmm.default,),
+           lambda dt: [Sample((make((2, 3, 4), dt), make((2, 4, 5), dt))),
+                       Sample((make((2, 1, 3, 4), dt), make((3, 4, 2), dt)), name="bcast4d")],
+           dtypes=(F32, BF16), tol=LOW_TOL),
+    OpInfo("addmm", torch.addmm, (aten.addmm.default,),
+           lambda dt: [Sample((make((3, 5), dt), make((3, 4), dt), make((4, 5), dt))),
+                       Sample((make((5,), dt), make((3, 4), dt), make((4, 5), dt)), {"beta": 2, "alpha": 3},
+                              name="bias1d"),
+                       Sample((_nan_self(dt), make((3, 4), dt), make((4, 5), dt)), {"beta": 0}, name="beta0")],
+           dtypes=(F32, BF16, I64), tol=LOW_TOL),
+    OpInfo("addmv", torch.addmv, (aten.addmv.default,),
+           lambda dt: [Sample((make((3,), dt), make((3, 4), dt), make((4,), dt))),
+                       Sample((make((3,), dt), make((3, 4), dt), make((4,), dt)), {"beta": 0.5, "alpha": 2},
+                              name="scaled")],
+           dtypes=(F32,)),
+    OpInfo("cdist", torch.cdist, (aten._cdist_forward.default,),
+           lambda dt: [Sample((make((2, 3, 4), dt), make((2, 5, 4), dt))),
+                       Sample((make((3, 4), dt), make((2, 4), dt)), {"p": 1.0}, name="p1"),
+                       Sample((make((3, 4), dt), make((2, 4), dt)), {"p": float("inf")}, name="pinf"),
+                       Sample((make((3, 4), dt), make((2, 4), dt)), {"p": 3.0}, name="p3")],
+           tol={F32: (1e-4, 1e-4)}),
+]
+
+
+# ----------------------------------------------------------------------------- conv
+def _conv(x, w, b=None, **kw):
+    return getattr(F, f"conv{w.ndim - 2}d")(x, w, b, **kw)
+
+
+def _conv_t(x, w, b=None, **kw):
+    return getattr(F, f"conv_transpose{w.ndim - 2}d")(x, w, b, **kw)
+
+
+CONV = [
+    OpInfo("conv", _conv, (aten.convolution.default,),
+           lambda dt: [Sample((make((2, 4, 9), dt), make((6, 4, 3), dt), make((6,), dt)),
+                              {"stride": 2, "dilation": 2, "padding": 1}, name="1d"),
+                       Sample((make((1, 4, 6, 5), dt), make((6, 2, 3, 2), dt), make((6,), dt)),
+                              {"groups": 2, "padding": (1, 0), "stride": (1, 2)}, name="2d_grouped"),
+                       Sample((make((3, 6, 5), dt), make((6, 1, 3, 3), dt)), {"groups": 3, "padding": 1},
+                              name="2d_depthwise_unbatched"),
+                       Sample((make((1, 2, 4, 4, 3), dt), make((3, 2, 2, 2, 2), dt), make((3,), dt)),
+                              {"padding": "same"}, name="3d_same")],
+           dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 5e-2)}),
+    OpInfo("conv_transpose", _conv_t, (aten.convolution.default,),
+           lambda dt: [Sample((make((2, 4, 5), dt), make((4, 3, 3), dt), make((6,), dt)),
+                              {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2, "dilation": 2},
+                              name="1d_grouped"),
+                       Sample((make((1, 3, 4, 3), dt), make((3, 2, 3, 2), dt), make((2,), dt)),
+                              {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2)}, name="2d"),
+                       Sample((make((3, 4, 4), dt), make((3, 1, 2, 2), dt)), {"groups": 3, "stride": 2},
+                              name="2d_depthwise_unbatched"),
+                       Sample((make((1, 2, 3, 2, 2), dt), make((2, 2, 2, 2, 2), dt)), {"stride": 2, "padding": 1},
+                              name="3d")],
+           dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 5e-2)}),
+]
+
+
+# ----------------------------------------------------------------------------- pool
+def _max_pool(x, nd, *args, **kw):
+    return getattr(F, f"max_pool{nd}d")(x, *args, **kw)
+
+
+def _avg_pool(x, nd, *args, **kw):
+    return getattr(F, f"avg_pool{nd}d")(x, *args, **kw)
+
+
+def _adaptive(x, kind, nd, size, **kw):
+    return getattr(F, f"adaptive_{kind}_pool{nd}d")(x, size, **kw)
+
+
+POOL = [
+    OpInfo("max_pool", _max_pool, (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default),
+           lambda dt: [Sample((make((2, 3, 7, 6), dt), 2, 3, 2, 1), {"ceil_mode": True, "return_indices": True},
+                              name="2d_ceil_pad"),
+                       Sample((make((3, 7, 7), dt), 2, 2, 1, 0, 2), name="2d_dilated_unbatched"),
+                       Sample((make((2, 3, 9), dt), 1, 3, 2), {"return_indices": True, "padding": 1}, name="1d"),
+                       Sample((make((1, 2, 4, 5, 4), dt), 3, 2), {"return_indices": True, "ceil_mode": True},
+                              name="3d")],
+           dtypes=(F32, BF16, I64)),
+    OpInfo("avg_pool", _avg_pool, (aten.avg_pool2d.default,),
+           lambda dt: [Sample((make((2, 3, 7, 6), dt), 2, 3, 2, 1), {"ceil_mode": True, "count_include_pad": False},
+                              name="2d_ceil_nopad"),
+                       Sample((make((3, 5, 5), dt), 2, 3, 1, 1), {"divisor_override": 2}, name="2d_divisor"),
+                       Sample((make((2, 3, 8), dt), 1, 3, 2, 1), {"ceil_mode": True}, name="1d_ceil_inclpad")],
+           dtypes=(F32, BF16, I64)),
+    OpInfo("avg_pool3d", _avg_pool, (aten.avg_pool3d.default,),  # torch has no bfloat16 avg_pool3d on CPU
+           lambda dt: [Sample((make((1, 2, 4, 5, 3), dt), 3, 3, 2, 1), {"count_include_pad": False}),
+                       Sample((make((2, 4, 3, 4), dt), 3, 2, 1, 1), {"ceil_mode": True}, name="unbatched_ceil")],
+           dtypes=(F32, I64)),
+    OpInfo("adaptive_avg_pool", _adaptive, (aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default),
+           lambda dt: [Sample((make((2, 3, 7, 8), dt), "avg", 2, (3, 5)), name="2d_nondivisible"),
+                       Sample((make((3, 6, 4), dt), "avg", 2, (3, 4)), name="2d_divisible_unbatched"),
+                       Sample((make((2, 3, 10), dt), "avg", 1, 4), name="1d"),
+                       Sample((make((1, 2, 5, 4, 6), dt), "avg", 3, (2, 3, 4)), name="3d")],
+           dtypes=(F32, BF16)),
+    OpInfo("adaptive_max_pool", _adaptive, (aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default),
+           lambda dt: [Sample((make((2, 3, 7, 8), dt), "max", 2, (3, 5)), {"return_indices": True},
+                              name="2d_nondivisible"),
+                       Sample((make((3, 6, 4), dt), "max", 2, (3, 2)), name="2d_values_unbatched"),
+                       Sample((make((2, 3, 10), dt), "max", 1, 4), {"return_indices": True}, name="1d"),
+                       Sample((make((1, 2, 5, 4, 6), dt), "max", 3, (2, 3, 4)), {"return_indices": True},
+                              name="3d")],
+           dtypes=(F32, BF16)),
+]
+
+
+# ----------------------------------------------------------------------------- norm
+def _bn_train(x, rm, rv, w=None, b=None, momentum=0.1, eps=1e-5):
+    """Batch norm in train mode on copies of the running stats; returns them updated."""
+    rm, rv = rm.clone(), rv.clone()
+    y = F.batch_norm(x, rm, rv, w, b, training=True, momentum=momentum, eps=eps)
+    return y, rm, rv
+
+
+NORM = [
+    OpInfo("layer_norm", F.layer_norm, (aten.layer_norm.default,),
+           lambda dt: [Sample((make((2, 3, 5), dt), (5,), make((5,), dt), make((5,), dt))),
+                       Sample((make((2, 3, 4), dt), (3, 4)), {"eps": 1e-3}, name="2dims_noaffine"),
+                       Sample((make((0, 4), dt), (4,)), name="empty")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-4), BF16: (3e-2, 3e-2)}),
+    OpInfo("native_layer_norm", aten.native_layer_norm.default, (aten.native_layer_norm.default,),
+           lambda dt: [Sample((make((2, 3, 4), dt), [3, 4], make((3, 4), dt), make((3, 4), dt), 1e-5))],
+           tol={F32: (1e-5, 1e-4)}),
+    OpInfo("rms_norm", F.rms_norm, (aten.rms_norm.default,),
+           lambda dt: [Sample((make((2, 3, 5), dt), (5,), make((5,), dt))),
+                       Sample((make((2, 3, 4), dt), (3, 4)), {"eps": 1e-3}, name="2dims_eps")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-4), BF16: (3e-2, 3e-2)}),
+    OpInfo("group_norm", F.group_norm, (aten.group_norm.default,),
+           lambda dt: [Sample((make((2, 6, 3, 2), dt), 3, make((6,), dt), make((6,), dt))),
+                       Sample((make((2, 4, 5), dt), 2), {"eps": 1e-3}, name="1d_noaffine")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-4), BF16: (3e-2, 3e-2)}),
+    OpInfo("native_group_norm", aten.native_group_norm.default, (aten.native_group_norm.default,),
+           lambda dt: [Sample((make((2, 6, 3, 2), dt), make((6,), dt), make((6,), dt), 2, 6, 6, 3, 1e-5))],
+           tol={F32: (1e-5, 1e-4)}),
+    OpInfo("batch_norm_eval", F.batch_norm, (aten._native_batch_norm_legit_no_training.default,),
+           lambda dt: [Sample((make((2, 4, 3, 3), dt), make((4,), F32), make((4,), F32, low=0.5, high=2),
+                               make((4,), F32), make((4,), F32))),
+                       Sample((make((3, 4), dt), make((4,), F32), make((4,), F32, low=0.5, high=2)),
+                              {"eps": 1e-3}, name="1d_noaffine")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-4), BF16: (3e-2, 3e-2)}),
+    OpInfo("batch_norm_train", _bn_train, (aten._native_batch_norm_legit_functional.default,),
+           lambda dt: [Sample((make((2, 4, 3, 3), dt), make((4,), dt), make((4,), dt, low=0.5, high=2),
+                               make((4,), dt), make((4,), dt)), {"momentum": 0.3}),
+                       Sample((make((5, 3), dt), make((3,), dt), make((3,), dt, low=0.5, high=2)), name="1d")],
+           tol={F32: (1e-5, 1e-4)}),
+    OpInfo("batch_norm_no_stats", F.instance_norm, (aten._native_batch_norm_legit.no_stats,),
+           lambda dt: [Sample((make((2, 3, 4, 4), dt),)),
+                       Sample((make((2, 3, 5), dt), None, None, make((3,), dt), make((3,), dt)), name="affine")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-4), BF16: (3e-2, 3e-2)}),
+]
+
+
+# ----------------------------------------------------------------------------- attention
+def _bool_mask(shape, seed=0):
+    m = make(shape, torch.bool, seed=seed)
+    m[..., 0, :] = False  # a fully masked row: torch's CPU kernels give zeros, not NaN
+    return m
+
+
+ATTENTION = [
+    OpInfo("sdpa", F.scaled_dot_product_attention, (aten.scaled_dot_product_attention.default,),
+           lambda dt: [Sample((make((2, 2, 4, 8), dt), make((2, 2, 5, 8), dt), make((2, 2, 5, 3), dt),
+                               _bool_mask((2, 1, 4, 5))), {"scale": 0.3}, name="bool_mask"),
+                       Sample((make((1, 2, 3, 4), dt), make((1, 2, 6, 4), dt), make((1, 2, 6, 4), dt),
+                               make((3, 6), dt)), name="additive_mask"),
+                       Sample((make((1, 2, 5, 4), dt), make((1, 2, 3, 4), dt), make((1, 2, 3, 4), dt)),
+                              {"is_causal": True}, name="causal_L_gt_S"),
+                       Sample((make((2, 4, 3, 4), dt), make((2, 2, 3, 4), dt), make((2, 2, 3, 4), dt)),
+                              {"enable_gqa": True, "is_causal": True}, name="gqa_causal")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-5), BF16: (3e-2, 3e-2)},
+           errors=[ErrorSample((make((1, 2, 3, 4)), make((1, 2, 3, 4)), make((1, 2, 3, 4))),
+                               r"dropout_p=0.5.*not supported", {"dropout_p": 0.5})]),
+]
+
+
+# ----------------------------------------------------------------------------- embedding
+def _idx(shape, high, seed=0, dtype=I64):
+    return make(shape, dtype, low=0, high=high, seed=seed)
+
+
+EMBEDDING = [
+    OpInfo("embedding", lambda i, w, **kw: F.embedding(i, w, **kw), (aten.embedding.default,),
+           lambda dt: [Sample((_idx((2, 3), 7), make((7, 4), dt)), {"padding_idx": 1}),
+                       Sample((_idx((5,), 7, dtype=torch.int32), make((7, 4), dt)), name="int32_idx"),
+                       Sample((torch.tensor(3), make((7, 4), dt)), name="0d"),
+                       Sample((_idx((0, 2), 7), make((7, 4), dt)), name="empty")],
+           dtypes=(F32, BF16)),
+    OpInfo("embedding_bag", lambda i, w, o=None, psw=None, **kw: F.embedding_bag(i, w, o, per_sample_weights=psw, **kw),
+           (aten.embedding_bag.padding_idx,),
+           lambda dt: [Sample((torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), make((10, 3), dt), torch.tensor([0, 2, 2, 5]),
+                               make((8,), dt)), {"mode": "sum"}, name="sum_psw_emptybag"),
+                       Sample((torch.tensor([[1, 2, 4], [2, 2, 2]]), make((10, 3), dt)),
+                              {"mode": "mean", "padding_idx": 2}, name="mean_2d_padding"),
+                       Sample((torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), make((10, 3), dt), torch.tensor([0, 2, 2, 5])),
+                              {"mode": "max"}, name="max_emptybag"),
+                       Sample((torch.tensor([1, 2, 4, 5, 4, 3]), make((10, 3), dt), torch.tensor([0, 1, 4, 6])),
+                              {"mode": "sum", "include_last_offset": True}, name="sum_last_offset")],
+           dtypes=(F32, BF16)),
+    OpInfo("_embedding_bag", aten._embedding_bag.default, (aten._embedding_bag.default,),
+           lambda dt: [Sample((make((10, 3), dt), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 2, 2, 5]),
+                               False, mode, False, psw, False, 2), name=f"mode{mode}")
+                       for mode, psw in ((0, make((8,), dt)), (1, None), (2, None))]),
+    OpInfo("_embedding_bag_forward_only", aten.embedding_bag.default, (aten._embedding_bag_forward_only.default,),
+           lambda dt: [Sample((make((10, 3), dt), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 2, 2, 5]),
+                               False, mode), name=f"mode{mode}") for mode in (0, 1, 2)]),
+]
+
+
+# ----------------------------------------------------------------------------- upsample
+def _img(shape, dt):
+    return make(shape, dt, low=0, high=9) if dt == torch.uint8 else make(shape, dt)
+
+
+UPSAMPLE = [
+    OpInfo("upsample_nearest2d", F.interpolate, (aten.upsample_nearest2d.vec,),
+           lambda dt: [Sample((_img((1, 2, 3, 4), dt),), {"scale_factor": (2, 3)}, name="x2x3"),
+                       Sample((_img((1, 2, 4, 5), dt),), {"size": (5, 11)}, name="size"),
+                       Sample((_img((2, 1, 5, 5), dt),), {"scale_factor": 1.7}, name="scale1.7"),
+                       Sample((_img((1, 2, 6, 5), dt),), {"scale_factor": (0.5, 0.6)}, name="down")],
+           dtypes=(F32, BF16, torch.uint8)),
+    OpInfo("upsample_nearest2d_default", aten.upsample_nearest2d.default, (aten.upsample_nearest2d.default,),
+           lambda dt: [Sample((make((1, 2, 3, 4), dt), [5, 7])),
+                       Sample((make((1, 2, 3, 4), dt), [5, 7], 1.8, 1.9), name="scales")]),
+    OpInfo("upsample_bilinear2d", F.interpolate, (aten.upsample_bilinear2d.vec,),
+           lambda dt: [Sample((make((1, 2, 3, 4), dt),), {"scale_factor": 2, "mode": "bilinear"}, name="x2"),
+                       Sample((make((1, 2, 4, 5), dt),), {"size": (5, 11), "mode": "bilinear", "align_corners": True},
+                              name="size_align_corners"),
+                       Sample((make((2, 1, 5, 5), dt),), {"scale_factor": (1.7, 0.6), "mode": "bilinear"},
+                              name="scale_mixed"),
+                       Sample((make((1, 2, 6, 5), dt),), {"size": (4, 1), "mode": "bilinear", "align_corners": True},
+                              name="down_align_corners")],
+           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-5), BF16: (3e-2, 3e-2)}),
+    OpInfo("upsample_bilinear2d_aa", F.interpolate, (aten._upsample_bilinear2d_aa.default,),
+           lambda dt: [Sample((make((1, 2, 9, 8), dt),), {"size": (4, 3), "mode": "bilinear", "antialias": True},
+                              name="down"),
+                       Sample((make((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": "bilinear",
+                                                          "antialias": True, "align_corners": True},
+                              name="down_align_corners"),
+                       Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": "bilinear", "antialias": True},
+                              name="up")],
+           tol={F32: (1e-5, 1e-5)}),
+]
+
+
+# ----------------------------------------------------------------------------- RNNs
+def _rnn(kind, **kw):
+    torch.manual_seed(0)
+    module = getattr(torch.nn, kind)(**kw).eval()
+
+    def fn(x, *state):
+        if state:
+            out, h = module(x, tuple(state) if kind == "LSTM" else state[0])
+        else:
+            out, h = module(x)
+        return (out,) + (tuple(h) if isinstance(h, tuple) else (h,))
+
+    fn.__name__ = kind
+    return fn
+
+
+# nn.LSTM/GRU/RNN have no ATen op after core-ATen decomposition: torch unrolls the time
+# loop into linear + sigmoid/tanh + split/cat per step, covered by those ops' lowerings.
+RNN = [
+    OpInfo("lstm", _rnn("LSTM", input_size=3, hidden_size=4, num_layers=2, bidirectional=True, batch_first=True),
+           (aten.linear.default, aten.sigmoid.default, aten.tanh.default),
+           lambda dt: [Sample((make((2, 5, 3), dt),))], tol={F32: (1e-5, 1e-5)}),
+    OpInfo("lstm_state", _rnn("LSTM", input_size=3, hidden_size=4),
+           (aten.linear.default, aten.sigmoid.default, aten.tanh.default),
+           lambda dt: [Sample((make((4, 2, 3), dt), make((1, 2, 4), dt), make((1, 2, 4), dt)))]),
+    OpInfo("gru", _rnn("GRU", input_size=3, hidden_size=4, num_layers=2, bidirectional=True, batch_first=True),
+           (aten.linear.default, aten.sigmoid.default, aten.tanh.default),
+           lambda dt: [Sample((make((2, 5, 3), dt),))], tol={F32: (1e-5, 1e-5)}),
+]
+
+OPS = LINALG + CONV + POOL + NORM + ATTENTION + EMBEDDING + UPSAMPLE + RNN
