@@ -1,0 +1,1 @@
+"""Runnable end-to-end examples and the model zoo (examples.models)."""
