@@ -82,7 +82,7 @@ class TpuModule:
         flat = self._flat_inputs(args, kwargs)
         with jax.enable_x64(True):
             inputs = [to_jax(x, self.device) for x in flat]
-            key = jax.random.key_data(jax.random.key(self._seed + self._calls))
+            key = np.uint32((self._seed + self._calls) % 2**32)  # a host scalar: the PRNG key is built in-graph
             self._calls += 1
             compiled = self._compile(key, inputs)
             outs, muts = compiled(self.state, key, *inputs)
@@ -99,7 +99,7 @@ class TpuModule:
             return hit
         self.stats.misses += 1
         start = time.perf_counter()
-        jitted = jax.jit(lambda state, k, *xs: self.program.fn(state, *xs, rng=jax.random.wrap_key_data(k)))
+        jitted = jax.jit(lambda state, k, *xs: self.program.fn(state, *xs, rng=jax.random.key(k)))
         compiled = jitted.lower(self.state, key, *inputs).compile()
         self.stats.compile_seconds += time.perf_counter() - start
         self._compiled[sig] = compiled
@@ -109,8 +109,8 @@ class TpuModule:
         """StableHLO text of the program (at the captured sample shapes by default)."""
         with jax.enable_x64(True):
             inputs = [to_jax(x) for x in sample_inputs] or self.program.example_inputs()
-            key = jax.random.key_data(jax.random.key(0))
-            jitted = jax.jit(lambda state, k, *xs: self.program.fn(state, *xs, rng=jax.random.wrap_key_data(k)))
+            key = np.uint32(0)
+            jitted = jax.jit(lambda state, k, *xs: self.program.fn(state, *xs, rng=jax.random.key(k)))
             return jitted.lower(self.state, key, *inputs).as_text()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
