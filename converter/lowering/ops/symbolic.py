@@ -1,0 +1,122 @@
+"""Symbolic size queries: ``sym_numel``, ``sym_stride``, ``sym_storage_offset``.
+
+They appear in graphs traced with symbolic shapes (``make_fx(tracing_mode="symbolic")``,
+AOTAutograd with dynamic shapes) and return SymInts: here python ints, or jax.export
+symbolic dims under shape polymorphism. JAX arrays have no strides or storage (every
+value is dense row-major), so a stride or storage offset is torch's recorded value:
+a python int when static, else its sympy expression evaluated with the symbols read
+off the tensor's own dims (a dim ``s`` or ``s + c`` gives ``s``). An expression over
+other symbols is an :class:`UnsupportedOpError`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from converter.errors import UnsupportedOpError
+from converter.lowering.helpers import dim as norm_dim
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+
+def _input_meta(ctx):
+    """The FakeTensor torch recorded for the op's tensor argument (``None`` when unknown)."""
+    if ctx.node is None or not ctx.node.args or not isinstance(ctx.node.args[0], torch.fx.Node):
+        return None
+    val = ctx.node.args[0].meta.get("val")
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _product(sizes):
+    out = 1
+    for s in sizes:
+        out = out * s
+    return out
+
+
+def _symbols(meta, shape) -> dict:
+    """sympy symbol → value, for the dims of ``meta`` that are ``s`` or ``s + c``."""
+    values = {}
+    for m, v in zip(meta.shape, shape):
+        if not isinstance(m, torch.SymInt):
+            continue
+        expr = m.node.expr
+        if expr.is_Symbol:
+            values[expr] = v
+        elif expr.is_Add and len(expr.free_symbols) == 1:
+            sym = next(iter(expr.free_symbols))
+            rest = expr - sym
+            if rest.is_Integer:
+                values[sym] = v - int(rest)
+    return values
+
+
+def _evaluate(expr, values):
+    """A polynomial sympy expression with integer coefficients, or ``None``."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return values.get(expr)
+    if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
+        base = _evaluate(expr.base, values)
+        return None if base is None else _product([base] * int(expr.exp))
+    if expr.is_Add or expr.is_Mul:
+        parts = [_evaluate(a, values) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = out + p if expr.is_Add else out * p
+        return out
+    return None
+
+
+def _recorded(ctx, self, what: str, fallback):
+    """torch's recorded SymInt as a value of this trace (``fallback()`` without a node)."""
+    val = ctx.out_meta
+    if isinstance(val, int) and not isinstance(val, bool):
+        return val
+    if isinstance(val, torch.SymInt):
+        static = val.node.maybe_as_int()
+        if static is not None:
+            return static
+        meta = _input_meta(ctx)
+        out = None if meta is None else _evaluate(val.node.expr, _symbols(meta, self.shape))
+        if out is not None:
+            return out
+        op = ctx.node.target if ctx.node is not None else what
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason=f"the {what} {val.node.expr} is not an expression of the tensor's own "
+                                        "dims (JAX values have no strides or storage to read it from)")
+    return fallback()
+
+
+@lowering(aten.sym_numel.default)
+def lower_sym_numel_default(ctx, self):
+    """sym_numel(Tensor self) -> SymInt
+
+    The product of the dims of ``self`` (a python int or a symbolic dim expression).
+    """
+    return _product(self.shape)
+
+
+@lowering(aten.sym_stride.int)
+def lower_sym_stride_int(ctx, self, dim):
+    """sym_stride.int(Tensor self, int dim) -> SymInt
+
+    torch's recorded stride (static, or its expression in the dims of ``self``);
+    without a recorded value, the row-major stride of the dense value.
+    """
+    d = norm_dim(dim, self.ndim)
+    return _recorded(ctx, self, "stride", lambda: _product(self.shape[d + 1:]))
+
+
+@lowering(aten.sym_storage_offset.default)
+def lower_sym_storage_offset_default(ctx, self):
+    """sym_storage_offset(Tensor self) -> SymInt
+
+    torch's recorded storage offset of a view into its base (static, or its
+    expression in the dims of ``self``); without a recorded value, 0.
+    """
+    return _recorded(ctx, self, "storage offset", lambda: 0)
