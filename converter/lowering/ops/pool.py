@@ -66,7 +66,7 @@ def _window(x, n: int, k, s, p, d, ceil_mode: bool):
 
 def _reduce(x, init, op, n, k, s, pads, d, outs):
     lead = x.ndim - n
-    y = jax.lax.reduce_window(x, jnp.asarray(init, x.dtype), op, (1,) * lead + tuple(k), (1,) * lead + tuple(s),
+    y = jax.lax.reduce_window(x, np.asarray(init, x.dtype), op, (1,) * lead + tuple(k), (1,) * lead + tuple(s),
                               ((0, 0),) * lead + tuple(pads), window_dilation=(1,) * lead + tuple(d))
     return y[(slice(None),) * lead + tuple(slice(0, o) for o in outs)]
 
