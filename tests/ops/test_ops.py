@@ -124,3 +124,9 @@ UNTESTED_BY_OPINFO.update({op: _DECOMPOSED for op in (
     aten.embedding_dense_backward.default, aten.col2im.default, aten.sym_numel.default,
     aten.sym_stride.int, aten.sym_storage_offset.default,
 )})
+_DIRECT = "decomposed by torch.export; reached by eager dispatch and make_fx graphs: tests/ops/test_direct_ops.py"
+UNTESTED_BY_OPINFO.update({op: _DIRECT for op in (
+    aten.fill.Scalar, aten.squeeze.dim, aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default, aten.reflection_pad3d.default, aten.replication_pad2d.default,
+    aten.replication_pad3d.default,
+)})
