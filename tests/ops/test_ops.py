@@ -1,7 +1,7 @@
 """OpInfo-style tests: every op in op_db against PyTorch CPU (STYLE.md #8).
 
 Capture (torch.export + core-ATen decomposition) costs ~0.4 s, so all samples of
-one op and dtype are captured together in one module; the test for each sample
+one op, every dtype, are captured together in one module; the test for each sample
 compares its own outputs. If the combined run fails, samples run one by one so
 each failure is reported against its own sample.
 """
@@ -48,20 +48,22 @@ def _group_fn(info, samples):
 
 
 @functools.lru_cache(maxsize=None)
-def _grouped(name: str, dtype: torch.dtype):
-    """Run all samples of one op/dtype in one capture; ``None`` when that fails."""
+def _grouped_all(name: str):
+    """Run every sample of one op, all dtypes, in one capture; ``None`` when that fails."""
     info = _BY_NAME[name]
-    samples = info.samples(dtype)
+    keyed = [((dtype, i), s) for dtype in info.dtypes for i, s in enumerate(info.samples(dtype))]
+    samples = [s for _, s in keyed]
     flat = tuple(t for s in samples for t in s.args if isinstance(t, torch.Tensor))
     try:
         expected, got, ops = run_both(_group_fn(info, samples), flat)
     except Exception:  # fall back to per-sample runs, which report the real error
         return None
     counts = [len(torch.utils._pytree.tree_leaves(_expected_one(info, s))) for s in samples]
-    per_e, per_g, k = [], [], 0
-    for c in counts:
-        per_e.append(expected[k:k + c]); per_g.append(got[k:k + c]); k += c
-    return per_e, per_g, ops
+    out, k = {}, 0
+    for (key, _), c in zip(keyed, counts):
+        out[key] = (expected[k:k + c], got[k:k + c])
+        k += c
+    return out, ops
 
 
 def _expected_one(info, s):
@@ -72,12 +74,12 @@ def _expected_one(info, s):
 @pytest.mark.parametrize("name,dtype,index", list(_cases()))
 def test_op_matches_torch(name, dtype, index):
     info = _BY_NAME[name]
-    group = _grouped(name, dtype)
-    if group is None or len(group[0]) != len(info.samples(dtype)):
+    group = _grouped_all(name)
+    if group is None or (dtype, index) not in group[0]:
         sample = info.samples(dtype)[index]
         expected, got, ops = run_both(info.fn, sample.args, sample.kwargs)
     else:
-        expected, got, ops = group[0][index], group[1][index], group[2]
+        (expected, got), ops = group[0][(dtype, index)], group[1]
     missing = [str(op) for op in info.aten if op not in ops]
     assert not missing, f"{info.name}: captured graph lacks {missing}; it has {sorted(map(str, ops))}"
     rtol, atol = info.tol.get(dtype, DEFAULT_TOL.get(dtype, (0, 0)))

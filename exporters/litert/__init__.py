@@ -1,0 +1,102 @@
+"""LiteRT (TFLite) exporter: jaxpr → TFLite builtin ops → flatbuffer, our own writer.
+
+Pipeline: ``jax.make_jaxpr(program.closed())`` (int64 enabled, symbolic shapes for
+dynamic dims) → :mod:`.translate` walks the jaxpr with the rule tables in
+:mod:`.rules` (composites ``aten.*`` map to builtins such as GELU or
+FULLY_CONNECTED, everything else lowers through lax primitives) → :mod:`.optimize`
+fuses bias/BatchNorm/activations → :mod:`.builder` writes the flatbuffer.
+
+Layout: values carry a lazy layout (:mod:`.emitter`): convolutions and pools
+compute NHWC, elementwise ops, reductions, pads, slices, concatenations and
+reshapes that keep dim groups follow their inputs' layout, and a jaxpr transpose
+emits nothing. A TRANSPOSE appears only where a layout-sensitive consumer needs
+the logical order, so a CNN has one at its NCHW input (none with
+``channels_last_io=True``) and none between layers.
+
+Signatures: one program gives the ``serving_default`` signature with inputs
+``args_0…`` and outputs ``output_0…`` (the litert-torch convention). Several
+programs (e.g. ``signatures={"prefill": p1, "decode": p2}``) give one subgraph
+each in one file; identical weights are stored once.
+
+Dynamic dims: ``str`` dims of ``program.inputs`` are traced as ``jax.export``
+symbolic dims (with torch.export's range constraints) and get shape signature -1;
+RESHAPE uses -1 or a SHAPE-derived shape tensor, so the model runs after
+``resize_tensor_input`` (the artifact's signature runner resizes for you).
+
+Integer policy: int64 stays int64 (TFLite has int64 kernels for ADD/SUB/MUL,
+comparisons, GATHER, CUMSUM, CAST, …); DIV/ABS/SIGN/POW compute in int32 between
+CASTs and TOPK_V2 indices are int32 cast back. float64 runs as float32.
+
+Large models: constants above ``external_buffer_threshold_bytes`` (default just
+under 2 GiB) are written after the flatbuffer with ``Buffer.offset``/``size``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from converter.errors import InputError
+from exporters.litert.artifact import LiteRTArtifact
+from exporters.litert.builder import serialize
+from exporters.litert.export import lower_program
+from exporters.litert.inspect import inspect_file
+
+__all__ = ["LiteRTArtifact", "build", "inspect_file"]
+
+_INT64_NOTE = ("int64 tensors stay int64 (inputs such as token ids keep torch's dtype); ops without an "
+               "int64 kernel (DIV, ABS, SIGN, POW, TOPK_V2 indices) compute in int32 between CASTs")
+_OPTIONS = {"external_buffer_threshold_bytes", "description"}
+
+
+def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, channels_last_io: bool = False,
+          num_threads: int = 2, **options: Any) -> LiteRTArtifact:
+    """Export lowered program(s) to a LiteRT flatbuffer.
+
+    Args:
+        program: a ``converter.lowering.interpreter.LoweredProgram``; it becomes the
+            ``serving_default`` signature. May be ``None`` when ``signatures`` is given.
+        signatures: more named signatures ``{key: LoweredProgram}`` in the same file,
+            sharing identical weights (e.g. ``{"prefill": a, "decode": b}``).
+        channels_last_io: rank-4 inputs/outputs are NHWC in the file (no TRANSPOSE at
+            the model boundary); the artifact's ``__call__`` still takes NCHW.
+        num_threads: Interpreter threads for ``LiteRTArtifact.__call__``.
+        **options: ``external_buffer_threshold_bytes`` (write constants after the
+            flatbuffer when their total size exceeds this; default just under 2 GiB),
+            ``description`` (model description string).
+
+    Returns:
+        The :class:`LiteRTArtifact`.
+
+    Raises:
+        UnsupportedOpError: an op has no TFLite mapping (names the op and source line).
+        ExportError: the export failed for another reason.
+        InputError: bad arguments.
+    """
+    programs: dict[str, Any] = {}
+    if program is not None:
+        programs["serving_default"] = program
+    for key, prog in (signatures or {}).items():
+        if not isinstance(key, str) or not key:
+            raise InputError(f"signature names must be non-empty strings, got {key!r}")
+        if key in programs:
+            raise InputError(f"signature {key!r} given twice")
+        programs[key] = prog
+    if not programs:
+        raise InputError("build() needs a program or a signatures mapping")
+    # Options convert() passed for the lowering are also in program.options; others are typos.
+    lowering_options = {k for p in programs.values() for k in (getattr(p, "options", None) or {})}
+    unknown = set(options) - _OPTIONS - lowering_options
+    if unknown:
+        raise InputError(f"unknown LiteRT option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    notes: list[str] = []
+    graphs = [lower_program(p, key, channels_last_io=channels_last_io, notes=notes, options=options)
+              for key, p in programs.items()]
+    if any(t.dtype.name == "int64" for g in graphs for t in g.tensors()):
+        notes.insert(0, _INT64_NOTE)
+    if channels_last_io:
+        notes.append("channels_last_io: rank-4 inputs and outputs are NHWC in the file")
+    data = serialize(graphs, description=options.get("description", "tpu-export"),
+                     external_buffer_threshold_bytes=options.get("external_buffer_threshold_bytes"))
+    if len(data) > 2**31 and options.get("external_buffer_threshold_bytes") is None:
+        notes.append("weights are stored after the flatbuffer (Buffer.offset/size): the model exceeds 2 GB")
+    return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io)

@@ -1,0 +1,148 @@
+"""The LiteRT artifact: the .tflite bytes plus a way to run them in the LiteRT Interpreter."""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any
+
+import numpy as np
+
+from converter.errors import ExportError, InputError
+from exporters.atomic import write_bytes
+from exporters.litert.inspect import read_model
+
+
+class LiteRTArtifact:
+    """A converted model (``target="litert"``).
+
+    Calling it runs the model in ``ai_edge_litert.interpreter.Interpreter`` (the
+    XNNPACK delegate applies by default). It takes and returns tensors in the
+    PyTorch model's layout: with ``channels_last_io`` the file's rank-4 inputs and
+    outputs are NHWC and the call transposes NCHW arguments and results for you
+    (use :meth:`run_raw` to feed the file's own layout).
+
+    Attributes:
+        notes: conversion decisions worth knowing (int64 policy, fallbacks, …).
+        num_threads: Interpreter threads used by ``__call__``.
+        channels_last_io: whether rank-4 inputs/outputs are NHWC in the file.
+    """
+
+    def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
+                 channels_last_io: bool = False):
+        self._bytes = bytes(model)
+        self.notes = list(notes or [])
+        self.num_threads = num_threads
+        self.channels_last_io = channels_last_io
+        self._model = read_model(self._bytes)
+        self._interpreter = None
+        self._runners: dict[str, Any] = {}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kwargs: Any) -> "LiteRTArtifact":
+        """Open a .tflite file (raises ExportError if it is not a valid TFLite model)."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e.strerror}") from e
+        return cls(data, **kwargs)
+
+    # -- bytes -----------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The .tflite file contents."""
+        return self._bytes
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the model atomically (temp file in the same folder, then ``os.replace``)."""
+        return str(write_bytes(path, self._bytes))
+
+    @property
+    def size(self) -> int:
+        """File size in bytes."""
+        return len(self._bytes)
+
+    # -- structure -----------------------------------------------------------------------
+    @property
+    def signatures(self) -> list[str]:
+        """Signature keys (``serving_default`` first for single-program exports)."""
+        return [s["key"] for s in self._model["signatures"]]
+
+    @property
+    def op_list(self) -> list[str]:
+        """Builtin op names of every subgraph, in execution order."""
+        return [op for sub in self._model["subgraphs"] for op in sub["ops"]]
+
+    @property
+    def ops(self) -> collections.Counter:
+        """Histogram of builtin op names (a Counter: missing ops count 0)."""
+        return collections.Counter(self.op_list)
+
+    # -- running -------------------------------------------------------------------------
+    def interpreter(self) -> Any:
+        """The (cached) ``ai_edge_litert`` Interpreter for this model."""
+        if self._interpreter is None:
+            from ai_edge_litert.interpreter import Interpreter
+            try:
+                self._interpreter = Interpreter(model_content=self._bytes, num_threads=self.num_threads)
+            except (ValueError, RuntimeError) as e:
+                raise ExportError(f"the LiteRT interpreter refused the model: {str(e).strip().splitlines()[0]}") \
+                    from e
+        return self._interpreter
+
+    def _runner(self, signature: str) -> Any:
+        if signature not in self._runners:
+            if signature not in self.signatures:
+                raise InputError(f"unknown signature {signature!r}; the model has {self.signatures}")
+            self._runners[signature] = self.interpreter().get_signature_runner(signature)
+        return self._runners[signature]
+
+    def run_raw(self, *inputs: np.ndarray, signature: str | None = None) -> list[np.ndarray]:
+        """Run one signature on NumPy arrays in the file's own layout; returns NumPy outputs."""
+        sig = signature or self.signatures[0]
+        runner = self._runner(sig)
+        details = runner.get_input_details()
+        names = sorted(details, key=_arg_index)
+        if len(inputs) != len(names):
+            raise InputError(f"signature {sig!r} takes {len(names)} inputs, got {len(inputs)}")
+        feed = {}
+        for name, x in zip(names, inputs):
+            arr = np.asarray(x)
+            want = np.dtype(details[name]["dtype"])
+            if arr.dtype != want:
+                arr = arr.astype(want)
+            feed[name] = np.require(arr, requirements="C")
+        try:
+            result = runner(**feed)
+        except (ValueError, RuntimeError) as e:
+            raise InputError(f"running signature {sig!r} failed: {str(e).strip().splitlines()[0]}") from e
+        return [result[k] for k in sorted(result, key=_arg_index)]
+
+    def __call__(self, *inputs: Any, signature: str | None = None) -> Any:
+        """Run the model on torch tensors or NumPy arrays (torch in → torch out).
+
+        Returns a single output, or a tuple when the model has several.
+        """
+        as_torch = any(type(x).__module__.startswith("torch") for x in inputs)
+        arrays = []
+        for x in inputs:
+            arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+            if self.channels_last_io and arr.ndim == 4:
+                arr = arr.transpose(0, 2, 3, 1)
+            arrays.append(arr)
+        outs = self.run_raw(*arrays, signature=signature)
+        if self.channels_last_io:
+            outs = [o.transpose(0, 3, 1, 2) if o.ndim == 4 else o for o in outs]
+        if as_torch:
+            import torch
+            outs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self) -> str:
+        top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))
+        return f"LiteRTArtifact({self.size} bytes, signatures={self.signatures}, ops: {top})"
+
+
+def _arg_index(name: str) -> tuple:
+    head, _, tail = name.rpartition("_")
+    return (head, int(tail)) if tail.isdigit() else (name, 0)

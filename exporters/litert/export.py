@@ -1,0 +1,161 @@
+"""LoweredProgram → one TFLite subgraph (trace, translate, optimize)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+import numpy as np
+from jax import export as jax_export
+
+from converter.errors import ConversionError, ExportError
+from exporters.litert.emitter import Emitter, Val
+from exporters.litert.ir import Graph
+from exporters.litert.optimize import optimize
+from exporters.litert.translate import Translator
+
+NHWC = (0, 2, 3, 1)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str, int], list[tuple]]:
+    """Abstract inputs for tracing: ``str`` dims become ``jax.export`` symbolic dims.
+
+    Returns:
+        (avals, sample value of each symbol, logical shapes with symbols).
+    """
+    examples = program.example_inputs()
+    names: list[str] = []
+    for spec in program.inputs:
+        for d in spec.shape:
+            if isinstance(d, str) and d not in names:
+                if not _IDENT.match(d):
+                    raise ExportError(f"dynamic dim {d!r} of input {spec.name} is not a plain symbol")
+                names.append(d)
+    constraints = _range_constraints(program, names)
+    symbols = dict(zip(names, jax_export.symbolic_shape(", ".join(names), constraints=constraints))) if names else {}
+    env: dict[str, int] = {}
+    avals, shapes = [], []
+    for spec, ex in zip(program.inputs, examples):
+        shape = []
+        for d, n in zip(spec.shape, ex.shape):
+            if isinstance(d, str):
+                env.setdefault(d, int(n))
+                shape.append(symbols[d])
+            else:
+                shape.append(int(d))
+        shapes.append(tuple(shape))
+        avals.append(jax.ShapeDtypeStruct(tuple(shape), ex.dtype))
+    return avals, env, shapes
+
+
+def fx_locator(program: Any) -> Any:
+    """``eqn -> (ATen op, SourceLocation)`` for a LoweredProgram, or ``None``.
+
+    JAX records the Python frames that created each eqn; the innermost frame that is a
+    registered lowering function names the ATen op, and the FX node calling that op
+    carries the user's ``stack_trace`` and module path (the first such node when the
+    op appears several times).
+    """
+    ep = getattr(program, "exported", None)
+    if ep is None:
+        return None
+    from converter.errors import source_location
+    from converter.lowering.registry import registered
+    by_fn: dict[tuple, list] = {}
+    for op, row in registered().items():
+        code = getattr(row.fn, "__code__", None)
+        if code is not None:
+            by_fn.setdefault((code.co_filename, row.fn.__name__), []).append(op)
+    nodes: dict[Any, list] = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function":
+            nodes.setdefault(node.target, []).append(node)
+
+    def locate(eqn: Any) -> tuple[str, Any] | None:
+        tb = getattr(eqn.source_info, "traceback", None)
+        for frame in (tb.frames if tb is not None else []):
+            ops = by_fn.get((frame.file_name, frame.function_name.rsplit(".", 1)[-1]))
+            hits = [n for op in ops or [] for n in nodes.get(op, [])]
+            if hits:
+                return str(hits[0].target), source_location(hits[0])
+        return None
+
+    return locate
+
+
+def _range_constraints(program: Any, names: list[str]) -> tuple[str, ...]:
+    """``jax.export`` constraints from torch.export's range constraints (e.g. ``s <= 15``),
+    so lowerings that compare a dynamic dim with a constant stay conclusive."""
+    ranges = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
+    out = []
+    for sym, rng in ranges.items():
+        name = str(sym)
+        if name not in names:
+            continue
+        lo, hi = rng.lower, rng.upper
+        if getattr(lo, "is_finite", True) and int(lo) > 1:
+            out.append(f"{name} >= {int(lo)}")
+        if getattr(hi, "is_finite", False) and hi.is_finite:
+            out.append(f"{name} <= {int(hi)}")
+    return tuple(out)
+
+
+def lower_program(program: Any, name: str, *, channels_last_io: bool = False, notes: list[str],
+                  options: dict | None = None) -> Graph:
+    """Translate one LoweredProgram into a TFLite :class:`Graph` named ``name``.
+
+    Args:
+        program: a ``converter.lowering.interpreter.LoweredProgram``.
+        name: the signature key.
+        channels_last_io: rank-4 inputs and outputs are NHWC in the file.
+        notes: list collecting conversion decisions.
+        options: exporter options (reserved).
+
+    Raises:
+        UnsupportedOpError: a primitive or composite has no TFLite mapping.
+        ExportError: anything else that prevents the export.
+    """
+    avals, env, shapes = symbolic_inputs(program)
+    try:
+        with jax.enable_x64(True):
+            closed = jax.make_jaxpr(program.closed())(*avals)
+    except ConversionError:
+        raise
+    except Exception as e:  # tracing the lowered program failed (e.g. an inconclusive shape check)
+        raise ExportError(f"tracing the program for LiteRT failed: {type(e).__name__}: {str(e).splitlines()[0]}") \
+            from e
+    graph = Graph(name)
+    em = Emitter(graph, notes, options)
+    em.dim_env = env
+    vals = []
+    for i, (spec, shape, aval) in enumerate(zip(program.inputs, shapes, avals)):
+        perm = NHWC if channels_last_io and len(shape) == 4 else None
+        dims = [shape[p] for p in (perm or range(len(shape)))]
+        t = em.tensor(dims, aval.dtype, "input")
+        t.name = f"{name}_args_{i}"
+        val = Val(shape, aval.dtype, tensor=t, perm=perm)
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, str):
+                em.dim_sources.setdefault(d, (val, axis))
+        graph.inputs.append(t)
+        graph.input_names.append(f"args_{i}")
+        vals.append(val)
+    if any(np.dtype(a.dtype) == np.float64 for a in avals):
+        em.note("float64 inputs/outputs are float32 in the LiteRT model")
+    outs = Translator(em, fx_locator(program)).run(closed, vals)
+    for i, val in enumerate(outs):
+        perm = NHWC if channels_last_io and val.rank == 4 else None
+        t = em.tensor_of(val, perm, expand=True)
+        if t.is_const or t in graph.inputs or t in graph.outputs:
+            # TFLite outputs must be produced by an operator: copy through a RESHAPE.
+            dims = [val.shape[p] for p in (perm or range(val.rank))]
+            t = em.emit("RESHAPE", [t, em.shape_operand(dims)], dims, val.dtype)
+        graph.outputs.append(t)
+        graph.output_names.append(f"output_{i}")
+    optimize(graph)
+    for i, t in enumerate(graph.outputs):
+        t.name = f"{name}_output_{i}"
+    return graph
+

@@ -1,0 +1,243 @@
+"""Convolutions and pooling: conv_general_dilated → CONV_2D / DEPTHWISE_CONV_2D /
+TRANSPOSE_CONV, reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D.
+
+Inputs are requested in NHWC (``perm`` puts batch, spatial, feature) and outputs
+are NHWC values, so consecutive layers need no TRANSPOSE. 1-D convolutions and
+pools run as 2-D ones with a height of 1. Weights are transposed to the TFLite
+layouts at conversion time; every conv gets a bias tensor (zeros when the model
+has none) so the fusion pass can fold a following bias add / BatchNorm into it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+from jax.extend.core import primitives as prims
+
+from exporters.litert.emitter import Emitter, Val, is_static
+from exporters.litert.rules import Unsupported, out_aval, rule
+from exporters.litert.rules.reduce import monoid
+from exporters.litert.rules.shape import i32
+
+SAME, VALID = schema.Padding.SAME, schema.Padding.VALID
+
+
+def same_padding(size: Any, k: int, s: int, d: int = 1) -> tuple[int, int] | None:
+    """TFLite's SAME padding (lo, hi) for one spatial dim, ``None`` if the size is dynamic."""
+    eff = (k - 1) * d + 1
+    if not is_static(size):
+        return ((eff - 1) // 2, eff - 1 - (eff - 1) // 2) if s == 1 else None
+    out = -(-int(size) // s)
+    total = max((out - 1) * s + eff - int(size), 0)
+    return total // 2, total - total // 2
+
+
+def choose_padding(sizes: Sequence, ks: Sequence, ss: Sequence, ds: Sequence,
+                   pads: Sequence) -> tuple[int, list | None]:
+    """(TFLite padding enum, explicit [(lo, hi)] to PAD first or ``None``)."""
+    pads = [tuple(int(v) for v in p) for p in pads]
+    if all(p == (0, 0) for p in pads):
+        return VALID, None
+    if all(same_padding(n, k, s, d) == p for n, k, s, d, p in zip(sizes, ks, ss, ds, pads)):
+        return SAME, None
+    return VALID, pads
+
+
+def _nhwc(em: Emitter, x: Val, batch: int, feature: int, spatial: list[int], pad_value: float = 0.0,
+          pads: list | None = None) -> tuple[Any, list]:
+    """The NHWC (4-D) tensor of ``x`` and its dims, with explicit padding applied."""
+    perm = tuple([batch] + spatial + [feature])
+    t = em.tensor_of(x, perm, expand=True)
+    dims = [x.shape[i] for i in perm]
+    if len(spatial) == 1:
+        dims = [dims[0], 1, dims[1], dims[2]]
+        t = em.emit("RESHAPE", [t, em.shape_operand(dims)], dims, x.dtype)
+        pads = None if pads is None else [(0, 0)] + list(pads)
+    if pads is not None:
+        dims = [dims[0], dims[1] + sum(pads[0]), dims[2] + sum(pads[1]), dims[3]]
+        table = em.const(i32([[0, 0], list(pads[0]), list(pads[1]), [0, 0]]))
+        if pad_value == 0:
+            t = em.emit("PAD", [t, table], dims, x.dtype)
+        else:
+            t = em.emit("PADV2", [t, table, em.const(np.asarray([pad_value], x.dtype))], dims, x.dtype)
+    return t, dims
+
+
+def _result(em: Emitter, t: Any, aval: Any, batch: int, feature: int, spatial: list[int]) -> Val:
+    """Wrap an NHWC result tensor as a value of logical shape ``aval.shape``."""
+    perm = tuple([batch] + spatial + [feature])
+    if len(spatial) == 1:
+        dims = [aval.shape[i] for i in perm]
+        t = em.emit("RESHAPE", [t, em.shape_operand(dims)], dims, aval.dtype)
+    return Val(aval.shape, aval.dtype, tensor=t, perm=perm)
+
+
+@rule(prims.conv_general_dilated_p)
+def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
+    """conv_general_dilated (1-D/2-D) → CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV or grouped CONV_2Ds."""
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    lhs_spec, rhs_spec, out_spec = list(dn.lhs_spec), list(dn.rhs_spec), list(dn.out_spec)
+    nsp = len(lhs_spec) - 2
+    if nsp not in (1, 2):
+        raise Unsupported(f"{nsp}-D convolution")
+    if p["batch_group_count"] != 1:
+        raise Unsupported("convolution with batch_group_count > 1")
+    if not w.is_const:
+        raise Unsupported("convolution with non-constant weights")
+    aval = out_aval(eqn)
+    dtype = np.dtype(aval.dtype)
+    groups = int(p["feature_group_count"])
+    strides, rdil, ldil = list(p["window_strides"]), list(p["rhs_dilation"]), list(p["lhs_dilation"])
+    pads = list(p["padding"])
+    # Kernel as (O, I, *spatial); promote 1-D to 2-D.
+    k = np.transpose(w.full(), [rhs_spec[0], rhs_spec[1]] + rhs_spec[2:]).astype(dtype)
+    in_sizes = [x.shape[d] for d in lhs_spec[2:]]
+    if nsp == 1:
+        k = k[:, :, None, :]
+        strides, rdil, ldil, pads, in_sizes = [1] + strides, [1] + rdil, [1] + ldil, [(0, 0)] + pads, [1] + in_sizes
+    cout, cin_g, kh, kw = k.shape
+    batch, feature, spatial = lhs_spec[0], lhs_spec[1], lhs_spec[2:]
+    if any(d != 1 for d in ldil):
+        return _transpose_conv(em, eqn, x, k, strides, ldil, rdil, pads, groups, lhs_spec, out_spec)
+    padding, explicit = choose_padding(in_sizes, [kh, kw], strides, rdil, pads)
+    t, _ = _nhwc(em, x, batch, feature, spatial, 0.0, explicit[-nsp:] if explicit and nsp == 1 else explicit)
+    out_dims = [aval.shape[out_spec[0]]] + ([1] if nsp == 1 else []) + \
+        [aval.shape[d] for d in out_spec[2:]] + [aval.shape[out_spec[1]]]
+    common = dict(padding=padding, strideH=strides[0], strideW=strides[1],
+                  dilationHFactor=rdil[0], dilationWFactor=rdil[1])
+    cin = cin_g * groups
+    if groups == 1:
+        out = em.emit("CONV_2D", [t, em.const(k.transpose(0, 2, 3, 1)), em.const(np.zeros(cout, dtype))],
+                      out_dims, dtype, **common)
+    elif groups == cin and cin_g == 1:
+        out = em.emit("DEPTHWISE_CONV_2D", [t, em.const(k.transpose(1, 2, 3, 0)), em.const(np.zeros(cout, dtype))],
+                      out_dims, dtype, depthMultiplier=cout // cin, **common)
+    else:
+        parts = [em.tensor(out_dims[:3] + [cin_g], dtype, "group") for _ in range(groups)]
+        em.op("SPLIT", [em.const(np.asarray(3, np.int32)), t], parts, numSplits=groups)
+        og = cout // groups
+        outs = [em.emit("CONV_2D", [part, em.const(k[g * og:(g + 1) * og].transpose(0, 2, 3, 1)),
+                                    em.const(np.zeros(og, dtype))], out_dims[:3] + [og], dtype, **common)
+                for g, part in enumerate(parts)]
+        out = em.emit("CONCATENATION", outs, out_dims, dtype, axis=3)
+        em.note("grouped convolutions are split into one CONV_2D per group")
+    return _result(em, out, aval, out_spec[0], out_spec[1], out_spec[2:])
+
+
+def _transpose_conv(em: Emitter, eqn: Any, x: Val, k: np.ndarray, strides: list, ldil: list, rdil: list,
+                    pads: list, groups: int, lhs_spec: list, out_spec: list) -> Val:
+    """A fractionally strided conv (lhs_dilation > 1) → TRANSPOSE_CONV + crop/pad."""
+    if groups != 1 or any(s != 1 for s in strides) or any(d != 1 for d in rdil):
+        raise Unsupported("transposed convolution with groups, strides or kernel dilation")
+    aval = out_aval(eqn)
+    dtype = np.dtype(aval.dtype)
+    nsp = len(lhs_spec) - 2
+    cout, _, kh, kw = k.shape
+    t, dims = _nhwc(em, x, lhs_spec[0], lhs_spec[1], lhs_spec[2:])
+    full = [dims[0], (dims[1] - 1) * ldil[0] + kh, (dims[2] - 1) * ldil[1] + kw, cout]
+    weights = np.ascontiguousarray(k[:, :, ::-1, ::-1].transpose(0, 2, 3, 1))
+    out = em.emit("TRANSPOSE_CONV", [em.shape_tensor(full), em.const(weights), t,
+                                     em.const(np.zeros(cout, dtype))], full, dtype,
+                  padding=VALID, strideH=ldil[0], strideW=ldil[1])
+    crop = [(kh - 1 - pads[0][0], kh - 1 - pads[0][1]), (kw - 1 - pads[1][0], kw - 1 - pads[1][1])]
+    if any(c < 0 for pair in crop for c in pair):
+        grow = [[0, 0]] + [[max(-a, 0), max(-b, 0)] for a, b in crop] + [[0, 0]]
+        full = [full[0], full[1] + sum(grow[1]), full[2] + sum(grow[2]), cout]
+        out = em.emit("PAD", [out, em.const(i32(grow))], full, dtype)
+        crop = [(max(a, 0), max(b, 0)) for a, b in crop]
+    if any(c for pair in crop for c in pair):
+        size = [full[0], full[1] - sum(crop[0]), full[2] - sum(crop[1]), cout]
+        begin = i32([0, crop[0][0], crop[1][0], 0])
+        sz = i32([-1 if not is_static(size[0]) else size[0]] + size[1:])
+        out = em.emit("SLICE", [out, em.const(begin), em.const(sz)], size, dtype)
+    return _result(em, out, aval, out_spec[0], out_spec[1], out_spec[2:] if nsp == 2 else out_spec[2:])
+
+
+def _pool_layout(x: Val, window: Sequence, strides: Sequence, pads: Sequence) -> tuple[int, int, list[int]]:
+    """(batch, channel, spatial dims) of a window reduction, or raise Unsupported."""
+    active = [i for i in range(x.rank) if window[i] != 1 or strides[i] != 1 or tuple(pads[i]) != (0, 0)]
+    if x.rank not in (3, 4) or len(active) > x.rank - 2:
+        raise Unsupported(f"window reduction over dims {active} of a rank-{x.rank} value")
+    spatial = list(range(2, x.rank)) if all(a >= 2 for a in active) else active
+    rest = [i for i in range(x.rank) if i not in spatial]
+    if len(rest) != 2 or len(spatial) != x.rank - 2:
+        raise Unsupported("window reduction layout")
+    return rest[0], rest[1], spatial
+
+
+def _pool(em: Emitter, eqn: Any, x: Val, code: str, fill: float | None = None) -> Val:
+    p = eqn.params
+    window, strides, pads = list(p["window_dimensions"]), list(p["window_strides"]), list(p["padding"])
+    if any(d != 1 for d in p["base_dilation"]) or any(d != 1 for d in p["window_dilation"]):
+        raise Unsupported("dilated window reduction")
+    aval = out_aval(eqn)
+    dtype = np.dtype(aval.dtype)
+    if dtype.kind != "f":
+        raise Unsupported(f"pooling on {dtype.name}")
+    batch, feature, spatial = _pool_layout(x, window, strides, pads)
+    ks, ss, ps = [window[d] for d in spatial], [strides[d] for d in spatial], [pads[d] for d in spatial]
+    sizes = [x.shape[d] for d in spatial]
+    if len(spatial) == 1:
+        ks, ss, ps, sizes = [1] + ks, [1] + ss, [(0, 0)] + ps, [1] + sizes
+    if code == "MAX_POOL_2D":
+        padding, explicit = choose_padding(sizes, ks, ss, [1, 1], ps)
+        if fill is not None and fill > float(np.finfo(dtype).min):
+            padding, explicit = VALID, [tuple(q) for q in ps]  # SAME would ignore the fill value
+        fill = float(np.finfo(dtype).min) if fill is None else max(fill, float(np.finfo(dtype).min))
+    else:  # sum: count padded zeros, so never SAME (TFLite's SAME average excludes padding)
+        explicit = None if all(tuple(q) == (0, 0) for q in ps) else [tuple(q) for q in ps]
+        padding, fill = VALID, 0.0
+    t, dims = _nhwc(em, x, batch, feature, spatial, fill, explicit[-len(spatial):] if explicit and
+                    len(spatial) == 1 else explicit)
+    out_dims = [aval.shape[batch]] + ([1] if len(spatial) == 1 else []) + \
+        [aval.shape[d] for d in spatial] + [aval.shape[feature]]
+    out = em.emit(code, [t], out_dims, dtype, padding=padding, strideH=ss[0], strideW=ss[1],
+                  filterHeight=ks[0], filterWidth=ks[1])
+    if code == "AVERAGE_POOL_2D":
+        out = em.emit("MUL", [out, em.const(np.asarray(ks[0] * ks[1], dtype))], out_dims, dtype)
+    return _result(em, out, aval, batch, feature, spatial)
+
+
+@rule(prims.reduce_window_max_p)
+def lower_reduce_window_max(em: Emitter, eqn: Any, x: Val) -> Val:
+    """reduce_window_max → MAX_POOL_2D (SAME when the padding matches, else PADV2 with -max)."""
+    return _pool(em, eqn, x, "MAX_POOL_2D")
+
+
+@rule(prims.reduce_window_sum_p)
+def lower_reduce_window_sum(em: Emitter, eqn: Any, x: Val) -> Val:
+    """reduce_window_sum → AVERAGE_POOL_2D × window size (the model's division then folds away)."""
+    return _pool(em, eqn, x, "AVERAGE_POOL_2D")
+
+
+@rule(prims.reduce_window_p)
+def lower_reduce_window(em: Emitter, eqn: Any, *vals: Val) -> Val:
+    """reduce_window with a one-op body (``lax.reduce_window`` with an array init): max → MAX_POOL_2D
+    (padding filled with the init), add with init 0 → AVERAGE_POOL_2D × window size."""
+    if len(vals) != 2 or not vals[1].is_const:
+        raise Unsupported("variadic reduce_window or a non-constant init value")
+    x, init = vals
+    prim, value = monoid(eqn), init.scalar()
+    if prim is prims.max_p and x.dtype.kind == "f":
+        y = _pool(em, eqn, x, "MAX_POOL_2D", float(value))
+        if value > float(np.finfo(x.dtype).min):
+            t = y.tensor
+            y = Val(y.shape, y.dtype, tensor=em.emit_like("MAXIMUM", [t, em.const(np.asarray(value, x.dtype))], t),
+                    perm=y.perm)
+        return y
+    if prim is prims.add_p and value == 0:
+        return _pool(em, eqn, x, "AVERAGE_POOL_2D")
+    raise Unsupported("reduce_window with a reducer other than max or add-from-zero")
+
+
+@rule(prims.reduce_window_min_p)
+def lower_reduce_window_min(em: Emitter, eqn: Any, x: Val) -> Val:
+    """reduce_window_min → -MAX_POOL_2D(-x)."""
+    neg = Val(x.shape, x.dtype, tensor=em.emit_like("NEG", [em.tensor_of(x, x.perm)], em.tensor_of(x, x.perm)),
+              perm=x.perm, base=x.base)
+    y = _pool(em, eqn, neg, "MAX_POOL_2D")
+    out = em.emit_like("NEG", [y.tensor], y.tensor)
+    return Val(y.shape, y.dtype, tensor=out, perm=y.perm)

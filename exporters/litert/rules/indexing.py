@@ -1,0 +1,224 @@
+"""Indexing: gather → GATHER / GATHER_ND, scatter(-add) → SCATTER_ND + SELECT_V2/ADD,
+sort / top_k → TOPK_V2 (never STABLEHLO_SORT, which ai-edge-litert 2.3 refuses).
+
+Out-of-range indices are an error in TFLite (torch raises too); lax's clamp /
+fill modes only matter for such indices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from jax.extend.core import primitives as lax
+
+from exporters.litert.emitter import Emitter, Val, is_static
+from exporters.litert.rules import Unsupported, out_aval, rule
+from exporters.litert.rules.linalg import _permuted
+from exporters.litert.rules.shape import _same, i32, reshape_to
+
+
+def _index_tensor(em: Emitter, idx: Val) -> Any:
+    """The index tensor in int32/int64 (TFLite's index dtypes)."""
+    t = em.tensor_of(idx, None, expand=True)
+    if np.dtype(t.dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
+        t = em.cast(t, np.int32)
+    return t
+
+
+def _with_batching_indices(em: Emitter, idx: Val, operand_bdims: tuple, index_bdims: tuple,
+                           index_map: tuple) -> tuple[Val, tuple]:
+    """Turn batching dims into explicit index columns (iota), for GATHER_ND/SCATTER_ND."""
+    if not operand_bdims:
+        return idx, tuple(index_map)
+    if not idx.static:
+        raise Unsupported("gather/scatter batching dims with dynamic shapes")
+    batch_shape = list(idx.shape[:-1])
+    cols = []
+    for ib in index_bdims:
+        col = np.arange(batch_shape[ib]).reshape([-1 if i == ib else 1 for i in range(len(batch_shape))])
+        cols.append(np.broadcast_to(col, batch_shape)[..., None].astype(np.dtype(idx.dtype)))
+    iota = np.concatenate(cols, axis=-1) if cols else None
+    it = em.const(iota, idx.dtype)
+    t = em.tensor_of(idx, None, expand=True)
+    dims = batch_shape + [len(cols) + idx.shape[-1]]
+    cat = em.emit("CONCATENATION", [it, t], dims, idx.dtype, axis=len(batch_shape))
+    return Val(dims, idx.dtype, tensor=cat), tuple(operand_bdims) + tuple(index_map)
+
+
+@rule(lax.gather_p)
+def lower_gather(em: Emitter, eqn: Any, x: Val, idx: Val) -> Val:
+    """gather of whole slices → GATHER (one indexed dim) or GATHER_ND (several)."""
+    dn = eqn.params["dimension_numbers"]
+    sizes = tuple(eqn.params["slice_sizes"])
+    aval = out_aval(eqn)
+    idx, index_map = _with_batching_indices(em, idx, tuple(dn.operand_batching_dims),
+                                            tuple(dn.start_indices_batching_dims), tuple(dn.start_index_map))
+    collapsed = set(dn.collapsed_slice_dims) | set(dn.operand_batching_dims)
+    for d in range(x.rank):
+        if d in index_map:
+            if sizes[d] != 1:
+                raise Unsupported("gather of partial slices along an indexed dim")
+        elif not _same(sizes[d], x.shape[d]):
+            raise Unsupported("gather of partial slices (only whole-slice gathers map to TFLite)")
+    rest = [d for d in range(x.rank) if d not in index_map]
+    batch_shape = list(idx.shape[:-1])
+    it = _index_tensor(em, idx)
+    if len(index_map) == 1:
+        a = index_map[0]
+        it = em.emit("RESHAPE", [it, em.shape_operand(batch_shape)], batch_shape, it.dtype)
+        xt = em.tensor_of(x, None, expand=True)
+        gshape = list(x.shape[:a]) + batch_shape + list(x.shape[a + 1:])
+        out = em.emit("GATHER", [xt, it], gshape, x.dtype, axis=a, batchDims=0)
+        # GATHER order: operand dims before a, batch dims, operand dims after a.
+        order = list(range(a)) + [("b", i) for i in range(len(batch_shape))] + list(range(a + 1, x.rank))
+    else:
+        xp = _permuted(x, list(index_map) + rest)
+        xt = em.tensor_of(xp, None, expand=True)
+        gshape = batch_shape + [x.shape[d] for d in rest]
+        out = em.emit("GATHER_ND", [xt, it], gshape, x.dtype)
+        order = [("b", i) for i in range(len(batch_shape))] + rest
+    g = Val(gshape, x.dtype, tensor=out)
+    # Output of lax.gather: offset dims (operand dims not collapsed, in order) at
+    # positions offset_dims; batch dims fill the remaining positions in order.
+    offset_ops = [d for d in range(x.rank) if d not in collapsed]
+    slots: list[Any] = [None] * len(aval.shape)
+    for pos, d in zip(dn.offset_dims, offset_ops):
+        slots[pos] = d
+    bi = iter(range(len(batch_shape)))
+    slots = [("b", next(bi)) if s is None else s for s in slots]
+    # offset dims that were indexed (size-1, not collapsed) are not in the GATHER output.
+    present = [s for s in slots if s in order]
+    y = _permuted(g, [order.index(s) for s in present])
+    if len(present) != len(slots):
+        y = reshape_to(em, y, aval.shape)
+    return y
+
+
+def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Val:
+    dn = eqn.params["dimension_numbers"]
+    if not x.static:
+        raise Unsupported("scatter into a dynamically shaped operand")
+    idx, index_map = _with_batching_indices(em, idx, tuple(dn.operand_batching_dims),
+                                            tuple(dn.scatter_indices_batching_dims),
+                                            tuple(dn.scatter_dims_to_operand_dims))
+    inserted = set(dn.inserted_window_dims) | set(dn.operand_batching_dims)
+    if set(index_map) != inserted:
+        raise Unsupported("scatter of partial windows along an indexed dim")
+    rest = [d for d in range(x.rank) if d not in index_map]
+    window = list(dn.update_window_dims)
+    for w, d in zip(window, rest):
+        if not _same(upd.shape[w], x.shape[d]):
+            raise Unsupported("scatter of partial windows (only whole-slice updates map to TFLite)")
+    batch_pos = [i for i in range(upd.rank) if i not in window]
+    u = _permuted(upd, batch_pos + window)
+    ut = em.tensor_of(u, None, expand=True)
+    order = list(index_map) + rest
+    xt = em.tensor_of(x, tuple(order), expand=True)
+    shape = [int(x.shape[d]) for d in order]
+    it = _index_tensor(em, idx)
+    shape_t = em.const(i32(shape))
+    scattered = em.emit("SCATTER_ND", [it, ut, shape_t], shape, x.dtype)
+    if add:
+        out = em.emit("ADD", [xt, scattered], shape, x.dtype)
+    else:
+        ones = em.const(np.ones(ut.shape, np.float32))
+        hits = em.emit("SCATTER_ND", [it, ones, shape_t], shape, np.float32)
+        mask = em.emit("GREATER", [hits, em.const(np.zeros((), np.float32))], shape, np.bool_)
+        out = em.emit("SELECT_V2", [mask, scattered, xt], shape, x.dtype)
+        em.note("scatter (index_put) assumes unique indices: SCATTER_ND sums duplicates")
+    return Val(x.shape, x.dtype, tensor=out, perm=tuple(order))
+
+
+@rule(lax.scatter_p)
+def lower_scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
+    """scatter (replace) → SCATTER_ND of updates and of a hit mask, then SELECT_V2."""
+    return _scatter(em, eqn, x, idx, upd, add=False)
+
+
+@rule(lax.scatter_add_p)
+def lower_scatter_add(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
+    """scatter-add → operand + SCATTER_ND (which sums duplicate indices, like scatter-add)."""
+    return _scatter(em, eqn, x, idx, upd, add=True)
+
+
+def _topk(em: Emitter, x: Val, axis: int, k: Any, descending: bool) -> tuple[Any, Any, tuple, list]:
+    """TOPK_V2 along ``axis`` (moved last); returns (values, int32 indices, layout, dims)."""
+    perm = tuple([p for p in x.perm if p != axis] + [axis])
+    t = em.tensor_of(x, perm, expand=True)
+    dtype = np.dtype(x.dtype)
+    if not descending:
+        if dtype.kind not in "fi":
+            raise Unsupported(f"ascending sort of {dtype.name}")
+        t = em.emit_like("NEG", [t], t)
+    dims = [x.shape[p] for p in perm[:-1]] + [k]
+    kt = em.const(np.asarray(k, np.int32)) if is_static(k) else \
+        em.emit("RESHAPE", [em.dim_tensor(k), em.const(i32([]))], [], np.int32)
+    vals = em.tensor(dims, dtype, "topk_values")
+    inds = em.tensor(dims, np.int32, "topk_indices")
+    em.op("TOPK_V2", [t, kt], [vals, inds])
+    if not descending:
+        vals = em.emit_like("NEG", [vals], vals)
+    return vals, inds, perm, dims
+
+
+@rule(lax.top_k_p)
+def lower_top_k(em: Emitter, eqn: Any, x: Val) -> list[Val]:
+    """top_k → TOPK_V2 (+ CAST of the indices)."""
+    axis = eqn.params.get("axis", x.rank - 1)
+    k = eqn.params["k"]
+    vals, inds, perm, _ = _topk(em, x, axis, k, True)
+    ia = out_aval(eqn, 1)
+    inds = em.cast(inds, ia.dtype)
+    return [Val(out_aval(eqn).shape, x.dtype, tensor=vals, perm=perm), Val(ia.shape, ia.dtype, tensor=inds, perm=perm)]
+
+
+def _is_iota(v: Val, axis: int) -> bool:
+    if not v.is_const or not v.static:
+        return False
+    ref = np.arange(v.shape[axis]).reshape([-1 if i == axis else 1 for i in range(v.rank)])
+    return bool(np.array_equal(v.full(), np.broadcast_to(ref, v.shape)))
+
+
+def _batched_gather(em: Emitter, t: Any, idx: Any, dims: list) -> Any:
+    """``t[..., idx]`` along the last axis, per row (GATHER with batch_dims = rank - 1)."""
+    rank = len(dims)
+    return em.emit("GATHER", [t, idx], dims, t.dtype, axis=rank - 1, batchDims=rank - 1)
+
+
+@rule(lax.sort_p)
+def lower_sort(em: Emitter, eqn: Any, *xs: Val) -> list[Val]:
+    """sort → TOPK_V2 with k = n on the negated key (TOPK breaks ties by index, so this is a
+    stable ascending sort). Several keys: one stable pass per key, last key first. Other
+    operands are gathered with the resulting order (an iota operand, i.e. argsort, *is* it)."""
+    nk = eqn.params["num_keys"]
+    axis = eqn.params["dimension"]
+    keys = xs[:nk]
+    n = keys[0].shape[axis]
+    em.note("sort lowers to TOPK_V2 (k = n) on the negated key; ties keep index order")
+    if nk == 1:
+        vals, order, perm, dims = _topk(em, keys[0], axis, n, False)
+    else:
+        order = None
+        for key in reversed(keys):
+            perm = tuple([p for p in key.perm if p != axis] + [axis])
+            dims = [key.shape[p] for p in perm]
+            t = em.tensor_of(key, perm, expand=True)
+            if np.dtype(t.dtype).kind in "bu":
+                t = em.cast(t, np.int32)
+            if order is not None:
+                t = _batched_gather(em, t, order, dims)
+            kv = Val(dims, t.dtype, tensor=t)
+            _, idx, _, _ = _topk(em, kv, len(dims) - 1, n, False)
+            order = idx if order is None else _batched_gather(em, order, idx, dims)
+        vals = None
+    outs = []
+    for i, (v, ov) in enumerate(zip(xs, eqn.outvars)):
+        if i == 0 and vals is not None:
+            outs.append(Val(v.shape, v.dtype, tensor=vals, perm=perm))
+        elif _is_iota(v, axis):
+            outs.append(Val(v.shape, v.dtype, tensor=em.cast(order, v.dtype), perm=perm))
+        else:
+            t = em.tensor_of(v, perm, expand=True)
+            outs.append(Val(ov.aval.shape, v.dtype, tensor=_batched_gather(em, t, order, dims), perm=perm))
+    return outs

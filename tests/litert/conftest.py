@@ -1,0 +1,50 @@
+"""Shared helpers of the LiteRT exporter tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from exporters.litert import LiteRTArtifact, build
+from tests.litert.adapter import JaxProgram
+
+#: Max relative error (max|a-b| / max|b|) against the reference, float32.
+REL_TOL = 1e-4
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """``max|got - want| / max|want|`` (exact match required for ints and bools)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    if want.size == 0:
+        return 0.0
+    if want.dtype.kind in "biu":
+        return 0.0 if np.array_equal(got.astype(np.int64), want.astype(np.int64)) else float("inf")
+    scale = max(float(np.max(np.abs(want))), 1e-6)
+    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) / scale
+
+
+def outputs(value: Any) -> list:
+    """A model output as a list of arrays."""
+    items = list(value) if isinstance(value, (tuple, list)) else [value]
+    return [v.detach().numpy() if hasattr(v, "detach") else np.asarray(v) for v in items]
+
+
+def check_program(program: JaxProgram, *inputs: Any, tol: float = REL_TOL, **options: Any) -> LiteRTArtifact:
+    """Export ``program``, run it in the Interpreter on ``inputs`` (default: its samples), compare."""
+    art = build(program, **options)
+    xs = inputs or tuple(program.samples)
+    got, want = outputs(art(*xs)), program.reference(*xs)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype or (w.dtype == np.float64 and g.dtype == np.float32), f"output {i}: {g.dtype}"
+        err = rel_error(g, w)
+        assert err <= tol, f"output {i}: relative error {err:.3g} > {tol} (ops: {dict(art.ops)})"
+    return art
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
