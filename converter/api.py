@@ -9,7 +9,7 @@ import torch
 
 from converter.capture import capture
 from converter.errors import InputError
-from converter.lowering import lower
+from converter.lowering import LoweredProgram, lower
 from converter.passes import run_passes
 
 #: target name → "module:function" building the artifact from a LoweredProgram.
@@ -46,12 +46,23 @@ def convert(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict |
         UnsupportedOpError: an op has no lowering for the target.
     """
     builder = _builder(target)
+    program = prepare(model, sample_args, sample_kwargs, target=target, dynamic_shapes=dynamic_shapes,
+                      strict=strict, **options)
+    return builder(program, **options)
+
+
+def prepare(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
+            target: str = "tpu", dynamic_shapes: Any = None, strict: bool = False, **options: Any) -> LoweredProgram:
+    """Capture, run the shared passes and lower: the program every target builder starts from.
+
+    Args and raises as :func:`convert`; returns the :class:`LoweredProgram`, which
+    several targets can be built from without capturing again.
+    """
     if isinstance(sample_args, torch.Tensor):
         sample_args = (sample_args,)
     ep = capture(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict=strict)
     ep, _ = run_passes(ep, inference=not model.training)
-    program = lower(ep, target=target, options=options)
-    return builder(program, **options)
+    return lower(ep, target=target, options=options)
 
 
 def _builder(target: str) -> Any:

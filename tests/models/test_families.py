@@ -25,6 +25,9 @@ import torch
 from torch.export import Dim
 
 from converter import convert
+from converter.api import prepare
+from exporters.stablehlo import build as build_stablehlo
+from tpu_runtime.module import build as build_tpu
 from converter.errors import UnsupportedOpError
 from examples.models import FAMILIES, cnn, mlp
 from exporters.stablehlo import load
@@ -76,22 +79,28 @@ def family(request) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tpu_run(family) -> Outcome:
-    """``convert(target="tpu")`` once per family, and its outputs on the sample inputs."""
+def program(family) -> Outcome:
+    """Capture + passes + lowering once per family; both targets are built from it (as convert() does)."""
+    return _attempt(lambda: prepare(family["model"], _clone(family["args"]), target="tpu"))
+
+
+@pytest.fixture(scope="module")
+def tpu_run(family, program) -> Outcome:
+    """The "tpu" target once per family, and its outputs on the sample inputs."""
 
     def run():
-        module = convert(family["model"], _clone(family["args"]), target="tpu")
+        module = build_tpu(program.get())
         return module, flat_outputs(module(*_clone(family["args"])))
 
     return _attempt(run)
 
 
 @pytest.fixture(scope="module")
-def stablehlo_run(family, tmp_path_factory) -> Outcome:
-    """``convert(target="stablehlo")`` once per family, saved, reloaded, run on the sample inputs."""
+def stablehlo_run(family, program, tmp_path_factory) -> Outcome:
+    """The "stablehlo" target once per family, saved, reloaded, run on the sample inputs."""
 
     def run():
-        artifact = convert(family["model"], _clone(family["args"]), target="stablehlo")
+        artifact = build_stablehlo(program.get())
         path = artifact.save(str(tmp_path_factory.mktemp(family["name"]) / "model"))
         loaded = load(path)
         return loaded, flat_outputs(loaded(*_clone(family["args"])))
