@@ -1,0 +1,207 @@
+"""Eager-mode speed of the ``tpu`` device, side by side in one process.
+
+Three comparisons, each as paired alternating blocks (A B, B A, …) after a
+warm-up, reporting the median over rounds of the per-round time ratio
+(/work/shared/PEERS.md):
+
+1. **fused vs strict eager** on a training step (forward, backward, AdamW step,
+   ``loss.item()``) of each model: ``fused throughput / strict throughput``
+   (target ≥ 2);
+2. **per-op dispatch** of strict eager against torchax eager on a chain of small
+   elementwise ops: ``tpu time / torchax time`` (target ≤ 0.5; skipped with a note
+   when torchax is not importable);
+3. **compiled vs PyTorch eager on CPU**: a ``torch.compile(backend="tpu")``
+   training step against the same step in plain PyTorch on CPU: ``compiled time /
+   PyTorch time``.
+
+    python benchmarks/bench_eager.py                   # mlp and mingpt, 9 rounds
+    python benchmarks/bench_eager.py --models mlp --rounds 5 --block 3
+
+Absolute times are printed only as context; compare the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import tpu_runtime  # noqa: E402
+from examples.train import make_task  # noqa: E402
+
+THREADS = 2
+
+
+def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) -> tuple[float, float, float]:
+    """Median over rounds of time(a)/time(b), alternating A B / B A blocks; plus median seconds of each."""
+    ratios, ta, tb = [], [], []
+    for r in range(rounds):
+        order = (a, b) if r % 2 == 0 else (b, a)
+        times = {}
+        for fn in order:
+            start = time.perf_counter()
+            for _ in range(block):
+                fn()
+            times[fn] = (time.perf_counter() - start) / block
+        ratios.append(times[a] / times[b])
+        ta.append(times[a])
+        tb.append(times[b])
+    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
+
+
+def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+def training_step(name: str, where: str) -> Callable[[], float]:
+    """One AdamW step of ``name`` on ``where`` (``strict``/``fused`` tpu, ``compile``, ``cpu``)."""
+    task = make_task(name)
+    torch.manual_seed(0)
+    model = _no_dropout(task.make().train())
+    device = "tpu" if where in ("strict", "fused") else "cpu"
+    model = model.to(device)
+    forward = torch.compile(model, backend="tpu") if where == "compile" else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = (t.to(device) for t in task.batches[0])
+
+    def step() -> float:
+        with tpu_runtime.set_eager_mode(where) if device == "tpu" else _Null():
+            loss = task.loss(forward(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+    return step
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def op_chain(n: int = 100) -> Callable[[], Any]:
+    """``n`` times ``y = y * 0.5 + x`` (``2n`` ops) on [8, 8] tpu tensors, strict eager, then a sync."""
+    x = torch.randn(8, 8).to("tpu")
+
+    def run() -> Any:
+        y = x
+        for _ in range(n):
+            y = y * 0.5 + x
+        return y.cpu()
+
+    return run
+
+
+def jax_chain(n: int = 100) -> Callable[[], Any]:
+    """The same chain as two cached ``jax.jit`` functions called from Python: the floor
+    any eager runtime on JAX pays per op (one XLA dispatch)."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.asarray(torch.randn(8, 8).numpy())
+    mul, add = jax.jit(lambda a, s: a * s), jax.jit(lambda a, b: a + b)
+    half = jnp.asarray(0.5)
+
+    def run() -> Any:
+        y = x
+        for _ in range(n):
+            y = add(mul(y, half), x)
+        return y.block_until_ready()
+
+    return run
+
+
+def torchax_chain(n: int = 100) -> Callable[[], Any]:
+    """The same chain (``2n`` ops) in torchax eager mode.
+
+    Raises:
+        ImportError: torchax is not importable.
+    """
+    from benchmarks.bench_tpu import import_torchax
+
+    torchax, _ = import_torchax()
+    env = torchax.default_env()
+    with env:
+        x = env.to_xla(torch.randn(8, 8))
+
+    def run() -> Any:
+        with env:
+            y = x
+            for _ in range(n):
+                y = y * 0.5 + x
+            return torch.from_numpy(__import__("numpy").asarray(y.jax()))
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="mlp,mingpt")
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--block", type=int, default=3, help="calls per timed block")
+    p.add_argument("--ops", type=int, default=200, help="ops in the dispatch chain (even)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(THREADS)
+    print(f"device: tpu:0 = {torch.tpu.get_device_name()}; rounds {args.rounds} x block {args.block}; "
+          "median of paired ratios\n")
+
+    print("1. training step, fused vs strict eager (target fused/strict throughput >= 2)")
+    for name in args.models.split(","):
+        strict, fused = training_step(name, "strict"), training_step(name, "fused")
+        for fn in (strict, fused, strict, fused, fused):  # compile, then reach the steady-state graph
+            fn()
+        ratio, ts, tf = paired(strict, fused, args.rounds, args.block)
+        print(f"   {name:7s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
+              f"{tf * 1e3:8.1f} ms per step)")
+
+    print(f"\n2. per-op dispatch, {args.ops} small ops, strict eager vs torchax eager (target <= 0.5)")
+    ours = op_chain(args.ops // 2)
+    ours()
+    try:
+        theirs = torchax_chain(args.ops // 2)
+        theirs()
+    except Exception as e:  # not installed, or does not run next to tpu_runtime
+        theirs = None
+        print(f"   torchax: {str(e).splitlines()[0] if str(e) else type(e).__name__} -- skipped")
+    if theirs is not None:
+        ratio, to, tt = paired(ours, theirs, args.rounds, args.block)
+        print(f"   tpu/torchax time {ratio:5.2f}   ({to / args.ops * 1e6:.1f} vs {tt / args.ops * 1e6:.1f} µs/op)")
+    floor = jax_chain(args.ops // 2)
+    floor()
+    ratio, to, tj = paired(ours, floor, args.rounds, args.block)
+    print(f"   tpu/raw jax.jit time {ratio:5.2f}   ({to / args.ops * 1e6:.1f} vs {tj / args.ops * 1e6:.1f} µs/op; "
+          "the floor: one cached XLA dispatch per op, no torch)")
+
+    print("\n3. training step, torch.compile(backend='tpu') vs PyTorch eager on CPU")
+    for name in args.models.split(","):
+        compiled, cpu = training_step(name, "compile"), training_step(name, "cpu")
+        compiled(), compiled(), cpu()
+        ratio, tc, tp = paired(compiled, cpu, args.rounds, args.block)
+        print(f"   {name:7s} compiled/pytorch time {ratio:5.2f}   (compiled {tc * 1e3:8.1f} ms, pytorch "
+              f"{tp * 1e3:8.1f} ms per step)")
+
+    s = tpu_runtime.cache_stats()
+    print(f"\ncompile cache: {s.requests} requests, {s.hits} hits, {s.misses} misses ({s.disk_hits} from disk), "
+          f"{s.compile_seconds:.1f}s compiling")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Shared setup of the runtime tests: one private on-disk cache for the session.
+
+Tests reuse the same tiny shapes ([4, 3] inputs, a 3→4→2 MLP) so the in-memory
+compile cache keeps the whole suite to a few dozen XLA compiles.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tpu_runtime
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runtime_cache(tmp_path_factory):
+    """Point the runtime's on-disk compile cache at a fresh session directory."""
+    tpu_runtime.set_cache_dir(tmp_path_factory.mktemp("xla_cache"))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _strict_mode():
+    """Every test starts (and ends) in strict mode."""
+    with tpu_runtime.set_eager_mode("strict"):
+        yield
+
+
+def tiny_mlp() -> torch.nn.Module:
+    """A seeded 3 → 4 → 2 MLP (Linear, ReLU, Linear)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed [4, 3] input and [4, 2] target."""
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(4, 3, generator=g), torch.randn(4, 2, generator=g)

@@ -1,0 +1,94 @@
+"""The shared compile cache: statistics, cache_only, the on-disk cache, torch.compile."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tpu_runtime
+from tests.runtime.conftest import batch, tiny_mlp
+
+
+def test_stats_count_hits_and_misses():
+    x = torch.randn(4, 3).to("tpu")
+    (x - 0.25).cpu()
+    before = tpu_runtime.cache_stats()
+    for _ in range(3):
+        x - 0.25
+    after = tpu_runtime.cache_stats()
+    assert after.requests - before.requests == 3 and after.hits - before.hits == 3
+    assert after.misses == before.misses and after.compile_seconds >= 0
+
+
+def test_cache_only_raises_on_a_miss_and_allows_hits():
+    x = torch.randn(4, 3).to("tpu")
+    torch.exp(x).cpu()
+    with tpu_runtime.cache_only():
+        torch.exp(x).cpu()                           # compiled above: fine
+        with pytest.raises(tpu_runtime.CacheMissError, match="cache_only"):
+            torch.exp(torch.ones(7, 1).to("tpu"))    # a new signature
+
+
+def test_float_arguments_of_arithmetic_do_not_recompile():
+    x = torch.randn(4, 3).to("tpu")
+    (x * 0.125).cpu()
+    with tpu_runtime.cache_only():
+        for lr in (0.1, 0.01, 0.001):                 # e.g. a learning-rate schedule
+            (x * lr).cpu()
+
+
+def test_disk_cache_serves_a_new_process_view(tmp_path):
+    session_dir = tpu_runtime.cache_dir()
+    tpu_runtime.set_cache_dir(tmp_path)
+    try:
+        x = torch.randn(4, 3).to("tpu")
+        torch.cos(x).cpu()
+        assert any(tmp_path.iterdir()), "nothing was written to the cache directory"
+        tpu_runtime.clear_cache()                     # forget everything in memory, as a new process would
+        before = tpu_runtime.cache_stats()
+        torch.cos(x).cpu()
+        after = tpu_runtime.cache_stats()
+        assert after.misses - before.misses == 1 and after.disk_hits - before.disk_hits == 1
+    finally:
+        tpu_runtime.set_cache_dir(session_dir)
+
+
+def test_corrupt_disk_entry_is_recompiled(tmp_path):
+    session_dir = tpu_runtime.cache_dir()
+    tpu_runtime.set_cache_dir(tmp_path)
+    try:
+        x = torch.randn(4, 3).to("tpu")
+        want = torch.sin(x).cpu()
+        entries = [p for p in tmp_path.rglob("*") if p.is_file()]
+        assert entries
+        for p in entries:
+            p.write_bytes(b"\x00garbage" * 7)
+        tpu_runtime.clear_cache()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = torch.sin(x).cpu()
+        assert torch.equal(got, want)
+        assert any("persistent compilation cache" in str(w.message) for w in caught)
+    finally:
+        tpu_runtime.set_cache_dir(session_dir)
+
+
+def test_torch_compile_backend_shares_the_cache():
+    model = tiny_mlp()
+    x, _ = batch()
+    compiled = torch.compile(model, backend="tpu")
+    before = tpu_runtime.cache_stats()
+    out = compiled(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
+    mid = tpu_runtime.cache_stats()
+    assert mid.requests > before.requests
+    compiled(x)
+    assert tpu_runtime.cache_stats().hits > mid.hits
+
+
+def test_torch_compile_of_tpu_tensors_explains_itself():
+    model = tiny_mlp().to("tpu")
+    with pytest.raises(Exception, match="CPU-resident"):
+        torch.compile(model, backend="tpu")(torch.randn(4, 3).to("tpu"))

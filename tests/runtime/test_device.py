@@ -1,0 +1,197 @@
+"""The ``tpu`` device in strict eager mode: transfers, factories, printing, ops, views."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+
+import tpu_runtime
+from converter.errors import UnsupportedOpError
+from tests.runtime.conftest import batch, tiny_mlp
+
+
+def test_device_is_registered_as_tpu():
+    assert torch.device("tpu").type == "tpu"
+    assert torch.tpu.is_available() and torch.tpu.device_count() == 1
+    t = torch.ones(2).to("tpu")
+    assert t.device == torch.device("tpu", 0) and t.is_tpu and isinstance(t, tpu_runtime.TpuTensor)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float16])
+def test_transfer_roundtrip_keeps_values_and_dtype(dtype):
+    x = (torch.randn(4, 3) * 10).to(dtype)
+    back = x.to("tpu").cpu()
+    assert back.dtype == dtype and back.device.type == "cpu"
+    assert torch.equal(back, x)
+
+
+def test_factories_create_tpu_tensors():
+    z = torch.zeros(4, 3, device="tpu")
+    o = torch.ones(4, 3, device="tpu", dtype=torch.int64)
+    f = torch.full((4, 3), 2.5, device="tpu")
+    a = torch.arange(5, device="tpu")
+    e = torch.empty(4, 3, device="tpu")
+    r = torch.randn(4, 3, device="tpu")
+    i = torch.eye(3, device="tpu")
+    for t in (z, o, f, a, e, r, i):
+        assert t.device.type == "tpu"
+    assert torch.equal(z.cpu(), torch.zeros(4, 3)) and torch.equal(o.cpu(), torch.ones(4, 3, dtype=torch.int64))
+    assert torch.equal(f.cpu(), torch.full((4, 3), 2.5))
+    assert torch.equal(a.cpu(), torch.arange(5)) and a.dtype == torch.int64
+    assert e.shape == (4, 3) and r.shape == (4, 3) and r.dtype == torch.float32
+    assert torch.equal(i.cpu(), torch.eye(3))
+
+
+def test_print_item_and_format():
+    t = torch.tensor([1.5, -2.0]).to("tpu")
+    text = repr(t)
+    assert "device='tpu:0'" in text and "1.5000" in text
+    assert t.sum().item() == pytest.approx(-0.5)
+    assert f"{t[0]:.2f}" == "1.50"
+    assert "requires_grad=True" in repr(t.clone().requires_grad_())
+
+
+def test_ops_match_cpu():
+    x, _ = batch()
+    w = torch.randn(3, 5)
+    t, tw = x.to("tpu"), w.to("tpu")
+    cases = [
+        (lambda a, b: a * 0.5 + 1, lambda a, b: a * 0.5 + 1),
+        (lambda a, b: a @ b, None),
+        (lambda a, b: torch.softmax(a, dim=-1), None),
+        (lambda a, b: a.sum(0) / a.abs().max(), None),
+        (lambda a, b: (a > 0).to(torch.int64).cumsum(1), None),
+    ]
+    for fn, _ in cases:
+        got, want = fn(t, tw).cpu(), fn(x, w)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_inplace_writes_through_views_reach_the_base(mode):
+    x = torch.arange(12.0).reshape(4, 3)
+    with tpu_runtime.set_eager_mode(mode):
+        t = x.to("tpu")
+        t[:, 1].add_(100)            # select: column 1
+        t.t()[0].mul_(-1)            # transpose + select: column 0
+        t.view(-1)[-1] = 7           # view of everything: last element
+        t[1:3, :2].fill_(0)          # slice of a slice
+        x[:, 1] += 100               # the CPU source changes after the upload: the device copy must not
+        x.t()[0] *= -1
+        x.view(-1)[-1] = 7
+        x[1:3, :2] = 0
+        assert torch.equal(t.cpu(), x)
+
+
+def test_views_see_later_writes_to_the_base():
+    t = torch.zeros(4, 3).to("tpu")
+    row, col = t[2], t.transpose(0, 1)[1]
+    t.add_(1)
+    t[2, 1] = 5
+    assert torch.equal(row.cpu(), torch.tensor([1.0, 5.0, 1.0]))
+    assert torch.equal(col.cpu(), torch.tensor([1.0, 1.0, 5.0, 1.0]))
+
+
+def test_write_through_expanded_view_is_refused():
+    t = torch.zeros(1, 3).to("tpu")
+    with pytest.raises(RuntimeError, match="more than one element"):
+        t.expand(4, 3).add_(1)
+
+
+def test_copy_between_devices_and_dtypes():
+    t = torch.zeros(4, 3, device="tpu")
+    t.copy_(torch.ones(3, dtype=torch.int64))       # CPU source, broadcast and cast
+    assert torch.equal(t.cpu(), torch.ones(4, 3))
+    h = torch.empty(4, 3, dtype=torch.float64)
+    h.copy_(t)                                      # tpu source into a CPU tensor
+    assert torch.equal(h, torch.ones(4, 3, dtype=torch.float64))
+    assert t.to(torch.int32).cpu().dtype == torch.int32
+
+
+def test_module_to_keeps_parameters_tied_and_converts_dtypes():
+    emb, head = torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    weight = emb.weight
+    model.to("tpu")
+    assert model["emb"].weight is model["head"].weight is weight
+    assert weight.device.type == "tpu" and isinstance(weight, torch.nn.Parameter)
+    model.half()
+    assert weight.dtype == torch.float16 and weight.cpu().dtype == torch.float16
+
+
+def test_deepcopy_and_pickle():
+    model = tiny_mlp().to("tpu")
+    clone = copy.deepcopy(model)
+    assert torch.equal(clone[0].weight.cpu(), model[0].weight.cpu())
+    t = torch.arange(3.0).to("tpu")
+    assert torch.equal(pickle.loads(pickle.dumps(t)).cpu(), torch.arange(3.0))
+
+
+def test_unsupported_op_names_the_op_and_fallback_is_reported():
+    t = torch.tensor([0.0, 1.0, 0.0, 2.0]).to("tpu")
+    with pytest.raises(UnsupportedOpError, match=r"aten\.nonzero\.default.*set_cpu_fallback"):
+        torch.nonzero(t)
+    tpu_runtime.set_cpu_fallback(True)
+    try:
+        idx = torch.nonzero(t)
+    finally:
+        tpu_runtime.set_cpu_fallback(False)
+    assert idx.device.type == "tpu" and torch.equal(idx.cpu(), torch.tensor([[1], [3]]))
+    assert tpu_runtime.fallback_report()["aten.nonzero.default"] >= 1
+
+
+def test_mixing_a_cpu_tensor_raises_like_torch():
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ones(4, 3).to("tpu") + torch.ones(4, 3)
+
+
+def test_tensor_constructor_tolist_data_setter_and_indexing():
+    t = torch.tensor([[1.0, 2.0, 3.0]] * 4, device="tpu")
+    assert t.device.type == "tpu" and t.tolist()[3] == [1.0, 2.0, 3.0]
+    p = torch.nn.Parameter(torch.zeros(4, 3).to("tpu"))
+    with torch.no_grad():
+        p.data = t * 2                               # torch's C++ shallow copy plus our storage
+    assert torch.equal(p.cpu(), torch.tensor([[2.0, 4.0, 6.0]] * 4))
+    idx = torch.tensor([0, 2])
+    assert torch.equal(t[idx].cpu(), t.cpu()[idx])   # CPU index tensors are accepted, as for CUDA
+    with pytest.raises(Exception, match="cannot be inferred"):
+        t[t > 1.5]                                   # data-dependent shape
+
+
+def test_inplace_view_ops_change_the_tensor_and_keep_aliasing():
+    t = torch.arange(6.0).reshape(2, 3).to("tpu")
+    t.unsqueeze_(0)
+    t.transpose_(1, 2)
+    assert t.shape == (1, 3, 2) and t.cpu().tolist() == [[[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]]
+    t.squeeze_(0)
+    t[0, 1] = 100.0
+    assert t.cpu().tolist() == [[0.0, 100.0], [1.0, 4.0], [2.0, 5.0]]
+
+
+def test_lstm_inference_uses_the_fused_cell_kernel():
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(3, 4, batch_first=True)
+    x = torch.randn(2, 5, 3)
+    with torch.no_grad():
+        want, (h, c) = lstm(x)
+        got, (th, tc) = lstm.to("tpu")(x.to("tpu"))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tc.cpu(), c, rtol=1e-5, atol=1e-6)
+
+
+def test_multihead_attention_inference_fast_path():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 3, 8)
+    pad = torch.tensor([[False, False, True], [False, False, False]])
+    with torch.no_grad():
+        want, want_w = mha(x, x, x, key_padding_mask=pad)
+        tx = x.to("tpu")
+        got, got_w = mha.to("tpu")(tx, tx, tx, key_padding_mask=pad.to("tpu"))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,139 @@
+"""Eager modes: fused graphs and their cache, debug checks, mode switching."""
+
+from __future__ import annotations
+
+import copy
+
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpu_runtime
+from converter.errors import ParityError
+from converter.lowering.registry import override
+from tests.runtime.conftest import batch, tiny_mlp
+from tpu_runtime.eager import fused
+from tpu_runtime.eager.fused import LazyRef
+
+
+def _train(model, x, y, steps):
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(steps):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_set_eager_mode_call_and_context_manager():
+    assert tpu_runtime.get_eager_mode() == "strict"
+    with tpu_runtime.set_eager_mode("fused"):
+        assert tpu_runtime.get_eager_mode() == "fused"
+        with tpu_runtime.eager_mode("debug", check_nan=False):
+            assert tpu_runtime.get_eager_mode() == "debug"
+        assert tpu_runtime.get_eager_mode() == "fused"
+    assert tpu_runtime.get_eager_mode() == "strict"
+    with pytest.raises(ValueError, match="unknown eager mode"):
+        tpu_runtime.set_eager_mode("lazy")
+
+
+def test_env_var_picks_the_default_mode(monkeypatch):
+    from tpu_runtime import eager
+
+    monkeypatch.setenv("TPU_EAGER_MODE", "fused")
+    assert eager.default_mode() == "fused"
+    monkeypatch.setenv("TPU_EAGER_MODE", "bogus")
+    with pytest.raises(ValueError, match="TPU_EAGER_MODE"):
+        eager.default_mode()
+
+
+def test_fused_ops_are_lazy_until_a_sync_point():
+    x = torch.ones(4, 3).to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        y = (x * 2).sum(0)
+        assert type(y._storage.value) is LazyRef and len(fused.GRAPH) >= 2
+        assert "8." in repr(y)                      # print is a sync point
+        assert len(fused.GRAPH) == 0
+        z = y + 1
+        tpu_runtime.sync()
+        assert type(z._storage.value) is not LazyRef or z._storage.value.concrete is not None
+        assert z.sum().item() == 27.0               # item is a sync point
+
+
+def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
+    monkeypatch.setattr(fused, "MAX_OPS", 5)
+    x = torch.ones(4, 3).to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        y = x
+        for _ in range(6):
+            y = y + 1
+        assert len(fused.GRAPH) < 5
+        assert torch.equal(y.cpu(), torch.full((4, 3), 7.0))
+
+
+def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
+    model = tiny_mlp()
+    ref = copy.deepcopy(model).to("tpu")
+    x, y = batch()
+    tx, ty = x.to("tpu"), y.to("tpu")
+    want = _train(ref, tx, ty, 4)
+    model.to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+        got = []
+        for step in range(4):
+            ctx = tpu_runtime.cache_only() if step == 3 else _null()
+            with ctx:  # by the 4th step the graph of a step is a cache hit: nothing compiles
+                loss = F.mse_loss(model(tx), ty)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                got.append(loss.item())
+    assert got == pytest.approx(want, rel=1e-5)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def test_debug_mode_names_the_op_that_made_a_nan():
+    t = torch.tensor([1.0, -1.0, 4.0]).to("tpu")
+    with tpu_runtime.set_eager_mode("debug"):
+        ok = t.abs().sqrt()
+        assert torch.equal(ok.cpu(), torch.tensor([1.0, 1.0, 2.0]))
+        with pytest.raises(tpu_runtime.NonFiniteError, match=r"aten\.sqrt\.default produced NaN"):
+            t.sqrt()
+
+
+def test_debug_mode_compares_each_op_with_cpu():
+    def bad_neg(ctx, x):
+        return x  # wrong on purpose
+
+    t = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]]).to("tpu")  # a shape no other test uses
+    with override(torch.ops.aten.neg.default, bad_neg):
+        try:
+            with tpu_runtime.set_eager_mode("debug", compare_cpu=True):
+                assert torch.equal((t * 2).cpu(), torch.tensor([[2.0, 4.0, 6.0, 8.0, 10.0]]))
+                with pytest.raises(ParityError, match=r"first op that differs from PyTorch CPU: aten\.neg"):
+                    -t
+            assert "aten.neg.default" in tpu_runtime.debug_report.first
+        finally:
+            tpu_runtime.clear_cache()
+
+
+def test_modes_share_one_kernel_library():
+    x = torch.randn(4, 3)
+    results = {}
+    for mode in ("strict", "debug", "fused"):
+        with tpu_runtime.set_eager_mode(mode):
+            results[mode] = (torch.tanh(x.to("tpu")) * 3).cpu()
+    assert torch.equal(results["strict"], results["debug"]) and torch.equal(results["strict"], results["fused"])
+    assert jnp.allclose(results["strict"].numpy(), (torch.tanh(x) * 3).numpy(), atol=1e-6)

@@ -1,0 +1,99 @@
+"""The ``tpu`` device: PrivateUse1 renamed, its backend hooks, and its factory kernels.
+
+:func:`register` (called once by ``import tpu_runtime``) does what a C++ backend
+would do, from Python, with PyTorch's documented registration APIs:
+
+* ``torch.utils.rename_privateuse1_backend("tpu")`` and
+  ``generate_methods_for_privateuse1_backend()`` (``Tensor.tpu()``, ``is_tpu``…);
+* ``torch._register_device_module("tpu", tpu_runtime.torch_tpu)``: ``torch.tpu``
+  (``is_available``, ``manual_seed_all`` so ``torch.manual_seed`` seeds the device…);
+* a PrivateUse1 hooks object and device guard, which the autograd engine needs
+  to run backward on the device;
+* ``torch.library`` kernels on the PrivateUse1 key for the entry points that take
+  no tpu tensor (``torch.empty(..., device="tpu")``, ``arange``, ``full``,
+  ``rand``…): they create :class:`~tpu_runtime.tensor.TpuTensor` objects, whose
+  every later op goes through ``__torch_dispatch__``; plus ``_copy_from``, which
+  PyTorch calls on the backend with the Python key excluded (inside
+  ``torch.tensor(..., device="tpu")``).
+
+Nothing global is patched: these are registrations into PyTorch's extension points.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import torch
+
+_STATE: dict[str, Any] = {"registered": False, "library": None}
+
+#: Factory ops (no tensor input) that get a PrivateUse1 kernel routing them to the runtime.
+#: Others (``zeros``, ``ones``, ``full``, ``randn``, ``scalar_tensor``…) decompose in PyTorch
+#: into ``empty`` + an in-place fill that reaches ``__torch_dispatch__``; ``arange``,
+#: ``eye`` and ``randperm`` would need ``resize_``, so they are routed directly.
+FACTORIES = (
+    "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
+    "full", "rand", "randn", "randint", "randint.low", "randperm", "scalar_tensor", "eye", "eye.m",
+    "_copy_from", "_copy_from_and_resize",
+)
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    """What PyTorch's C++ side asks a PrivateUse1 backend."""
+
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    """The device guard the autograd engine uses for tpu tensors (one device)."""
+
+    def type_(self) -> Any:
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _factory(op: Any, *args: Any, **kwargs: Any) -> Any:
+    from tpu_runtime.dispatch import dispatch
+
+    return dispatch(op, args, kwargs)
+
+
+def register() -> None:
+    """Make ``"tpu"`` a torch device backed by ``jax.devices()[0]`` (idempotent).
+
+    Raises:
+        RuntimeError: PrivateUse1 was already renamed to another backend.
+    """
+    if _STATE["registered"]:
+        return
+    from tpu_runtime import torch_tpu
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current == "privateuseone":
+        torch.utils.rename_privateuse1_backend("tpu")
+    elif current != "tpu":
+        raise RuntimeError(f"the PrivateUse1 backend is already named {current!r}; tpu_runtime needs it as 'tpu'")
+    if not hasattr(torch.Tensor, "is_tpu"):
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
+    torch._register_device_module("tpu", torch_tpu)
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    lib = torch.library.Library("aten", "IMPL")
+    for name in FACTORIES:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        lib.impl(name, functools.partial(_factory, op), "PrivateUse1")
+    _STATE["library"] = lib
+    _STATE["registered"] = True
+    jax.devices()  # initialize the JAX backend now, not inside the first op
+
+
+__all__ = ["register", "FACTORIES"]

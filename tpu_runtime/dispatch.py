@@ -1,0 +1,419 @@
+"""Route every ATen call on tpu tensors to the lowering table.
+
+For each op overload the route is decided once and cached:
+
+1. a handful of ops the runtime implements itself: device transfers (``_to_copy``,
+   ``copy_``), scalars (``item``), aliases (``detach``), view spellings that map
+   onto table ops (``t``/``transpose`` → ``permute``, ``_unsafe_view`` → ``view``),
+   in-place view ops (``unsqueeze_``: the tensor becomes the view) and the fused
+   transformer inference fast paths (:mod:`tpu_runtime.fastpath`);
+2. ops with a row in the lowering table, or a runtime kernel built from rows
+   (:mod:`tpu_runtime.kernels`): an :class:`~tpu_runtime.plans.OpPlan` run by the
+   current eager mode. View ops (``view``, ``slice``, ``permute``…) return views
+   that share the storage;
+3. in-place ops (``add_``) and ``out=`` variants: the functional op is routed, then
+   its result is written back (through the view chain if the target is a view);
+4. torch's decompositions (``torch._decomp`` first, then CompositeImplicitAutograd,
+   then ``torch._refs``), traced once per signature into one plan when possible
+   (:mod:`tpu_runtime.traced`), else run piece by piece through this dispatcher;
+5. otherwise :class:`~converter.errors.UnsupportedOpError` naming the op, or the
+   opt-in, reported CPU fallback (:mod:`tpu_runtime.fallback`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import jax.numpy as jnp
+import torch
+from torch._decomp import core_aten_decompositions, decomposition_table
+
+from converter.errors import UnsupportedOpError
+from converter.lowering import registry
+from tpu_runtime import fastpath, kernels, rng
+from tpu_runtime import tensor as tensor_module
+from tpu_runtime._x64 import restore, swap_on
+from tpu_runtime.cache import CACHE
+from tpu_runtime.eager import executor
+from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
+from tpu_runtime.plans import META_FUNCTIONS, OpPlan, ShapeInferenceError, _Slot, build_plan, flatten, rebuild
+from tpu_runtime.tensor import TpuTensor, alias, new_tensor, wrap
+from tpu_runtime.traced import traced_plan
+from tpu_runtime.values import convert_plan, make_view, read, to_cpu, upload, write
+
+aten = torch.ops.aten
+_PLANS: dict[tuple, OpPlan | None] = {}
+_ROUTES: dict[Any, tuple] = {}
+CACHE.on_clear(_PLANS.clear)
+CACHE.on_clear(_ROUTES.clear)
+_CORE_DECOMP = core_aten_decompositions()
+META_FUNCTIONS.update(kernels.META_FUNCTIONS)
+_UNTRACED = object()
+_ARRAY = type(jnp.zeros(()))  # jaxlib's ArrayImpl: a concrete value, read without a call
+
+
+def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run one ATen call whose tensors are on the tpu device (the ``__torch_dispatch__`` body)."""
+    token = swap_on()
+    try:
+        return _route(func, args, kwargs)
+    except Exception as e:
+        if torch._C._current_graph_task_id() < 0 or threading.current_thread() is threading.main_thread():
+            raise
+        return defer_backward_error(func, args, kwargs, e)
+    finally:
+        restore(token)
+
+
+def _route(func: Any, args: tuple, kwargs: dict) -> Any:
+    route = _ROUTES.get(func)
+    if route is None:
+        route = _ROUTES[func] = _classify(func)
+    kind = route[0]
+    if kind == "op":
+        try:
+            return run_op(func, args, kwargs, route[1], route[2])
+        except ShapeInferenceError:
+            if not fallback_enabled():
+                raise
+            return cpu_fallback(func, args, kwargs)
+    if kind == "special":
+        return route[1](func, args, kwargs)
+    if kind == "inplace":
+        return _inplace(route[1], args, kwargs)
+    if kind == "out":
+        return _out(route[1], route[2], args, kwargs)
+    if kind == "decomp":
+        return _decomposed(func, args, kwargs, route[1])
+    return missing(func, args, kwargs)
+
+
+def _classify(func: Any) -> tuple:
+    if func in _SPECIAL:
+        return ("special", _SPECIAL[func])
+    if torch.Tag.inplace_view in func.tags:
+        functional = _functional_of_inplace(func)
+        if functional is not None:
+            return ("special", lambda f, a, k: _inplace_view(functional, a, k))
+    if _table_row(func) is not None:
+        return ("op", None, None)
+    if func in kernels.KERNELS:
+        return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC)
+    schema = func._schema
+    first = schema.arguments[0] if schema.arguments else None
+    if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
+        functional = _functional_of_inplace(func)
+        if functional is not None:
+            return ("inplace", functional)
+    outs = [a.name for a in schema.arguments if a.is_out]
+    if outs:
+        functional = _functional_of_out(func, outs)
+        if functional is not None:
+            return ("out", functional, outs)
+    fn = _CORE_DECOMP.get(func) or decomposition_table.get(func)
+    # torch._refs decompositions may emit prims.* ops (not ATen, not in the table):
+    # prefer torch._decomp's ATen-to-ATen ones, then CompositeImplicitAutograd, then refs.
+    if fn is not None and not fn.__module__.startswith("torch._refs"):
+        return ("decomp", fn)
+    if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+        return ("decomp", func.decompose)
+    if fn is not None:
+        return ("decomp", fn)
+    return ("missing",)
+
+
+def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable) -> Any:
+    """Run a decomposition: as one traced plan when possible, else piece by piece."""
+    try:
+        key, ins = flatten(func, args, kwargs, dyn=False)
+    except RuntimeError:  # e.g. CPU tensors the decomposition will move: run it as written
+        key = None
+    plan = _PLANS.get(key, _UNTRACED) if key is not None else None
+    if plan is _UNTRACED:
+        plan = _PLANS[key] = traced_plan(func, key, args, kwargs, decomp)
+    if plan is not None:
+        return _execute(plan, ins)
+    out = decomp(*args, **kwargs)
+    if out is NotImplemented and func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+        out = func.decompose(*args, **kwargs)
+    if out is NotImplemented:
+        return missing(func, args, kwargs)
+    return out
+
+
+def _table_row(func: Any) -> Any:
+    try:
+        return registry.lookup(func)
+    except UnsupportedOpError:
+        return None
+
+
+# --------------------------------------------------------------------------- table ops
+
+
+def run_op(func: Any, args: tuple, kwargs: dict, kernel: Callable | None = None, dyn: bool | None = None) -> Any:
+    """Run one op through its plan with the current eager mode; wrap the outputs.
+
+    ``kernel`` is a runtime kernel; ``None`` means the op's row of the lowering table.
+    """
+    key, ins = flatten(func, args, kwargs, dyn)
+    plan = _PLANS.get(key)
+    if plan is None:
+        row = registry.lookup(func) if kernel is None else None
+        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=dyn)
+    if plan.view and len(ins) == 1:
+        src = ins[0]
+        return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
+    return _execute(plan, ins)
+
+
+def _execute(plan: OpPlan, ins: list) -> Any:
+    """Run ``plan`` on the call's inputs with the current eager mode; wrap the outputs."""
+    values = []
+    for x in ins:
+        if type(x) is TpuTensor and not x._chain:  # the common case, inlined: a base tensor's value
+            v = x._storage.value
+            values.append(v if type(v) is _ARRAY else read(x))
+        elif isinstance(x, TpuTensor):
+            values.append(read(x))
+        else:
+            values.append(upload(x) if isinstance(x, torch.Tensor) else _scalar(x))
+    if plan.random:
+        values.append(rng.next_input())
+    res = executor().run(plan, values)
+    specs = plan.out_specs
+    if len(specs) == 1 and type(plan.structure) is _Slot:
+        return wrap(res[0], specs[0])
+    return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])
+
+
+_SCALARS: dict[float, Any] = {}
+
+
+def _scalar(x: float) -> Any:
+    """A dynamic python float as a weakly typed device scalar, cached (a python float
+    argument would be transferred to the device on every call)."""
+    v = _SCALARS.get(x)
+    if v is None:
+        if len(_SCALARS) > 4096:
+            _SCALARS.clear()
+        v = _SCALARS[x] = jnp.asarray(x)
+    return v
+
+
+# --------------------------------------------------------------------------- in-place and out=
+
+#: In-place ops whose functional twin has another overload name.
+_INPLACE_TWINS = {
+    aten.bernoulli_.float: aten.bernoulli.p,
+    aten.normal_.default: aten.normal_functional.default,
+}
+
+
+def _functional_of_inplace(func: Any) -> Any:
+    if func in _INPLACE_TWINS:
+        return _INPLACE_TWINS[func]
+    name = func._schema.name.split("::", 1)[1]
+    if not name.endswith("_") or name.startswith("_foreach"):
+        return None
+    packet = getattr(aten, name[:-1], None)
+    if packet is None:
+        return None
+    overload = func._overloadname
+    if overload in packet.overloads():
+        return getattr(packet, overload)
+    wanted = [a.name for a in func._schema.arguments]  # e.g. transpose_.default ~ transpose.int
+    for ov in packet.overloads():
+        f = getattr(packet, ov)
+        if [a.name for a in f._schema.arguments] == wanted:
+            return f
+    return None
+
+
+def _functional_of_out(func: Any, outs: list) -> Any:
+    name = func._schema.name.split("::", 1)[1]
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return None
+    ov = func._overloadname
+    wanted = [a.name for a in func._schema.arguments if not a.is_out]
+    for cand in ([ov[:-4]] if ov.endswith("_out") else []) + ["default", "Tensor", "start_step"]:
+        if cand in packet.overloads():
+            f = getattr(packet, cand)
+            if [a.name for a in f._schema.arguments] == wanted:
+                return f
+    return None
+
+
+def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
+    self = args[0]
+    result = _route(functional, args, kwargs)
+    if isinstance(result, (tuple, list)):
+        result = result[0]
+    if not isinstance(self, TpuTensor):  # a CPU tensor updated from tpu operands
+        self.copy_(to_cpu(result))
+        return self
+    _assign(self, result)
+    return self
+
+
+def _assign(dst: TpuTensor, src: TpuTensor) -> None:
+    """Write ``src`` (a tpu tensor) into ``dst``, casting its dtype as in-place ops do."""
+    if src._spec[0] != dst._spec[0]:
+        raise RuntimeError(f"output with shape {list(dst._spec[0])} doesn't match the broadcast shape "
+                           f"{list(src._spec[0])}")
+    value = read(src)
+    if src._spec[1] != dst._spec[1]:
+        value = executor().run(convert_plan(src._spec, dst._spec), [value])[0]
+    write(dst, value)
+
+
+def _out(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
+    kw = {k: v for k, v in kwargs.items() if k not in out_names}
+    res = _route(functional, args, kw)
+    results = res if isinstance(res, (tuple, list)) else (res,)
+    outs = [kwargs[n] for n in out_names]
+    for o, r in zip(outs, results):
+        if not isinstance(o, TpuTensor):
+            o.copy_(to_cpu(r))
+        elif tuple(o.shape) != r._spec[0]:
+            raise RuntimeError(f"{functional}: out= tensor of shape {list(o.shape)} cannot be resized to "
+                               f"{list(r._spec[0])} on the tpu device; pass an out= tensor of the right shape")
+        else:
+            _assign(o, r)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# --------------------------------------------------------------------------- ops the runtime implements
+
+
+def _alias(func: Any, args: tuple, kwargs: dict) -> Any:
+    return alias(args[0])
+
+
+def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    shape = tuple(int(s) for s in args[0])
+    return new_tensor(None, shape, dtype)
+
+
+def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
+    x = args[0]
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    if device is not None and torch.device(device).type != "tpu":
+        cpu = to_cpu(x)
+        return cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
+    if dtype is None or dtype == x.dtype:
+        return new_tensor(read(x), x._spec[0], x._spec[1])
+    return run_op(aten._to_copy.default, (x,), {"dtype": dtype})
+
+
+def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
+    dst, src = args[0], args[1]
+    if not isinstance(dst, TpuTensor):
+        dst.copy_(to_cpu(src))
+        return dst
+    if isinstance(src, TpuTensor):
+        value = read(src)
+        if src._spec != dst._spec:
+            value = executor().run(convert_plan(src._spec, dst._spec), [value])[0]
+    else:
+        value = upload(src.detach().to(dst.dtype).expand(dst._spec[0]))
+    write(dst, value)
+    return dst
+
+
+def _item(func: Any, args: tuple, kwargs: dict) -> Any:
+    return to_cpu(args[0]).item()
+
+
+def _equal(func: Any, args: tuple, kwargs: dict) -> bool:
+    a, b = (to_cpu(x) if isinstance(x, TpuTensor) else x for x in args[:2])
+    return torch.equal(a, b)
+
+
+def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
+    self, size = args[0], tuple(args[1])
+    if size != tuple(self.shape):
+        raise RuntimeError(f"resize_ of a tpu tensor from {list(self.shape)} to {list(size)} is not supported; "
+                           "tpu tensors have a fixed shape (allocate a new tensor instead)")
+    return self
+
+
+def _t(func: Any, args: tuple, kwargs: dict) -> Any:
+    x = args[0]
+    return _route(aten.permute.default, (x, [1, 0]), {}) if x.dim() == 2 else alias(x)
+
+
+def _transpose(func: Any, args: tuple, kwargs: dict) -> Any:
+    x, d0, d1 = args[0], args[1], args[2]
+    n = max(x.dim(), 1)
+    d0, d1 = d0 % n, d1 % n
+    if x.dim() < 2 or d0 == d1:
+        return alias(x)
+    perm = list(range(x.dim()))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _route(aten.permute.default, (x, perm), {})
+
+
+def _reshape_view(func: Any, args: tuple, kwargs: dict) -> Any:
+    return _route(aten.view.default, (args[0], list(args[1])), {})
+
+
+def _squeeze(func: Any, args: tuple, kwargs: dict) -> Any:
+    x = args[0]
+    if len(args) > 1:
+        dims = [args[1]] if isinstance(args[1], int) else list(args[1])
+    else:
+        dims = [i for i, s in enumerate(x.shape) if s == 1]
+    return _route(aten.squeeze.dims, (x, dims), {})
+
+
+def _inplace_view(functional: Any, args: tuple, kwargs: dict) -> Any:
+    """``x.transpose_(0, 1)`` and friends: ``x`` becomes the view the functional op returns."""
+    self = args[0]
+    view = _route(functional, args, kwargs)
+    shape = view._spec[0]
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    with torch._C._DisableTorchDispatch():  # torch's own metadata update of the wrapper
+        torch.ops.aten.as_strided_.default(self, list(shape), strides[::-1])
+    self._storage, self._chain, self._spec = view._storage, view._chain, view._spec
+    self._cached, self._seen = view._cached, view._seen
+    return self
+
+
+def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
+    return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
+
+
+_SPECIAL: dict[Any, Callable] = {
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _alias,
+    aten.empty.memory_format: _empty,
+    aten.empty_strided.default: _empty,
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy_,
+    aten._copy_from.default: lambda func, args, kwargs: _copy_(func, (args[1], args[0]), {}),
+    aten._copy_from_and_resize.default: lambda func, args, kwargs: _copy_(func, (args[1], args[0]), {}),
+    aten._local_scalar_dense.default: _item,
+    aten.equal.default: _equal,
+    aten.resize_.default: _resize,
+    aten.t.default: _t,
+    aten.transpose.int: _transpose,
+    aten._unsafe_view.default: _reshape_view,
+    aten._reshape_alias.default: _reshape_view,
+    aten.squeeze.default: _squeeze,
+    aten.squeeze.dim: _squeeze,
+    aten._fused_sdp_choice.default: _sdp_choice,
+    **fastpath.HANDLERS,
+}
+
+
+tensor_module._DISPATCH[0] = dispatch
+
+__all__ = ["dispatch", "run_op"]

@@ -1,0 +1,144 @@
+"""Debug eager: strict, but synchronous, with optional checks after every op.
+
+* ``check_nan`` (default on): raise :class:`NonFiniteError` naming the first op whose
+  output has a NaN (an earlier op would have been named for a NaN input);
+  ``check_inf`` (default off: ``-inf`` attention masks are legitimate) does the
+  same for infinities;
+* ``compare_cpu``: run the same ATen op with PyTorch on CPU copies of the inputs
+  and raise :class:`~converter.errors.ParityError` naming the first op whose
+  output differs beyond tolerance. Random ops are not compared (JAX's PRNG draws
+  other values by design) and runtime-internal steps (view replay, scatter) have
+  no ATen op to compare against.
+
+:data:`REPORT` counts the ops run and checked since debug mode was entered and
+keeps every finding (also when ``raise_on_error=False``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+
+from converter.errors import ParityError
+from tpu_runtime.eager.strict import run_now
+
+#: (rtol, atol) per dtype. Mirrors validators/tolerances.py BY_DTYPE: the runtime may
+#: not import validators (DESIGN.md dependency direction), so the numbers are repeated.
+TOLERANCES = {
+    torch.float32: (1e-4, 1e-5),
+    torch.float64: (1e-7, 1e-9),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (2e-2, 1e-2),
+}
+
+
+class NonFiniteError(FloatingPointError):
+    """An op produced NaN or Inf in debug mode with ``check_nan=True``."""
+
+
+@dataclass
+class DebugOptions:
+    """What debug mode checks (see the module docstring)."""
+
+    check_nan: bool = True
+    check_inf: bool = False
+    compare_cpu: bool = False
+    raise_on_error: bool = True
+    rtol: float | None = None
+    atol: float | None = None
+
+
+@dataclass
+class DebugReport:
+    """Counters and the first finding of debug mode."""
+
+    ops: int = 0
+    compared: int = 0
+    findings: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> str | None:
+        """The first finding, or ``None``."""
+        return self.findings[0] if self.findings else None
+
+
+REPORT = DebugReport()
+
+
+class DebugExecutor:
+    """Runs each op now, waits for it, and checks it."""
+
+    name = "debug"
+
+    def __init__(self, options: DebugOptions):
+        self.options = options
+        REPORT.ops, REPORT.compared = 0, 0  # each switch to debug mode starts a fresh report
+        REPORT.findings.clear()
+
+    def run(self, plan: Any, values: list) -> tuple:
+        """Run ``plan`` synchronously and apply the configured checks."""
+        outs = run_now(plan, values)
+        jax.block_until_ready(outs)
+        REPORT.ops += 1
+        if self.options.check_nan or self.options.check_inf:
+            for i, o in enumerate(outs):
+                arr = np.asarray(o)
+                if arr.dtype.kind not in "fcV":
+                    continue
+                arr = arr.astype(np.float32) if arr.dtype.kind == "V" else arr  # bfloat16
+                bad = (self.options.check_nan and np.isnan(arr).any()) or \
+                      (self.options.check_inf and np.isinf(arr).any())
+                if bad:
+                    self._finding(NonFiniteError, f"{plan.name} produced {'NaN' if np.isnan(arr).any() else 'Inf'} "
+                                                  f"in output {i} (shape {list(arr.shape)}, dtype {arr.dtype})")
+        if self.options.compare_cpu and plan.op is not None and not plan.random and "targs" in plan.extra:
+            self._compare(plan, values, outs)
+        return outs
+
+    def sync(self) -> None:
+        """Nothing is pending in debug mode."""
+
+    def _finding(self, kind: type, message: str) -> None:
+        REPORT.findings.append(message)
+        if self.options.raise_on_error:
+            raise kind(message)
+
+    def _compare(self, plan: Any, values: list, outs: tuple) -> None:
+        from tpu_runtime.plans import _fill
+        from tpu_runtime.values import array_to_torch
+
+        cpu = [array_to_torch(v) if hasattr(v, "shape") else v for v in values]
+        targs, tkwargs = _on_cpu(plan.extra["targs"]), _on_cpu(plan.extra["tkwargs"])
+        ref = plan.op(*_fill(targs, cpu), **_fill(tkwargs, cpu))
+        refs = [r for r in (ref if isinstance(ref, (list, tuple)) else [ref]) if isinstance(r, torch.Tensor)]
+        REPORT.compared += 1
+        for i, (r, o) in enumerate(zip(refs, outs)):
+            got = array_to_torch(o)
+            if r.dtype.is_floating_point:
+                rtol, atol = TOLERANCES.get(r.dtype, (1e-4, 1e-5))
+                rtol = self.options.rtol if self.options.rtol is not None else rtol
+                atol = self.options.atol if self.options.atol is not None else atol
+                ok = torch.allclose(got.to(r.dtype), r, rtol=rtol, atol=atol, equal_nan=True)
+                err = (got.double() - r.double()).abs().nan_to_num(0).max().item() if r.numel() else 0.0
+            else:
+                ok = torch.equal(got.to(r.dtype), r)
+                err = float("nan") if not ok else 0.0
+            if not ok:
+                shapes = ", ".join(f"{list(c.shape)}:{str(c.dtype)[6:]}" for c in cpu if isinstance(c, torch.Tensor))
+                self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
+                                           f"(max abs error {err:.3g}; inputs {shapes})")
+                return
+
+
+def _on_cpu(tmpl: Any) -> Any:
+    if isinstance(tmpl, torch.device):
+        return torch.device("cpu")
+    if isinstance(tmpl, (list, tuple)):
+        return type(tmpl)(_on_cpu(x) for x in tmpl)
+    if isinstance(tmpl, dict):
+        return {k: _on_cpu(v) for k, v in tmpl.items()}
+    return tmpl

@@ -1,0 +1,167 @@
+"""Fused eager: ops are recorded and run later as one jitted graph.
+
+Each op appends a node (its :class:`~tpu_runtime.plans.OpPlan` and where its
+inputs come from) and returns :class:`LazyRef` placeholders with the output's
+shape and dtype. At a sync point — ``.cpu()``, ``.item()``, ``print``,
+:func:`tpu_runtime.sync`, a mode switch, or the graph reaching its size limit —
+the graph becomes one JAX function whose inputs are the concrete arrays it read
+(weights, data, python floats, RNG counters) and whose outputs are the pending
+values still referenced from Python; everything else is dead and XLA never
+materializes it.
+
+The compile-cache key is the graph's structure: the plans (by their serial
+number: one plan per call signature), how nodes connect, which leaves are
+shared and which outputs are live. A training loop
+records the same structure every iteration, so from the second iteration on each
+sync is a cache hit that runs one executable.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+from tpu_runtime._x64 import x64
+from tpu_runtime.cache import CACHE
+
+_ref = weakref.ref
+
+#: Flush the graph when it reaches this many ops (``TPU_FUSED_MAX_OPS``).
+MAX_OPS = int(os.environ.get("TPU_FUSED_MAX_OPS", "20000"))
+
+
+class LazyRef:
+    """A pending output of the fused graph (``concrete`` is set once it has run)."""
+
+    __slots__ = ("graph", "node", "idx", "shape", "dtype", "concrete", "error", "__weakref__")
+
+    def __init__(self, graph: "FusedGraph", node: int, idx: int, spec: tuple):
+        self.graph, self.node, self.idx = graph, node, idx
+        self.shape, self.dtype = spec
+        self.concrete = None
+        self.error = None
+
+
+def concrete(v: Any) -> Any:
+    """``v`` itself, or for a :class:`LazyRef` its value (running the graph first if needed)."""
+    if type(v) is not LazyRef:
+        return v
+    if v.concrete is None:
+        if v.error is None:
+            v.graph.flush()
+        if v.error is not None:
+            raise RuntimeError(f"a value of the fused graph was lost because the graph failed: {v.error}") \
+                from v.error
+    return v.concrete
+
+
+class FusedGraph:
+    """The ops recorded since the last sync."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.nodes: list[tuple] = []   # (plan, refs); a ref is ("L", leaf) or (node, output)
+        self.keys: list[tuple] = []
+        self.leaves: list[Any] = []
+        self._leaf_ids: dict[int, int] = {}
+        self.refs: list = []  # weakref.ref to every LazyRef handed out (cheaper than a WeakSet)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def record(self, plan: Any, values: list) -> tuple:
+        """Append one op; return a :class:`LazyRef` per tensor output."""
+        refs = []
+        for v in values:
+            if type(v) is LazyRef:
+                if v.concrete is None and v.graph is self and v.error is None:
+                    refs.append((v.node, v.idx))
+                    continue
+                v = concrete(v)
+            refs.append(("L", self._leaf(v)))
+        node = len(self.nodes)
+        refs = tuple(refs)
+        self.nodes.append((plan, refs))
+        self.keys.append((plan.uid, refs))
+        specs = plan.out_specs
+        if len(specs) == 1:
+            r = LazyRef(self, node, 0, specs[0])
+            self.refs.append(_ref(r))
+            outs = (r,)
+        else:
+            outs = tuple(LazyRef(self, node, i, spec) for i, spec in enumerate(specs))
+            self.refs.extend(_ref(r) for r in outs)
+        if len(self.nodes) >= MAX_OPS:
+            self.flush()
+        return outs
+
+    def _leaf(self, v: Any) -> int:
+        if hasattr(v, "shape") and hasattr(v, "devices"):  # a jax.Array: share one leaf per array
+            i = self._leaf_ids.get(id(v))
+            if i is None:
+                i = self._leaf_ids[id(v)] = len(self.leaves)
+                self.leaves.append(v)
+            return i
+        self.leaves.append(v)
+        return len(self.leaves) - 1
+
+    def flush(self) -> None:
+        """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`."""
+        if not self.nodes:
+            return
+        live = [r for r in (w() for w in self.refs) if r is not None and r.concrete is None]
+        outs = sorted({(r.node, r.idx) for r in live})
+        nodes, keys, leaves = self.nodes, self.keys, self.leaves
+        self._reset()
+        if not outs:
+            return
+        key = ("fused", tuple(keys), tuple(outs), len(leaves))
+        try:
+            with x64():
+                exe = CACHE.lookup(key)
+                if exe is None:
+                    results = CACHE.compile(key, _graph_fn(nodes, outs), tuple(leaves),
+                                            describe=lambda: f"fused graph of {len(nodes)} ops")
+                else:
+                    results = exe(*leaves)
+        except Exception as e:
+            for r in live:
+                r.error = e
+            raise
+        where = {o: i for i, o in enumerate(outs)}
+        for r in live:
+            r.concrete = results[where[(r.node, r.idx)]]
+
+
+def _graph_fn(nodes: list, outs: list) -> Any:
+    """The pure function replaying ``nodes`` on the leaves and returning ``outs``."""
+
+    def run(*leaves: Any) -> tuple:
+        env: list[tuple] = []
+        for plan, refs in nodes:
+            ins = [leaves[r[1]] if r[0] == "L" else env[r[0]][r[1]] for r in refs]
+            env.append(plan.fn(*ins))
+        return tuple(env[n][i] for n, i in outs)
+
+    return run
+
+
+#: The graph being recorded (shared by every thread: autograd runs backward on its own thread).
+GRAPH = FusedGraph()
+
+
+class FusedExecutor:
+    """Records ops into :data:`GRAPH`."""
+
+    name = "fused"
+
+    def run(self, plan: Any, values: list) -> tuple:
+        """Record ``plan`` on ``values``; returns LazyRefs."""
+        return GRAPH.record(plan, values)
+
+    def sync(self) -> None:
+        """Run the pending graph."""
+        GRAPH.flush()

@@ -1,0 +1,124 @@
+"""What happens when an op cannot run on the device, and errors inside backward.
+
+Without a lowering, a runtime kernel or a decomposition, an op raises
+:class:`~converter.errors.UnsupportedOpError` naming it and the nearest
+supported overloads. :func:`set_cpu_fallback` opts in to running such ops (and
+ops whose output shape depends on the data) with PyTorch on CPU copies instead;
+every use is counted in :func:`fallback_report` (DESIGN.md: no silent fallback).
+"""
+
+from __future__ import annotations
+
+import collections
+import difflib
+from typing import Any
+
+import torch
+
+from converter.errors import UnsupportedOpError
+from converter.lowering import registry
+from tpu_runtime.tensor import TpuTensor, new_tensor
+from tpu_runtime.values import to_cpu, upload, write
+
+_FALLBACK = {"enabled": False, "counts": collections.Counter()}
+
+
+def set_cpu_fallback(enabled: bool = True) -> None:
+    """Opt in (or out) of running ops that have no lowering on CPU.
+
+    Every op that falls back is counted; see :func:`fallback_report`. Off by
+    default: without it such an op raises ``UnsupportedOpError``.
+    """
+    _FALLBACK["enabled"] = bool(enabled)
+
+
+def fallback_enabled() -> bool:
+    """Whether :func:`set_cpu_fallback` is on."""
+    return _FALLBACK["enabled"]
+
+
+def fallback_report() -> dict[str, int]:
+    """How many times each op ran on CPU through the fallback, by op name."""
+    return dict(_FALLBACK["counts"])
+
+
+def missing(func: Any, args: tuple, kwargs: dict) -> Any:
+    """An op with no way to run on the device: raise, or fall back when opted in.
+
+    Raises:
+        UnsupportedOpError: the CPU fallback is off.
+    """
+    if not _FALLBACK["enabled"]:
+        names = sorted(str(k) for k in registry.registered())
+        packet = str(func).rsplit(".", 1)[0]
+        nearest = [n for n in names if n.startswith(packet + ".")] or difflib.get_close_matches(str(func), names, 3)
+        raise UnsupportedOpError(str(func), "tpu", None, nearest=nearest[:5],
+                                 reason="no lowering, runtime kernel or decomposition; "
+                                        "tpu_runtime.set_cpu_fallback(True) runs it on CPU (reported)")
+    return cpu_fallback(func, args, kwargs)
+
+
+def cpu_fallback(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run ``func`` with PyTorch on CPU copies; upload the results; count it."""
+    _FALLBACK["counts"][str(func)] += 1
+    cpu = {}
+
+    def down(x: Any) -> Any:
+        if isinstance(x, TpuTensor):
+            cpu[id(x)] = to_cpu(x)
+            return cpu[id(x)]
+        if isinstance(x, torch.device) and x.type == "tpu":
+            return torch.device("cpu")
+        return x
+
+    out = func(*torch.utils._pytree.tree_map(down, args), **torch.utils._pytree.tree_map(down, kwargs))
+    for i, a in enumerate(func._schema.arguments):  # write back arguments the op mutated
+        if a.alias_info is not None and a.alias_info.is_write:
+            t = args[i] if i < len(args) else kwargs.get(a.name)
+            if isinstance(t, TpuTensor):
+                write(t, upload(cpu[id(t)]))
+                if out is cpu[id(t)]:
+                    out = t
+
+    def up(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and not isinstance(x, TpuTensor):
+            return new_tensor(upload(x), tuple(x.shape), x.dtype)
+        return x
+
+    return torch.utils._pytree.tree_map(up, out)
+
+
+# --------------------------------------------------------------------------- errors inside backward
+
+_BACKWARD_ERRORS: list[BaseException] = []
+
+
+def defer_backward_error(func: Any, args: tuple, kwargs: dict, error: Exception) -> Any:
+    """Carry an op's error out of the autograd engine's device thread.
+
+    An exception raised by ``__torch_dispatch__`` on that thread terminates the
+    process (PyTorch's Python device guard calls back into Python from
+    ``noexcept`` code while it propagates). So the op returns zeros of the right
+    shapes instead, and a final callback of the backward pass — which runs on the
+    thread that called ``backward()`` — raises the original error there.
+    """
+    from tpu_runtime.plans import out_meta
+
+    if not _BACKWARD_ERRORS:
+        torch.autograd.Variable._execution_engine.queue_callback(_raise_backward_error)
+    _BACKWARD_ERRORS.append(error)
+    meta = out_meta(func, args, kwargs)[0]
+    return torch.utils._pytree.tree_map(
+        lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)
+
+
+def _raise_backward_error() -> None:
+    errors = list(_BACKWARD_ERRORS)
+    _BACKWARD_ERRORS.clear()
+    if errors:
+        raise errors[0]
+
+
+
+__all__ = ["set_cpu_fallback", "fallback_report", "fallback_enabled", "missing", "cpu_fallback",
+           "defer_backward_error"]

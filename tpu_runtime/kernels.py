@@ -1,0 +1,157 @@
+"""Runtime kernels: eager ops the lowering table has no row for, built from rows it has.
+
+The table holds core ATen (what ``torch.export`` produces). Eager mode also sees
+the non-core ops of optimizers and of a few backward formulas. Each kernel here
+is written in terms of the table's own lowerings (called directly, or through
+``jax.vjp`` for a backward), so the table stays the single source of the math;
+a row added to the table later takes precedence (the dispatcher looks there
+first).
+
+Kernels listed in :data:`DYNAMIC` take their python-float arguments as traced
+inputs: AdamW changes ``value=`` of ``addcdiv_`` every step, and baking it into
+the executable would recompile every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.lowering import registry
+from converter.lowering.context import LoweringContext
+
+aten = torch.ops.aten
+
+
+def _row(op: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call the table's lowering of ``op`` with an output-less context (the caller conforms)."""
+    return registry.apply(registry.lookup(op), LoweringContext(target=ctx.target), args, kwargs)
+
+
+def _opmath(ctx: Any, *xs: Any) -> tuple:
+    """``xs`` in the dtype torch computes in (float32 for float16/bfloat16) and the result dtype."""
+    dt = ctx.out_dtype
+    calc = jnp.float32 if dt in (jnp.float16, jnp.bfloat16) else dt
+    return tuple(jnp.asarray(x).astype(calc) for x in xs), dt
+
+
+def convolution_backward(ctx: Any, grad_output: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any,
+                         padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
+                         output_mask: Any) -> tuple:
+    """convolution_backward(...) -> (Tensor, Tensor, Tensor): ``jax.vjp`` of the convolution lowering."""
+    bias = jnp.zeros(tuple(bias_sizes), input.dtype) if bias_sizes is not None and output_mask[2] else None
+
+    def forward(x: Any, w: Any, b: Any) -> Any:
+        return _row(aten.convolution.default, ctx, x, w, b, stride, padding, dilation, transposed,
+                    output_padding, groups)
+
+    out, vjp = jax.vjp(forward, input, weight, bias)
+    gi, gw, gb = vjp(grad_output.astype(out.dtype))
+    return (gi if output_mask[0] else None, gw if output_mask[1] else None, gb if output_mask[2] else None)
+
+
+def addcmul(ctx: Any, self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+    """addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
+
+    ``self + value * tensor1 * tensor2`` in opmath, rounded once.
+    """
+    (s, a, b), dt = _opmath(ctx, self, tensor1, tensor2)
+    return (s + jnp.asarray(value, s.dtype) * a * b).astype(dt)
+
+
+def addcdiv(ctx: Any, self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+    """addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
+
+    ``self + value * (tensor1 / tensor2)`` in opmath, rounded once (floating only, as torch).
+    """
+    (s, a, b), dt = _opmath(ctx, self, tensor1, tensor2)
+    return (s + jnp.asarray(value, s.dtype) * (a / b)).astype(dt)
+
+
+def lerp_scalar(ctx: Any, self: Any, end: Any, weight: Any) -> Any:
+    """lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor
+
+    torch's two-sided formula (exact at both ends): ``self + w * (end - self)`` for
+    ``|w| < 0.5``, else ``end - (end - self) * (1 - w)``.
+    """
+    (s, e), dt = _opmath(ctx, self, end)
+    w = jnp.asarray(weight, s.dtype)
+    diff = e - s
+    return jnp.where(jnp.abs(w) < 0.5, s + w * diff, e - diff * (1 - w)).astype(dt)
+
+
+def _gates(input_gates: Any, hidden_gates: Any, input_bias: Any, hidden_bias: Any) -> tuple:
+    ig = input_gates if input_bias is None else input_gates + input_bias
+    hg = hidden_gates if hidden_bias is None else hidden_gates + hidden_bias
+    return ig, hg
+
+
+def fused_lstm_cell(ctx: Any, input_gates: Any, hidden_gates: Any, cx: Any, input_bias: Any = None,
+                    hidden_bias: Any = None) -> tuple:
+    """_thnn_fused_lstm_cell(Tensor input_gates, Tensor hidden_gates, Tensor cx, Tensor? input_bias=None, Tensor? hidden_bias=None) -> (Tensor, Tensor, Tensor)
+
+    The LSTM cell PyTorch's RNN code calls on accelerators: gates (i, f, g, o) =
+    sigmoid/sigmoid/tanh/sigmoid of the summed projections; ``cy = f*cx + i*g``,
+    ``hy = o*tanh(cy)``; the workspace holds the activated gates (forward only:
+    its backward is not provided).
+    """  # noqa: E501 (the first line is the exact schema)
+    ig, hg = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
+    i, f, g, o = jnp.split(ig + hg, 4, axis=1)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    cy = f * cx + i * g
+    return o * jnp.tanh(cy), cy, jnp.concatenate([i, f, g, o], axis=1)
+
+
+def fused_gru_cell(ctx: Any, input_gates: Any, hidden_gates: Any, hx: Any, input_bias: Any = None,
+                   hidden_bias: Any = None) -> tuple:
+    """_thnn_fused_gru_cell(Tensor input_gates, Tensor hidden_gates, Tensor hx, Tensor? input_bias=None, Tensor? hidden_bias=None) -> (Tensor, Tensor)
+
+    ``r, z = sigmoid(ig + hg)`` (first two thirds), ``n = tanh(ig_n + r * hg_n)``,
+    ``hy = n + z * (hx - n)``; the workspace holds r, z, ig_n, hg_n, hx (forward only).
+    """  # noqa: E501 (the first line is the exact schema)
+    ig, hg = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
+    ir, iz, i_n = jnp.split(ig, 3, axis=1)
+    hr, hz, h_n = jnp.split(hg, 3, axis=1)
+    r, z = jax.nn.sigmoid(ir + hr), jax.nn.sigmoid(iz + hz)
+    n = jnp.tanh(i_n + r * h_n)
+    return n + z * (hx - n), jnp.concatenate([r, z, i_n, h_n, hx], axis=1)
+
+
+def _random_from(ctx: Any, self: Any, from_: int = 0, to: int | None = None, *, generator: Any = None) -> Any:
+    """random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor"""
+    if to is None:
+        to = 2 ** 24 if jnp.issubdtype(self.dtype, jnp.floating) else int(jnp.iinfo(self.dtype).max)
+    return jax.random.randint(ctx.next_key(), self.shape, from_, to, dtype=jnp.int64).astype(self.dtype)
+
+
+def _random_to(ctx: Any, self: Any, to: int, *, generator: Any = None) -> Any:
+    """random.to(Tensor self, int to, *, Generator? generator=None) -> Tensor"""
+    return _random_from(ctx, self, 0, to)
+
+
+#: Runtime kernels by op (used only when the lowering table has no row for the op).
+KERNELS: dict[Any, Callable] = {
+    aten.convolution_backward.default: convolution_backward,
+    aten.addcmul.default: addcmul,
+    aten.addcdiv.default: addcdiv,
+    aten.lerp.Scalar: lerp_scalar,
+    aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
+    aten._thnn_fused_gru_cell.default: fused_gru_cell,
+    getattr(aten.random, "from"): _random_from,
+    aten.random.to: _random_to,
+}
+
+def _fused_gru_cell_meta(input_gates: Any, hidden_gates: Any, hx: Any, input_bias: Any = None,
+                         hidden_bias: Any = None) -> tuple:
+    b, h = hx.shape
+    return torch.empty_like(hx), hx.new_empty((b, 5 * h))
+
+
+#: Output shapes of kernels whose op has no meta kernel in torch.
+META_FUNCTIONS: dict[Any, Callable] = {aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta}
+
+#: Kernels whose python-float arguments are traced inputs rather than key parts.
+DYNAMIC = frozenset({aten.addcmul.default, aten.addcdiv.default, aten.lerp.Scalar})

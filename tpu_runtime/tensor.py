@@ -1,0 +1,172 @@
+"""``TpuTensor``: a torch tensor on the ``tpu`` device whose data is a JAX array.
+
+A wrapper subclass (``_make_wrapper_subclass``): torch sees its shape, dtype and
+device and runs autograd above it; every ATen op on it reaches
+``__torch_dispatch__`` and is routed to the lowering table by
+:mod:`tpu_runtime.dispatch`.
+
+Memory model (functionalization by hand):
+
+* a :class:`Storage` holds one value: a ``jax.Array`` on ``jax.devices()[0]``, a
+  pending value of the fused graph, or ``None`` (allocated by ``empty``, not yet
+  written; reads as zeros);
+* a tensor is a storage plus a *view chain*: the view ops (``view``, ``slice``,
+  ``permute``, ``select``, …) that lead from the storage's value to the tensor's
+  value. Base tensors and their ``detach()`` aliases have an empty chain;
+* an in-place op computes out of place and writes the result back: into the
+  storage directly, or through the chain with a scatter (see
+  :mod:`tpu_runtime.values`); every write bumps the storage version, and views
+  recompute their value lazily when the version they saw is stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+#: The torch device every TpuTensor reports.
+DEVICE = torch.device("tpu", 0)
+
+
+class Storage:
+    """The shared value behind a base tensor and all of its views (``spec``: its shape, dtype)."""
+
+    __slots__ = ("value", "version", "spec", "__weakref__")
+
+    def __init__(self, value: Any, spec: tuple):
+        self.value = value
+        self.version = 0
+        self.spec = spec
+
+
+class TpuTensor(torch.Tensor):
+    """A tensor on the ``tpu`` device (see the module docstring).
+
+    Attributes:
+        _storage: the :class:`Storage` it reads and writes.
+        _chain: the view steps from the storage's value to this tensor (``()`` for a base).
+        _spec: ``(shape, dtype)``, the hashable part of every cache key.
+        _cached, _seen: a view's last computed value and the storage version it saw.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    # Defaults of a base tensor as class attributes: one less attribute write each per op.
+    _chain: tuple = ()
+    _cached: Any = None
+    _seen: int = -1
+
+    @staticmethod
+    def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),
+                requires_grad: bool = False) -> "TpuTensor":
+        r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
+        r._storage = storage
+        if chain:
+            r._chain = chain
+        r._spec = (shape, dtype)
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return _DISPATCH[0](func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        from tpu_runtime.values import to_cpu
+
+        text = repr(to_cpu(self))
+        extra = f", device='{DEVICE}'"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            extra += ", requires_grad=True"
+        return text[:-1] + extra + ")"
+
+    def __format__(self, spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return super().__format__(spec)
+
+    @property
+    def data(self) -> "TpuTensor":
+        """A detached alias (as ``torch.Tensor.data``)."""
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # ``t.data = new`` shallow-copies torch's metadata in C++; carry our storage too.
+        torch._C.TensorBase.data.__set__(self, new)
+        self._storage, self._chain, self._spec = new._storage, new._chain, new._spec
+        self._cached, self._seen = new._cached, new._seen
+
+    def tolist(self) -> Any:
+        """The data as (nested) python lists (a sync point)."""
+        from tpu_runtime.values import to_cpu
+
+        return to_cpu(self).tolist()
+
+    def __deepcopy__(self, memo: dict) -> "TpuTensor":
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):
+            new._is_param = True
+        memo[id(self)] = new
+        return new
+
+    def __reduce_ex__(self, proto: int) -> tuple:
+        return _rebuild, (self.detach().cpu(), self.requires_grad)
+
+    # Declaring the flatten protocol makes ``nn.Module.to()`` / ``.half()`` swap parameters
+    # in place (``torch.utils.swap_tensors``) instead of re-wrapping them: a parameter keeps
+    # its identity, so tied weights stay tied and optimizers keep their references, and
+    # the C++ ``.data =`` shallow copy (which would not carry our Python-side storage) is
+    # never used. Only tracing (torch.compile) calls it, and the data lives in JAX, so it
+    # refuses with a clear message.
+    def __tensor_flatten__(self) -> tuple:
+        raise NotImplementedError(
+            "torch.compile(backend='tpu') compiles CPU-resident models and inputs (the backend moves them to "
+            "the device itself); tpu tensors run in the eager modes (strict/debug/fused). Call .cpu() first.")
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: Any, outer_size: Any, outer_stride: Any) -> "TpuTensor":
+        raise NotImplementedError("tpu tensors cannot be rebuilt from a flattened form")
+
+
+def _rebuild(cpu: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """Unpickle a tpu tensor (pickled through a CPU copy)."""
+    return cpu.to(DEVICE).requires_grad_(requires_grad)
+
+
+def new_tensor(value: Any, shape: tuple, dtype: torch.dtype) -> TpuTensor:
+    """A base tensor owning a fresh storage holding ``value``."""
+    return TpuTensor(Storage(value, (shape, dtype)), shape, dtype)
+
+
+_MAKE = torch.Tensor._make_wrapper_subclass
+
+
+def wrap(value: Any, spec: tuple) -> TpuTensor:
+    """:func:`new_tensor` from a ``(shape, dtype)`` spec: the per-op fast path."""
+    r = _MAKE(TpuTensor, spec[0], dtype=spec[1], device=DEVICE)
+    r._storage = Storage(value, spec)
+    r._spec = spec
+    return r
+
+
+def alias(t: TpuTensor) -> TpuTensor:
+    """A tensor sharing ``t``'s storage and view chain (``detach``, ``alias``)."""
+    r = TpuTensor(t._storage, t._spec[0], t._spec[1], t._chain)
+    r._cached, r._seen = t._cached, t._seen
+    return r
+
+
+def _first_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    from tpu_runtime.dispatch import dispatch
+
+    return dispatch(func, args, kwargs)
+
+
+#: The dispatcher (bound by :mod:`tpu_runtime.dispatch` when it loads; one less call per op).
+_DISPATCH: list = [_first_dispatch]

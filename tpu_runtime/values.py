@@ -1,0 +1,195 @@
+"""Reading and writing tpu tensors: storages, view chains, host transfers.
+
+A view's value is its chain of view plans replayed on the storage value (cached
+until the storage's version changes). Writing through a view scatters the new
+value into the storage: the chain is replayed on an index array
+(``arange(numel).reshape(base shape)``) with the lowerings' own view functions,
+which yields, for every element of the view, the flat position it aliases;
+``base.ravel().at[positions].set(value)`` is then correct for any chain of
+slicing, selecting, permuting, reshaping, diagonal or unfolding views, in any
+order. A write through an expanded view (several elements aliasing one location)
+is refused, as PyTorch refuses it.
+
+Replay and scatter are plans like any op: cached executables in strict mode,
+recorded nodes in fused mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from converter.lowering.dtypes import to_jax_dtype
+from tpu_runtime._x64 import x64
+from tpu_runtime.cache import CACHE
+from tpu_runtime.eager import executor
+from tpu_runtime.eager.fused import LazyRef, concrete
+from tpu_runtime.plans import OpPlan, custom_plan
+from tpu_runtime.tensor import Storage, TpuTensor
+
+_PLANS: dict[tuple, OpPlan] = {}
+CACHE.on_clear(_PLANS.clear)
+_DEVICE = jax.devices()[0]
+
+#: View ops whose elements alias each other: writes through them are refused.
+_OVERLAPPING = (torch.ops.aten.expand.default,)
+
+
+def _zeros_plan(spec: tuple) -> OpPlan:
+    key = ("zeros", spec)
+    plan = _PLANS.get(key)
+    if plan is None:
+        shape, dtype = spec
+        jdt = to_jax_dtype(dtype)
+        plan = _PLANS[key] = custom_plan(key, "empty (zeros)", lambda: (jnp.zeros(shape, jdt),), (spec,))
+    return plan
+
+
+def storage_value(s: Storage) -> Any:
+    """The storage's value (an uninitialized storage becomes zeros)."""
+    v = s.value
+    if v is None:
+        v = s.value = executor().run(_zeros_plan(s.spec), [])[0]
+    elif type(v) is LazyRef and v.concrete is not None:
+        v = s.value = v.concrete
+    return v
+
+
+def read(t: TpuTensor) -> Any:
+    """``t``'s value: a ``jax.Array``, or a pending :class:`LazyRef` in fused mode."""
+    s = t._storage
+    if not t._chain:
+        return storage_value(s)
+    if t._seen == s.version and t._cached is not None:
+        v = t._cached
+        if type(v) is LazyRef and v.concrete is not None:
+            v = t._cached = v.concrete
+        return v
+    plan = _replay_plan(t._chain, s.spec)
+    v = executor().run(plan, [storage_value(s)])[0]
+    t._cached, t._seen = v, s.version
+    return v
+
+
+def write(t: TpuTensor, value: Any) -> None:
+    """Replace ``t``'s value with ``value`` (same shape and dtype), through its view chain.
+
+    Raises:
+        RuntimeError: the chain contains a view whose elements overlap (expand).
+    """
+    s = t._storage
+    if not t._chain:
+        s.value = value
+        s.version += 1
+        return
+    for plan, _ in t._chain:
+        if plan.op in _OVERLAPPING:
+            raise RuntimeError(f"unsupported operation: in-place write into a tpu tensor created by {plan.name}: "
+                               "more than one element of the written-to tensor refers to a single memory "
+                               "location. Please clone() the tensor before performing the operation.")
+    plan = _scatter_plan(t._chain, s.spec)
+    s.value = executor().run(plan, [storage_value(s), value])[0]
+    s.version += 1
+    t._cached, t._seen = value, s.version
+
+
+def materialize(t: TpuTensor) -> jax.Array:
+    """``t``'s concrete value (a sync point in fused mode)."""
+    return concrete(read(t))
+
+
+def _chain_key(chain: tuple) -> tuple:
+    return tuple((p.key, i) for p, i in chain)
+
+
+def _replay_plan(chain: tuple, spec: tuple) -> OpPlan:
+    key = ("view", _chain_key(chain))
+    plan = _PLANS.get(key)
+    if plan is None:
+        steps = [(p.fn, i) for p, i in chain]
+
+        def replay(base: Any) -> tuple:
+            x = base
+            for fn, i in steps:
+                x = fn(x)[i]
+            return (x,)
+
+        last, idx = chain[-1]
+        plan = _PLANS[key] = custom_plan(key, "view " + " → ".join(p.name for p, _ in chain), replay,
+                                         (last.out_specs[idx],))
+    return plan
+
+
+def _scatter_plan(chain: tuple, spec: tuple) -> OpPlan:
+    key = ("scatter", _chain_key(chain), spec)
+    plan = _PLANS.get(key)
+    if plan is None:
+        steps = [(p.raw, i) for p, i in chain]
+        shape = spec[0]
+        size = int(np.prod(shape, dtype=np.int64))
+        idx_dtype = jnp.int32 if size < 2**31 else jnp.int64
+
+        def scatter(base: Any, value: Any) -> tuple:
+            pos = jnp.arange(size, dtype=idx_dtype).reshape(shape)
+            for fn, i in steps:
+                pos = fn(pos)[i]
+            flat = base.reshape(-1).at[pos.reshape(-1)].set(value.reshape(-1).astype(base.dtype))
+            return (flat.reshape(shape),)
+
+        plan = _PLANS[key] = custom_plan(key, "write through " + " → ".join(p.name for p, _ in chain), scatter,
+                                         (spec,))
+    return plan
+
+
+def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTensor:
+    """A view of ``src`` produced by output ``index`` of the view op ``plan`` (value computed lazily)."""
+    return TpuTensor(src._storage, spec[0], spec[1], src._chain + ((plan, index),))
+
+
+def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:
+    """``src`` cast to ``dst``'s dtype and broadcast to its shape (``copy_`` between tpu tensors)."""
+    key = ("convert", src_spec, dst_spec)
+    plan = _PLANS.get(key)
+    if plan is None:
+        shape, dtype = dst_spec
+        jdt = to_jax_dtype(dtype)
+        from converter.lowering.ops.convert import cast
+
+        plan = _PLANS[key] = custom_plan(key, "copy_", lambda x: (jnp.broadcast_to(cast(x, jdt), shape),),
+                                         (dst_spec,))
+    return plan
+
+
+# --------------------------------------------------------------------------- host transfers
+
+
+def upload(cpu: torch.Tensor) -> jax.Array:
+    """A CPU tensor → a JAX array on the device (bfloat16 kept).
+
+    The data is copied first: on a CPU backend ``device_put`` may alias the host
+    buffer, and the torch tensor can be written to after the (lazy) upload.
+    """
+    t = cpu.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    arr = t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    return jax.device_put(np.array(arr, copy=True, order="C"), _DEVICE)
+
+
+def array_to_torch(a: Any) -> torch.Tensor:
+    """A JAX array → a CPU torch tensor (bfloat16 kept, data copied)."""
+    arr = np.asarray(a)
+    if arr.dtype == jnp.bfloat16:
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.array(arr, copy=True))
+
+
+def to_cpu(t: TpuTensor) -> torch.Tensor:
+    """``t``'s data as a CPU tensor (a sync point; callable outside dispatch, e.g. from ``repr``)."""
+    with x64():
+        out = array_to_torch(materialize(t))
+    return out.reshape(t._spec[0]).to(t._spec[1])
