@@ -45,7 +45,7 @@ def convert(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict |
         CaptureError: torch.export failed.
         UnsupportedOpError: an op has no lowering for the target.
     """
-    builder = _builder(target)
+    builder = target_builder(target)
     program = prepare(model, sample_args, sample_kwargs, target=target, dynamic_shapes=dynamic_shapes,
                       strict=strict, **options)
     return builder(program, **options)
@@ -65,7 +65,8 @@ def prepare(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict |
     return lower(ep, target=target, options=options)
 
 
-def _builder(target: str) -> Any:
+def target_builder(target: str) -> Any:
+    """The builder function of ``target`` (raises InputError when unknown or not installed)."""
     if target not in TARGETS:
         raise InputError(f"unknown target '{target}'; choose one of: {', '.join(TARGETS)}")
     module, func = TARGETS[target].split(":")

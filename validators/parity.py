@@ -12,7 +12,6 @@ diverging FX node (``validators.localize``) and gets a repro bundle
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.metadata
 import itertools
 import sys
@@ -22,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from converter.api import TARGETS
+from converter.api import TARGETS, target_builder
 from converter.capture import capture
 from converter.errors import ConversionError, InputError, ParityError, source_location
 from converter.lowering import lower
@@ -172,13 +171,7 @@ def assert_parity(model: torch.nn.Module, sample_args: Any = (), *, targets: Seq
 def _builder(target: str, builders: dict | None) -> Callable:
     if builders and target in builders:
         return builders[target]
-    if target not in TARGETS:
-        raise InputError(f"unknown target '{target}'; choose from: {', '.join(TARGETS)}")
-    module, func = TARGETS[target].split(":")
-    try:
-        return getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError) as e:
-        raise InputError(f"target '{target}' is not available in this installation: {e}") from e
+    return target_builder(target)
 
 
 @contextlib.contextmanager

@@ -11,20 +11,15 @@ from typing import Any
 
 import torch
 
-from converter.errors import ConversionError, UnsupportedOpError, source_location
-from converter.lowering import registry
+from converter.errors import ConversionError
 from converter.lowering.context import LoweringContext
 from converter.lowering.interpreter import _call, _materialize
+from converter.lowering.interpreter import check_supported as _check_graph
 
 
 def check_supported(gm: torch.fx.GraphModule, target: str) -> None:
-    """Raise :class:`UnsupportedOpError` for the first op without a lowering."""
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            registry.lookup(node.target, target, source_location(node))
-        elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
-            raise UnsupportedOpError(str(node.target), target, source_location(node),
-                                     reason="higher-order ops (control flow) are not supported yet")
+    """Raise :class:`UnsupportedOpError` for the first op of ``gm`` without a lowering."""
+    _check_graph(gm.graph, target)
 
 
 def run_graph_module(gm: torch.fx.GraphModule, inputs: tuple, *, target: str = "tpu",

@@ -96,6 +96,16 @@ class LoweredProgram:
         return [t for t in flat if isinstance(t, torch.Tensor)]
 
 
+def check_supported(graph: torch.fx.Graph, target: str) -> None:
+    """Raise :class:`UnsupportedOpError` for the first op of ``graph`` without a lowering."""
+    for node in graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            registry.lookup(node.target, target, source_location(node))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            raise UnsupportedOpError(str(node.target), target, source_location(node),
+                                     reason="higher-order ops (control flow) are not supported yet")
+
+
 def lower(exported: ExportedProgram, target: str = "tpu", options: dict | None = None) -> LoweredProgram:
     """Prepare an ExportedProgram for interpretation with the lowering table.
 
@@ -103,12 +113,7 @@ def lower(exported: ExportedProgram, target: str = "tpu", options: dict | None =
     an :class:`UnsupportedOpError` naming the op, the target and the source line.
     """
     sig = exported.graph_signature
-    for node in exported.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            registry.lookup(node.target, target, source_location(node))
-        elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
-            raise UnsupportedOpError(str(node.target), target, source_location(node),
-                                     reason="higher-order ops (control flow) are not supported yet")
+    check_supported(exported.graph, target)
     consts = dict(exported.state_dict)
     consts.update(exported.constants)
     state: dict[str, Any] = {}
