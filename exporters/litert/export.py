@@ -94,12 +94,22 @@ def _range_constraints(program: Any, names: list[str]) -> tuple[str, ...]:
         name = str(sym)
         if name not in names:
             continue
-        lo, hi = rng.lower, rng.upper
-        if getattr(lo, "is_finite", True) and int(lo) > 1:
-            out.append(f"{name} >= {int(lo)}")
-        if getattr(hi, "is_finite", False) and hi.is_finite:
-            out.append(f"{name} <= {int(hi)}")
+        lo, hi = _finite_int(rng.lower), _finite_int(rng.upper)
+        if lo is not None and lo > 1:
+            out.append(f"{name} >= {lo}")
+        if hi is not None:
+            out.append(f"{name} <= {hi}")
     return tuple(out)
+
+
+def _finite_int(v: Any) -> int | None:
+    """A sympy/torch bound as an int, or ``None`` for an infinite one (torch's ``int_oo``)."""
+    if getattr(v, "is_infinite", False) or str(v) in ("oo", "-oo", "int_oo", "-int_oo"):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
 
 
 def lower_program(program: Any, name: str, *, channels_last_io: bool = False, notes: list[str],
