@@ -50,6 +50,21 @@ def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask
     if is_causal and attn_mask is not None:
         raise _unsupported(ctx, "is_causal=True together with an explicit attn_mask")
     dtype = ctx.out_dtype or query.dtype
+    if query.ndim == 4 and key.ndim == 4 and isinstance(query.shape[-1], int):
+        # Backend choice (kernels.dispatch): Pallas flash attention on TPU/GPU, this
+        # reference body on CPU; option kernels="pallas"|"reference" forces one. The
+        # choice and its reason are recorded in kernels.dispatch.choices().
+        from kernels import dispatch
+
+        choice = dispatch.choose("flash_attention", force=ctx.options.get("kernels"), head_dim=query.shape[-1],
+                                 dtype=query.dtype, dropout_p=dropout_p)
+        if choice.impl == "pallas":
+            from kernels import flash_attention
+
+            with jax.enable_x64(False):  # the kernels index with int32, as Mosaic/Triton do
+                out = flash_attention(query, key, value, mask=attn_mask, causal=is_causal, scale=scale,
+                                      interpret=choice.interpret)
+            return out.astype(dtype)
     acc = opmath_dtype(dtype)
     q, k, v = query.astype(acc), key.astype(acc), value.astype(acc)
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
