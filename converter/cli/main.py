@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -52,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tpu-export`` console script."""
     args = _parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # torch 2.13's own pytree code trips its LeafSpec deprecation on every export; not the user's concern
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     try:
         return {"convert": _convert, "inspect": _inspect, "validate": _validate, "demo": _demo}[args.command](args)
     except (ConversionError, OSError) as e:
