@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tpu_runtime
 
@@ -36,3 +37,15 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     """A fixed [4, 3] input and [4, 2] target."""
     g = torch.Generator().manual_seed(7)
     return torch.randn(4, 3, generator=g), torch.randn(4, 2, generator=g)
+
+
+def train_steps(model, opt, x, y, n: int) -> list[float]:
+    """``n`` MSE training steps with ``opt``; the loss of each step."""
+    losses = []
+    for _ in range(n):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses

@@ -8,18 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.runtime.conftest import batch, tiny_mlp
+from tests.runtime.conftest import batch, tiny_mlp, train_steps
 
 
-def _steps(model, opt, x, y, n):
-    losses = []
-    for _ in range(n):
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+_steps = train_steps
 
 
 def test_backward_gradients_match_cpu():

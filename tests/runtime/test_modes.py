@@ -12,21 +12,14 @@ import torch.nn.functional as F
 import tpu_runtime
 from converter.errors import ParityError
 from converter.lowering.registry import override
-from tests.runtime.conftest import batch, tiny_mlp
+from tests.runtime.conftest import batch, tiny_mlp, train_steps
 from tpu_runtime.eager import fused
 from tpu_runtime.eager.fused import LazyRef
 
 
 def _train(model, x, y, steps):
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-    losses = []
-    for _ in range(steps):
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return train_steps(model, opt, x, y, steps)
 
 
 def test_set_eager_mode_call_and_context_manager():
