@@ -21,6 +21,8 @@ trace time: under ``jax.jit`` a count is one trace, not one execution.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import inspect
 import logging
@@ -39,8 +41,8 @@ from kernels.paged_attention.reference import paged_attention_reference
 from kernels.rms_norm import kernel as _rms
 from kernels.rms_norm.reference import rms_norm_reference
 
-__all__ = ["Choice", "KernelEntry", "UnsupportedKernelError", "backend", "choices", "choose",
-           "format_choices", "kernel_names", "reset_choices", "run"]
+__all__ = ["Choice", "KernelEntry", "UnsupportedKernelError", "backend", "choices", "choose", "fallback",
+           "format_choices", "kernel_names", "portable", "reset_choices", "run"]
 
 _log = logging.getLogger(__name__)
 
@@ -123,6 +125,26 @@ _BY_FUNCTION = {e.pallas: e for e in _ENTRIES}
 
 _lock = threading.Lock()
 _counts: collections.Counter = collections.Counter()
+#: Set while an exporter traces for a portable artifact (see :func:`portable`).
+_portable: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernels_portable", default=None)
+
+
+@contextlib.contextmanager
+def portable(why: str):
+    """Within this block the policy picks the reference on every backend.
+
+    Exporters trace under it: a LiteRT flatbuffer or a StableHLO artifact must not
+    embed a Mosaic/Triton custom call of the machine that exported it. An explicit
+    ``force="pallas"`` still wins (and is the user's choice to make).
+
+    Args:
+        why: the reason recorded with each decision, e.g. "litert export".
+    """
+    token = _portable.set(why)
+    try:
+        yield
+    finally:
+        _portable.reset(token)
 
 
 def kernel_names() -> tuple[str, ...]:
@@ -168,6 +190,8 @@ def choose(kernel_name, *, force: str | None = None, **config) -> Choice:
             raise UnsupportedKernelError(f"{entry.name}: force='pallas' but {why}")
         if why is not None:
             choice = Choice("reference", False, f"unsupported config: {why}")
+        elif force is None and _portable.get() is not None:
+            choice = Choice("reference", False, f"{_portable.get()}: portable reference")
         elif force == "pallas":
             where = "interpret mode on cpu" if family == "cpu" else LOWERING[family]
             choice = Choice("pallas", family == "cpu", f"forced pallas ({where})")
@@ -175,6 +199,24 @@ def choose(kernel_name, *, force: str | None = None, **config) -> Choice:
             choice = Choice("reference", False, "cpu backend: Pallas would only run interpreted")
         else:
             choice = Choice("pallas", False, f"{family} backend: compiled with {LOWERING[family]}")
+    _record(entry.name, choice)
+    return choice
+
+
+def fallback(kernel_name, reason: str, *, force: str | None = None) -> Choice:
+    """Records that a call site takes the reference for a reason of its own.
+
+    For configurations a caller recognises before any kernel check applies (e.g. a
+    dynamic normalized dim, a non-4-D attention input), so the decision is still
+    visible in :func:`choices`.
+
+    Raises:
+        UnsupportedKernelError: ``force="pallas"`` (the caller cannot honour it).
+    """
+    entry = _entry(kernel_name)
+    if force == "pallas":
+        raise UnsupportedKernelError(f"{entry.name}: force='pallas' but {reason}")
+    choice = Choice("reference", False, reason)
     _record(entry.name, choice)
     return choice
 

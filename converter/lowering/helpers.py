@@ -109,3 +109,21 @@ def masked_vjp(f: Any, primals: Sequence[Any], mask: Sequence[bool], cotangent: 
     for i, g in zip(wrt, pullback(cotangent.astype(out.dtype))):
         grads[i] = g
     return grads
+
+
+def kernel_choice(ctx: Any, kernel: str, *, static: bool = True, why_not_static: str = "", **config: Any) -> Any:
+    """The ``kernels.dispatch`` decision for a lowering that has a Pallas kernel.
+
+    Honours the conversion option ``kernels="pallas"|"reference"``; every decision
+    (including "not static", recorded with ``why_not_static``) is visible in
+    ``kernels.dispatch.choices()``.
+
+    Returns:
+        A ``kernels.dispatch.Choice``.
+    """
+    from kernels import dispatch
+
+    force = ctx.options.get("kernels")
+    if not static:
+        return dispatch.fallback(kernel, why_not_static, force=force)
+    return dispatch.choose(kernel, force=force, **config)

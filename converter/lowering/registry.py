@@ -37,7 +37,7 @@ class Lowering:
 
     op: OpOverload
     fn: Callable[..., Any]
-    composite: bool
+    composite: bool | Callable[[dict], bool]
     module: str
 
     @property
@@ -58,12 +58,15 @@ DATA_DEPENDENT: dict[str, str] = {
 _OVERRIDES: dict[OpOverload, Lowering] = {}
 
 
-def lowering(*ops: OpOverload, composite: bool = False) -> Callable:
+def lowering(*ops: OpOverload, composite: bool | Callable[[dict], bool] = False) -> Callable:
     """Register ``fn`` as the lowering of each of ``ops``.
 
     Args:
         *ops: ATen ``OpOverload`` objects (``torch.ops.aten.add.Tensor``).
-        composite: emit the op as ``jax.lax.composite`` so exporters see it whole.
+        composite: emit the op as ``jax.lax.composite`` so exporters see it whole; a
+            callable ``(arguments by schema name) -> bool`` decides per call (e.g. a
+            call that draws random numbers is emitted inline: a composite body cannot
+            close over the program's PRNG key).
 
     Raises:
         RegistrationError: an op is registered twice or is not an OpOverload.
@@ -129,6 +132,8 @@ def apply(row: Lowering, ctx: Any, args: tuple, kwargs: dict) -> Any:
             bound.append((arg.name, args[i]))
         elif arg.name in kwargs:
             bound.append((arg.name, kwargs[arg.name]))
+    if callable(row.composite) and not row.composite(dict(bound)):
+        return row.fn(ctx, *args, **kwargs)
     operand_names = [n for n, v in bound if _is_array(v)]
     operands = [v for n, v in bound if _is_array(v)]
     attrs = {n: _attribute(v) for n, v in bound if not _is_array(v) and _attribute(v) is not None}

@@ -14,6 +14,7 @@ from exporters.litert.emitter import Emitter, Val
 from exporters.litert.ir import Graph
 from exporters.litert.optimize import optimize
 from exporters.litert.translate import Translator
+from kernels import dispatch
 
 NHWC = (0, 2, 3, 1)
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -129,7 +130,7 @@ def lower_program(program: Any, name: str, *, channels_last_io: bool = False, no
     """
     avals, env, shapes = symbolic_inputs(program)
     try:
-        with jax.enable_x64(True):
+        with jax.enable_x64(True), dispatch.portable("litert export"):
             closed = jax.make_jaxpr(program.closed())(*avals)
     except ConversionError:
         raise

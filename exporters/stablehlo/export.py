@@ -21,6 +21,7 @@ from converter.errors import ExportError
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.interpreter import LoweredProgram
 from exporters.atomic import write_dir
+from kernels import dispatch
 
 SCHEMA_VERSION = 1
 
@@ -62,7 +63,8 @@ class StableHLOArtifact:
             state_avals = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.state.items()}
             fn = jax.jit(lambda state, *xs: program.fn(state, *xs)[0])
             try:
-                self.exported = jax_export.export(fn)(state_avals, *avals)
+                with dispatch.portable("stablehlo export"):
+                    self.exported = jax_export.export(fn)(state_avals, *avals)
             except Exception as e:  # jax raises many types while tracing/lowering
                 raise ExportError(f"jax.export failed: {type(e).__name__}: {e}") from e
 

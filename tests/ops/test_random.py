@@ -94,7 +94,7 @@ def test_rng_argument_makes_runs_reproducible():
 
 
 # ----------------------------------------------------------------------------- distributions, dropout
-def _distributions(x, mean_t, std_t, probs, ones):
+def _distributions(x, mean_t, std_t, probs, ones, q0, v_eye):
     noise = torch.zeros_like(x)
     return (torch.bernoulli(x, 0.3), torch.normal(mean_t, 2.0), torch.normal(1.5, std_t),
             torch.normal(mean_t, std_t), torch.empty_like(x).uniform_(-1, 2), torch.empty_like(x).normal_(1, 2),
@@ -103,11 +103,13 @@ def _distributions(x, mean_t, std_t, probs, ones):
             *aten.native_dropout.default(ones, 0.3, True), aten.native_dropout.default(ones, 1.0, True)[0],
             aten.native_dropout.default(ones, 0.3, False)[1], F.dropout(ones, 0.5, training=True),
             *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, True),
-            *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, False))
+            *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, False),
+            F.scaled_dot_product_attention(q0, q0, v_eye, dropout_p=0.25))
 
 
 _DIST_ARGS = (torch.linspace(0, 1, N), torch.full((N,), -3.0), torch.full((N,), 0.5),
-              torch.tensor([[0.0, 1.0, 3.0, 4.0], [2.0, 0.0, 2.0, 4.0]]), torch.rand(N) + 1)
+              torch.tensor([[0.0, 1.0, 3.0, 4.0], [2.0, 0.0, 2.0, 4.0]]), torch.rand(N) + 1,
+              torch.zeros(1, 1, 64, 8), torch.eye(64).reshape(1, 1, 64, 64))
 
 
 def _distribution_run():
@@ -119,7 +121,8 @@ def test_distribution_ops_lower_to_the_expected_ops():
     _, ops = _distribution_run()
     want = {aten.bernoulli.p, aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
             aten.uniform.default, aten.normal_functional.default, aten.exponential.default, aten.multinomial.default,
-            aten.native_dropout.default, aten.rrelu_with_noise_functional.default}
+            aten.native_dropout.default, aten.rrelu_with_noise_functional.default,
+            aten.scaled_dot_product_attention.default}
     assert want <= ops, sorted(map(str, want - ops))
 
 
@@ -163,3 +166,12 @@ def test_rrelu_with_noise_train_and_eval():
     torch.testing.assert_close(out, x * noise)
     torch.testing.assert_close(ev, torch.where(x >= 0, x, x * 0.2))
     assert torch.equal(ev_noise, torch.zeros(N))
+
+
+def test_sdpa_attention_dropout():
+    # q = k = 0: every weight is 1/64 before dropout; v = I exposes each kept weight.
+    out = _distribution_run()[0][18]
+    scaled = out * 64 * 0.75  # kept weights are 1/64 / (1 - 0.25)
+    kept = scaled > 0.5
+    torch.testing.assert_close(scaled[kept], torch.ones(int(kept.sum())))
+    assert bool((scaled[~kept] == 0).all()) and abs(kept.float().mean() - 0.75) < 0.03

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import opmath_dtype
+from converter.lowering.helpers import kernel_choice, opmath_dtype
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -27,44 +27,46 @@ def _unsupported(ctx, reason: str) -> UnsupportedOpError:
     return UnsupportedOpError(str(aten.scaled_dot_product_attention.default), ctx.target, ctx.location, reason=reason)
 
 
-@lowering(aten.scaled_dot_product_attention.default, composite=True)
+def _deterministic(args: dict) -> bool:
+    return not args.get("dropout_p")
+
+
+@lowering(aten.scaled_dot_product_attention.default, composite=_deterministic)
 def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask=None, dropout_p=0.0,
                                                is_causal=False, *, scale=None, enable_gqa=False):
     """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor
 
     Composite ``aten.scaled_dot_product_attention`` (Pallas flash-attention kernels and
-    exporters take it whole). Body: ``einsum`` q·kᵀ at precision HIGHEST (float32 for
+    exporters take it whole; inline when ``dropout_p > 0``). Body: ``einsum`` q·kᵀ at precision HIGHEST (float32 for
     float16/bfloat16), ``* scale`` (default ``1/sqrt(E)``), the top-left aligned causal
     ``tril`` mask, a bool mask (False → -inf) or additive float mask, a softmax whose
     fully masked rows give 0 (like torch's CPU kernels, not NaN), and ``einsum`` with v.
     ``enable_gqa`` repeats each KV head ``Hq/Hkv`` times (``repeat_interleave``).
+    ``dropout_p > 0`` drops attention weights with a key from ``ctx.next_key()`` (torch
+    applies it even in eval mode; values differ from torch's RNG like every random op,
+    the statistics match) and makes ``kernels.dispatch`` record the reference with the
+    reason: the Pallas kernel has no dropout.
 
     Raises:
-        UnsupportedOpError: ``dropout_p > 0`` (attention dropout is random and torch
-            applies it even in eval mode; capture with ``dropout_p=0``, as HF models do
-            in eval), or ``is_causal`` together with ``attn_mask`` (torch rejects it too).
+        UnsupportedOpError: ``is_causal`` together with ``attn_mask`` (torch rejects it too).
     """
-    if dropout_p > 0:
-        raise _unsupported(ctx, f"dropout_p={dropout_p}: attention dropout is not supported; use dropout_p=0 "
-                                "(e.g. `dropout_p=self.p if self.training else 0.0`) and export in eval()")
     if is_causal and attn_mask is not None:
         raise _unsupported(ctx, "is_causal=True together with an explicit attn_mask")
     dtype = ctx.out_dtype or query.dtype
-    if query.ndim == 4 and key.ndim == 4 and isinstance(query.shape[-1], int):
-        # Backend choice (kernels.dispatch): Pallas flash attention on TPU/GPU, this
-        # reference body on CPU; option kernels="pallas"|"reference" forces one. The
-        # choice and its reason are recorded in kernels.dispatch.choices().
-        from kernels import dispatch
+    # Backend choice (kernels.dispatch): Pallas flash attention on TPU/GPU, this
+    # reference body on CPU; option kernels="pallas"|"reference" forces one. The
+    # choice and its reason are recorded in kernels.dispatch.choices().
+    static = query.ndim == 4 and key.ndim == 4 and all(isinstance(d, int) for d in query.shape + key.shape)
+    choice = kernel_choice(ctx, "flash_attention", static=static,
+                           why_not_static="not 4-D [B, H, L, E] with static shapes: reference body",
+                           head_dim=query.shape[-1], dtype=query.dtype, dropout_p=dropout_p)
+    if choice.impl == "pallas":
+        from kernels import flash_attention
 
-        choice = dispatch.choose("flash_attention", force=ctx.options.get("kernels"), head_dim=query.shape[-1],
-                                 dtype=query.dtype, dropout_p=dropout_p)
-        if choice.impl == "pallas":
-            from kernels import flash_attention
-
-            with jax.enable_x64(False):  # the kernels index with int32, as Mosaic/Triton do
-                out = flash_attention(query, key, value, mask=attn_mask, causal=is_causal, scale=scale,
-                                      interpret=choice.interpret)
-            return out.astype(dtype)
+        with jax.enable_x64(False):  # the kernels index with int32, as Mosaic/Triton do
+            out = flash_attention(query, key, value, mask=attn_mask, causal=is_causal, scale=scale,
+                                  interpret=choice.interpret)
+        return out.astype(dtype)
     acc = opmath_dtype(dtype)
     q, k, v = query.astype(acc), key.astype(acc), value.astype(acc)
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
@@ -86,5 +88,8 @@ def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask
     p = jnp.exp(s - m)
     denom = jnp.sum(p, axis=-1, keepdims=True)
     p = p / jnp.where(denom == 0, jnp.ones((), acc), denom)
+    if dropout_p > 0:  # torch drops attention weights whenever dropout_p > 0, even in eval()
+        keep = jax.random.bernoulli(ctx.next_key(), 1.0 - dropout_p, p.shape) if dropout_p < 1 else False
+        p = jnp.where(keep, p / jnp.asarray(max(1.0 - dropout_p, 1e-30), acc), jnp.zeros((), acc))
     out = jnp.einsum("...ls,...sv->...lv", p, v, precision=_HIGHEST)
     return out.astype(dtype)

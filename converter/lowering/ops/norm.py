@@ -15,6 +15,11 @@ What torch.export produces:
 
 Statistics are computed in float32 for float16/bfloat16 inputs (torch's CPU opmath),
 variance is biased for normalization and unbiased for the running-variance update.
+
+``layer_norm`` and ``rms_norm`` pick their implementation through ``kernels.dispatch``
+(:func:`converter.lowering.helpers.kernel_choice`): the fused Pallas kernels on TPU/GPU,
+the jnp bodies below on CPU and in exported artifacts; ``kernels="pallas"|"reference"``
+forces either. Several normalized dims are flattened into the kernel's one row.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from converter.lowering.helpers import opmath_dtype
+from converter.lowering.helpers import kernel_choice, opmath_dtype
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -44,6 +49,25 @@ def _affine(y, weight, bias, shape):
     return y
 
 
+def _pallas_norm(ctx, kernel: str, x, normalized_shape, params, eps):
+    """Run the Pallas ``kernel`` when dispatch picks it; None → use the jnp body."""
+    k = len(normalized_shape)
+    trailing = tuple(x.shape[x.ndim - k:])
+    static = all(isinstance(d, int) for d in x.shape)
+    hidden = int(np.prod(trailing)) if static else None
+    choice = kernel_choice(ctx, kernel, static=static, why_not_static="dynamic shape: reference body",
+                           hidden=hidden, dtype=x.dtype)
+    if choice.impl != "pallas":
+        return None
+    from kernels import layer_norm, rms_norm
+
+    fn = {"layer_norm": layer_norm, "rms_norm": rms_norm}[kernel]
+    flat = [None if p is None else p.astype(x.dtype).reshape(hidden) for p in params]
+    with jax.enable_x64(False):  # the kernels index with int32, as Mosaic/Triton do
+        y = fn(x.reshape(x.shape[:x.ndim - k] + (hidden,)), *flat, eps=float(eps), interpret=choice.interpret)
+    return y.reshape(x.shape)
+
+
 def _layer_norm(x, normalized_shape, weight, bias, eps):
     acc = opmath_dtype(x.dtype)
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
@@ -59,9 +83,11 @@ def lower_layer_norm_default(ctx, input, normalized_shape, weight=None, bias=Non
     """layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1.0000000000000001e-05, bool cudnn_enable=True) -> Tensor
 
     Composite ``aten.layer_norm``: ``reduce_sum`` mean and biased variance over the
-    trailing ``normalized_shape`` dims, ``rsqrt``, then the elementwise affine.
+    trailing ``normalized_shape`` dims, ``rsqrt``, then the elementwise affine — or the
+    fused Pallas layer-norm kernel where ``kernels.dispatch`` picks it.
     """
-    return _layer_norm(input, normalized_shape, weight, bias, eps)[0]
+    y = _pallas_norm(ctx, "layer_norm", input, normalized_shape, (weight, bias), eps)
+    return y if y is not None else _layer_norm(input, normalized_shape, weight, bias, eps)[0]
 
 
 @lowering(aten.native_layer_norm.default)
@@ -80,10 +106,15 @@ def lower_rms_norm_default(ctx, input, normalized_shape, weight=None, eps=None):
     Composite ``aten.rms_norm``: ``x * rsqrt(mean(x²) + eps)`` over the trailing dims in
     float32 for float16/bfloat16, cast back to the input dtype, then ``* weight`` like
     torch. ``eps=None`` is the machine epsilon of that computation type, as in torch.
+    Where ``kernels.dispatch`` picks it, the fused Pallas RMS-norm kernel runs instead
+    (it multiplies by the weight before the final cast: ≤ 1 ulp apart in bf16/fp16).
     """
     acc = opmath_dtype(input.dtype)
     if eps is None:
         eps = float(np.finfo(np.dtype(acc)).eps)
+    y = _pallas_norm(ctx, "rms_norm", input, normalized_shape, (weight,), eps)
+    if y is not None:
+        return y
     axes = tuple(range(input.ndim - len(normalized_shape), input.ndim))
     xf = input.astype(acc)
     y = (xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=axes, keepdims=True) + jnp.asarray(eps, acc)))
