@@ -96,15 +96,20 @@ class _Null:
 
 
 def op_chain(n: int = 100) -> Callable[[], Any]:
-    """``n`` times ``y = y * 0.5 + x`` (``2n`` ops) on [8, 8] tpu tensors, strict eager, then a sync."""
+    """``n`` times ``y = y * 0.5 + x`` (``2n`` ops) on [8, 8] tpu tensors, strict eager; then
+    waits for the result's ``jax.Array`` (``block_until_ready``), as :func:`torchax_chain` does."""
+    from tpu_runtime.values import materialize
+
     x = torch.randn(8, 8).to("tpu")
 
     def run() -> Any:
-        y = x
-        for _ in range(n):
-            y = y * 0.5 + x
-        return y.cpu()
+        with tpu_runtime.set_eager_mode("strict"):
+            y = x
+            for _ in range(n):
+                y = y * 0.5 + x
+            return materialize(y).block_until_ready()
 
+    run.x = x.cpu().numpy()
     return run
 
 
@@ -128,7 +133,9 @@ def jax_chain(n: int = 100) -> Callable[[], Any]:
 
 
 def torchax_chain(n: int = 100) -> Callable[[], Any]:
-    """The same chain (``2n`` ops) in torchax eager mode.
+    """The same chain (``2n`` ops, same shapes, same python-float operand) in torchax eager
+    mode (each op runs as JAX ops on the tensors' ``jax.Array``); then waits for the
+    result's ``jax.Array`` (``block_until_ready``), as :func:`op_chain` does.
 
     Raises:
         ImportError: torchax is not importable.
@@ -145,9 +152,28 @@ def torchax_chain(n: int = 100) -> Callable[[], Any]:
             y = x
             for _ in range(n):
                 y = y * 0.5 + x
-            return torch.from_numpy(__import__("numpy").asarray(y.jax()))
+            return y.jax().block_until_ready()
 
+    run.x = __import__("numpy").asarray(x.jax())
     return run
+
+
+def check_chains(ours: Callable[[], Any], theirs: Callable[[], Any], n: int) -> None:
+    """Both chains compute ``y = y * 0.5 + x`` from their own ``x``: check each against
+    numpy on its input (a benchmark of a wrong computation would mean nothing).
+
+    Raises:
+        AssertionError: a chain's result differs.
+    """
+    import numpy as np
+
+    for name, fn in (("tpu", ours), ("torchax", theirs)):
+        x = np.asarray(fn.x)
+        y = x
+        for _ in range(n):
+            y = y * 0.5 + x
+        got = np.asarray(fn())
+        assert got.shape == (8, 8) and np.allclose(got, y, rtol=1e-5, atol=1e-5), f"{name} chain is wrong"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         theirs = None
         print(f"   torchax: {str(e).splitlines()[0] if str(e) else type(e).__name__} -- skipped")
     if theirs is not None:
+        check_chains(ours, theirs, args.ops // 2)
         ratio, to, tt = paired(ours, theirs, args.rounds, args.block)
         print(f"   tpu/torchax time {ratio:5.2f}   ({to / args.ops * 1e6:.1f} vs {tt / args.ops * 1e6:.1f} µs/op)")
     floor = jax_chain(args.ops // 2)

@@ -2,12 +2,14 @@
 
 Each model trains for ``--steps`` AdamW steps (default 20) on fixed synthetic
 batches: on CPU with plain PyTorch (the reference), on the tpu device in each
-eager mode (strict, debug, fused), and on CPU tensors with
-``torch.compile(model, backend="tpu")``. Every curve must match the CPU curve
+eager mode (strict, debug, fused), with ``torch.compile(model, backend="tpu")`` on
+CPU tensors (``compile``) and on a ``model.to("tpu")`` with tpu inputs
+(``compile-tpu``: the compiled graphs run on the device arrays, the optimizer
+steps eagerly on the tpu parameters). Every curve must match the CPU curve
 within ``--rtol``; the script prints one row per run and exits non-zero on a
 mismatch::
 
-    python examples/train.py                       # 3 models x 5 runs x 20 steps
+    python examples/train.py                       # 3 models x 6 runs x 20 steps
     python examples/train.py --models mlp --steps 3 --runs cpu,strict,fused
 
 Dropout layers are set to p=0 for the comparison (JAX's PRNG draws other masks
@@ -35,7 +37,7 @@ from torch import nn  # noqa: E402
 import tpu_runtime  # noqa: E402
 from examples.models import MLP, MinGPT, SmallCNN  # noqa: E402
 
-RUNS = ("cpu", "strict", "debug", "fused", "compile")
+RUNS = ("cpu", "strict", "debug", "fused", "compile", "compile-tpu")
 
 
 @dataclass
@@ -82,8 +84,9 @@ def train(task: Task, run: str, steps: int, *, dropout: bool = False, lr: float 
 
     Args:
         task: from :func:`make_task`.
-        run: ``cpu``, ``strict``, ``debug``, ``fused`` (tpu device) or ``compile``
-            (``torch.compile(backend="tpu")`` on CPU tensors).
+        run: ``cpu``, ``strict``, ``debug``, ``fused`` (tpu device), ``compile``
+            (``torch.compile(backend="tpu")`` on CPU tensors) or ``compile-tpu`` (the
+            same on tpu tensors).
         steps: optimizer steps.
         dropout: keep dropout layers active.
         lr: AdamW learning rate.
@@ -93,9 +96,9 @@ def train(task: Task, run: str, steps: int, *, dropout: bool = False, lr: float 
         raise ValueError(f"unknown run {run!r}; choose from {', '.join(RUNS)}")
     model = _model(task, dropout)
     on_device = run in ("strict", "debug", "fused")
-    device = "tpu" if on_device else "cpu"
+    device = "tpu" if on_device or run == "compile-tpu" else "cpu"
     model = model.to(device)
-    forward = torch.compile(model, backend="tpu") if run == "compile" else model
+    forward = torch.compile(model, backend="tpu") if run.startswith("compile") else model
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     batches = [(x.to(device), y.to(device)) for x, y in task.batches]
     torch.manual_seed(seed)
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 diff, what = max_rel_diff(curve, ref), "vs cpu"
             good = diff <= args.rtol
             ok &= good
-            print(f"{name:7s} {run:8s} loss {curve[0]:.4f} -> {curve[-1]:.4f}  max rel diff {what} {diff:.2e} "
+            print(f"{name:7s} {run:11s} loss {curve[0]:.4f} -> {curve[-1]:.4f}  max rel diff {what} {diff:.2e} "
                   f"{'ok' if good else 'MISMATCH'}  ({time.perf_counter() - start:.1f}s)", flush=True)
     stats = tpu_runtime.cache_stats()
     print(f"compile cache: {stats.requests} requests, {stats.hits} hits, {stats.misses} misses "

@@ -105,6 +105,11 @@ class CompileCache:
         self._entries[key] = jitted
         return out
 
+    def discard(self, keys: Any) -> None:
+        """Forget the in-memory entries of ``keys`` (those present), e.g. when their owner is freed."""
+        for key in keys:
+            self._entries.pop(key, None)
+
     def clear(self) -> None:
         """Forget every in-memory entry and the runtime's plans (the on-disk cache is kept)."""
         self._entries.clear()

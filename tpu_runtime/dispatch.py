@@ -9,7 +9,7 @@ For each op overload the route is decided once and cached:
    transformer inference fast paths (:mod:`tpu_runtime.fastpath`);
 2. ops with a row in the lowering table, or a runtime kernel built from rows
    (:mod:`tpu_runtime.kernels`): an :class:`~tpu_runtime.plans.OpPlan` run by the
-   current eager mode. View ops (``view``, ``slice``, ``permute``…) return views
+   current eager mode (:mod:`tpu_runtime.execute`, the per-op hot path). View ops (``view``, ``slice``, ``permute``…) return views
    that share the storage;
 3. in-place ops (``add_``) and ``out=`` variants: the functional op is routed, then
    its result is written back (through the view chain if the target is a view);
@@ -22,41 +22,55 @@ For each op overload the route is decided once and cached:
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any, Callable
 
-import jax.numpy as jnp
+import numpy as np
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.errors import UnsupportedOpError
 from converter.lowering import registry
-from tpu_runtime import fastpath, kernels, rng
+from tpu_runtime import fastpath, kernels
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
+from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
-from tpu_runtime.plans import META_FUNCTIONS, OpPlan, ShapeInferenceError, _Slot, build_plan, flatten, rebuild
-from tpu_runtime.tensor import TpuTensor, alias, new_tensor, wrap
+from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, _Slot, flatten
+from tpu_runtime.tensor import TpuTensor, alias, new_tensor
 from tpu_runtime.traced import traced_plan
-from tpu_runtime.values import convert_plan, make_view, read, to_cpu, upload, write
+from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, write
 
 aten = torch.ops.aten
-_PLANS: dict[tuple, OpPlan | None] = {}
-_ROUTES: dict[Any, tuple] = {}
-CACHE.on_clear(_PLANS.clear)
+#: id(op) → route: ``(kind, ..., op)``; the op itself is last, checked on each hit (an id can be reused
+#: once an op object is gone). Keyed by ``id`` because an op overload's ``__hash__`` is a python call.
+_ROUTES: dict[int, tuple] = {}
+_TAGS = itertools.count()  # per-op key tags (see plans.flatten)
 CACHE.on_clear(_ROUTES.clear)
 _CORE_DECOMP = core_aten_decompositions()
 META_FUNCTIONS.update(kernels.META_FUNCTIONS)
 _UNTRACED = object()
-_ARRAY = type(jnp.zeros(()))  # jaxlib's ArrayImpl: a concrete value, read without a call
 
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run one ATen call whose tensors are on the tpu device (the ``__torch_dispatch__`` body)."""
     token = swap_on()
     try:
+        route = _ROUTES.get(id(func))
+        if route is not None and route[-1] is func:  # the two common cases, inlined from _route
+            kind = route[0]
+            if kind == "op":
+                try:
+                    return _run(func, args, kwargs, route)
+                except ShapeInferenceError:
+                    if not fallback_enabled():
+                        raise
+                    return cpu_fallback(func, args, kwargs)
+            if kind == "inplace":
+                return _inplace(route[1], args, kwargs)
         return _route(func, args, kwargs)
     except Exception as e:
         if torch._C._current_graph_task_id() < 0 or threading.current_thread() is threading.main_thread():
@@ -67,13 +81,13 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _route(func: Any, args: tuple, kwargs: dict) -> Any:
-    route = _ROUTES.get(func)
-    if route is None:
-        route = _ROUTES[func] = _classify(func)
+    route = _ROUTES.get(id(func))
+    if route is None or route[-1] is not func:
+        route = _ROUTES[id(func)] = _classify(func) + (func,)
     kind = route[0]
     if kind == "op":
         try:
-            return run_op(func, args, kwargs, route[1], route[2])
+            return _run(func, args, kwargs, route)
         except ShapeInferenceError:
             if not fallback_enabled():
                 raise
@@ -85,7 +99,7 @@ def _route(func: Any, args: tuple, kwargs: dict) -> Any:
     if kind == "out":
         return _out(route[1], route[2], args, kwargs)
     if kind == "decomp":
-        return _decomposed(func, args, kwargs, route[1])
+        return _decomposed(func, args, kwargs, route[1], route[2])
     return missing(func, args, kwargs)
 
 
@@ -97,9 +111,9 @@ def _classify(func: Any) -> tuple:
         if functional is not None:
             return ("special", lambda f, a, k: _inplace_view(functional, a, k))
     if _table_row(func) is not None:
-        return ("op", None, None)
+        return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
     if func in kernels.KERNELS:
-        return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC)
+        return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC, func in INDEXING_OPS, next(_TAGS))
     schema = func._schema
     first = schema.arguments[0] if schema.arguments else None
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
@@ -115,18 +129,18 @@ def _classify(func: Any) -> tuple:
     # torch._refs decompositions may emit prims.* ops (not ATen, not in the table):
     # prefer torch._decomp's ATen-to-ATen ones, then CompositeImplicitAutograd, then refs.
     if fn is not None and not fn.__module__.startswith("torch._refs"):
-        return ("decomp", fn)
+        return ("decomp", fn, next(_TAGS))
     if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
-        return ("decomp", func.decompose)
+        return ("decomp", func.decompose, next(_TAGS))
     if fn is not None:
-        return ("decomp", fn)
+        return ("decomp", fn, next(_TAGS))
     return ("missing",)
 
 
-def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable) -> Any:
+def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int) -> Any:
     """Run a decomposition: as one traced plan when possible, else piece by piece."""
     try:
-        key, ins = flatten(func, args, kwargs, dyn=False)
+        key, ins = flatten(func, args, kwargs, False, func in INDEXING_OPS, tag)
     except RuntimeError:  # e.g. CPU tensors the decomposition will move: run it as written
         key = None
     plan = _PLANS.get(key, _UNTRACED) if key is not None else None
@@ -147,59 +161,6 @@ def _table_row(func: Any) -> Any:
         return registry.lookup(func)
     except UnsupportedOpError:
         return None
-
-
-# --------------------------------------------------------------------------- table ops
-
-
-def run_op(func: Any, args: tuple, kwargs: dict, kernel: Callable | None = None, dyn: bool | None = None) -> Any:
-    """Run one op through its plan with the current eager mode; wrap the outputs.
-
-    ``kernel`` is a runtime kernel; ``None`` means the op's row of the lowering table.
-    """
-    key, ins = flatten(func, args, kwargs, dyn)
-    plan = _PLANS.get(key)
-    if plan is None:
-        row = registry.lookup(func) if kernel is None else None
-        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=dyn)
-    if plan.view and len(ins) == 1:
-        src = ins[0]
-        return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
-    return _execute(plan, ins)
-
-
-def _execute(plan: OpPlan, ins: list) -> Any:
-    """Run ``plan`` on the call's inputs with the current eager mode; wrap the outputs."""
-    values = []
-    for x in ins:
-        if type(x) is TpuTensor and not x._chain:  # the common case, inlined: a base tensor's value
-            v = x._storage.value
-            values.append(v if type(v) is _ARRAY else read(x))
-        elif isinstance(x, TpuTensor):
-            values.append(read(x))
-        else:
-            values.append(upload(x) if isinstance(x, torch.Tensor) else _scalar(x))
-    if plan.random:
-        values.append(rng.next_input())
-    res = executor().run(plan, values)
-    specs = plan.out_specs
-    if len(specs) == 1 and type(plan.structure) is _Slot:
-        return wrap(res[0], specs[0])
-    return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])
-
-
-_SCALARS: dict[float, Any] = {}
-
-
-def _scalar(x: float) -> Any:
-    """A dynamic python float as a weakly typed device scalar, cached (a python float
-    argument would be transferred to the device on every call)."""
-    v = _SCALARS.get(x)
-    if v is None:
-        if len(_SCALARS) > 4096:
-            _SCALARS.clear()
-        v = _SCALARS[x] = jnp.asarray(x)
-    return v
 
 
 # --------------------------------------------------------------------------- in-place and out=
@@ -248,6 +209,14 @@ def _functional_of_out(func: Any, outs: list) -> Any:
 
 def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     self = args[0]
+    route = _ROUTES.get(id(functional))
+    if type(self) is TpuTensor and route is not None and route[0] == "op" and route[-1] is functional:
+        try:  # the common case: the result goes into ``self`` without a wrapper tensor in between
+            out = _run(functional, args, kwargs, route, self)
+        except ShapeInferenceError:
+            out = NOT_IN_PLACE  # the generic path below falls back to CPU or raises
+        if out is not NOT_IN_PLACE:
+            return out
     result = _route(functional, args, kwargs)
     if isinstance(result, (tuple, list)):
         result = result[0]
@@ -260,13 +229,7 @@ def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
 
 def _assign(dst: TpuTensor, src: TpuTensor) -> None:
     """Write ``src`` (a tpu tensor) into ``dst``, casting its dtype as in-place ops do."""
-    if src._spec[0] != dst._spec[0]:
-        raise RuntimeError(f"output with shape {list(dst._spec[0])} doesn't match the broadcast shape "
-                           f"{list(src._spec[0])}")
-    value = read(src)
-    if src._spec[1] != dst._spec[1]:
-        value = executor().run(convert_plan(src._spec, dst._spec), [value])[0]
-    write(dst, value)
+    assign_value(dst, read(src), src._spec)
 
 
 def _out(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
@@ -324,8 +287,15 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
     return dst
 
 
+#: dtypes whose numpy scalar ``.item()`` is the python value torch's ``item()`` returns.
+_ITEM_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.int64, torch.bool})
+
+
 def _item(func: Any, args: tuple, kwargs: dict) -> Any:
-    return to_cpu(args[0]).item()
+    t = args[0]
+    if type(t) is TpuTensor and t._spec[1] in _ITEM_DTYPES:  # no CPU tensor in between (once per step)
+        return np.asarray(materialize(t)).item()
+    return to_cpu(t).item()
 
 
 def _equal(func: Any, args: tuple, kwargs: dict) -> bool:

@@ -7,6 +7,13 @@ checked against the lowering table, and compiled once per input signature in
 the runtime's shared compile cache (:mod:`tpu_runtime.cache`: the same counters,
 ``cache_only()`` and on-disk cache as the eager modes); graph breaks are handled
 by dynamo itself (each piece comes here separately).
+
+Models and inputs may live on the CPU (each call moves the inputs to the device
+and the outputs back) or on the ``tpu`` device (``model.to("tpu")``): then dynamo
+and AOTAutograd trace the tpu tensors through their flatten protocol
+(:mod:`tpu_runtime.compile_tensors`), the compiled graph runs on the ``jax.Array``
+each tpu tensor holds and returns tpu tensors, with no host round trip; gradients
+land on the tpu parameters, ready for an eager optimizer step.
 """
 
 from __future__ import annotations
@@ -19,9 +26,13 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from converter.capture import PRESERVED_OPS
+from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime.cache import CACHE
+from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.module import to_jax, to_torch
+from tpu_runtime.tensor import DEVICE, TpuTensor, wrap
+from tpu_runtime.values import materialize
 
 #: Compile statistics: the shared cache's counters (eager modes included).
 STATS = CACHE.stats
@@ -35,10 +46,30 @@ def _decompositions() -> dict:
     return table
 
 
+def _array(t: torch.Tensor, device: Any) -> jax.Array:
+    """The JAX array behind a graph input: read from a tpu tensor or its payload, uploaded from a CPU tensor."""
+    if isinstance(t, TpuPayload):
+        return materialize(t.tensor)
+    if isinstance(t, TpuTensor):
+        return materialize(t)
+    return to_jax(t, device)
+
+
+def _to_tpu(a: jax.Array) -> TpuTensor:
+    return wrap(a, (tuple(a.shape), to_torch_dtype(a.dtype)))
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """Compile one AOTAutograd graph (forward or backward) for the TPU runtime."""
+    """Compile one AOTAutograd graph (forward or backward) for the TPU runtime.
+
+    A graph traced from tpu tensors returns tpu tensors; one traced from CPU
+    tensors returns CPU tensors.
+    """
+    end_tracing()  # AOTAutograd traced fw and bw before compiling either: tpu ops need no tracing check now
     check_supported(gm, "tpu")
     device = jax.devices()[0]
+    on_tpu = any(isinstance(a, torch.Tensor) and a.device == DEVICE for a in example_inputs)
+    out_fn = _to_tpu if on_tpu else to_torch
     graph_id = next(_GRAPH_IDS)  # graphs with equal code may close over different constants
     seed = [0]
 
@@ -47,7 +78,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         statics = tuple(a if not isinstance(a, torch.Tensor) else None for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
         with jax.enable_x64(True):
-            arrays = [to_jax(t, device) for t in tensors]
+            arrays = [_array(t, device) for t in tensors]
             key = jax.random.key_data(jax.random.key(seed[0]))
             seed[0] += 1
             fn = CACHE.lookup(sig)
@@ -62,11 +93,36 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             else:
                 outs = fn(key, *arrays)
         args.clear()
-        return [to_torch(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o for o in outs]
+        return [out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o for o in outs]
 
     run._boxed_call = True  # AOTAutograd's boxed calling convention: args list is consumed
     return run
 
+
+def _skip_runtime_frames() -> None:
+    """Keep dynamo out of the runtime's own Python frames.
+
+    Ops that run eagerly inside a compiled function (after a graph break, or in
+    modules dynamo skips such as ``nn.LSTM``) enter ``__torch_dispatch__`` while
+    dynamo's frame hook is active; dynamo would try to compile the dispatcher itself.
+    Marking the entry points' code SKIP (recursively) makes those frames, and every
+    frame they call, run as plain Python; the mark is consulted only by dynamo's hook,
+    so eager dispatch pays nothing for it.
+    """
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    from tpu_runtime import device
+
+    skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    entries = [TpuTensor.__dict__["__torch_dispatch__"].__func__, TpuPayload.__dict__["__torch_dispatch__"].__func__,
+               device._factory]
+    entries += [v for v in vars(TpuTensor).values() if callable(v) and hasattr(v, "__code__")]
+    for fn in entries:
+        set_code_exec_strategy(fn.__code__, skip)
+
+
+_skip_runtime_frames()
 
 #: The dynamo backend object (entry point ``tpu``).
 tpu_backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_decompositions())

@@ -83,43 +83,6 @@ def lerp_scalar(ctx: Any, self: Any, end: Any, weight: Any) -> Any:
     return jnp.where(jnp.abs(w) < 0.5, s + w * diff, e - diff * (1 - w)).astype(dt)
 
 
-def _gates(input_gates: Any, hidden_gates: Any, input_bias: Any, hidden_bias: Any) -> tuple:
-    ig = input_gates if input_bias is None else input_gates + input_bias
-    hg = hidden_gates if hidden_bias is None else hidden_gates + hidden_bias
-    return ig, hg
-
-
-def fused_lstm_cell(ctx: Any, input_gates: Any, hidden_gates: Any, cx: Any, input_bias: Any = None,
-                    hidden_bias: Any = None) -> tuple:
-    """_thnn_fused_lstm_cell(Tensor input_gates, Tensor hidden_gates, Tensor cx, Tensor? input_bias=None, Tensor? hidden_bias=None) -> (Tensor, Tensor, Tensor)
-
-    The LSTM cell PyTorch's RNN code calls on accelerators: gates (i, f, g, o) =
-    sigmoid/sigmoid/tanh/sigmoid of the summed projections; ``cy = f*cx + i*g``,
-    ``hy = o*tanh(cy)``; the workspace holds the activated gates (forward only:
-    its backward is not provided).
-    """  # noqa: E501 (the first line is the exact schema)
-    ig, hg = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
-    i, f, g, o = jnp.split(ig + hg, 4, axis=1)
-    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
-    cy = f * cx + i * g
-    return o * jnp.tanh(cy), cy, jnp.concatenate([i, f, g, o], axis=1)
-
-
-def fused_gru_cell(ctx: Any, input_gates: Any, hidden_gates: Any, hx: Any, input_bias: Any = None,
-                   hidden_bias: Any = None) -> tuple:
-    """_thnn_fused_gru_cell(Tensor input_gates, Tensor hidden_gates, Tensor hx, Tensor? input_bias=None, Tensor? hidden_bias=None) -> (Tensor, Tensor)
-
-    ``r, z = sigmoid(ig + hg)`` (first two thirds), ``n = tanh(ig_n + r * hg_n)``,
-    ``hy = n + z * (hx - n)``; the workspace holds r, z, ig_n, hg_n, hx (forward only).
-    """  # noqa: E501 (the first line is the exact schema)
-    ig, hg = _gates(input_gates, hidden_gates, input_bias, hidden_bias)
-    ir, iz, i_n = jnp.split(ig, 3, axis=1)
-    hr, hz, h_n = jnp.split(hg, 3, axis=1)
-    r, z = jax.nn.sigmoid(ir + hr), jax.nn.sigmoid(iz + hz)
-    n = jnp.tanh(i_n + r * h_n)
-    return n + z * (hx - n), jnp.concatenate([r, z, i_n, h_n, hx], axis=1)
-
-
 def _random_from(ctx: Any, self: Any, from_: int = 0, to: int | None = None, *, generator: Any = None) -> Any:
     """random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor"""
     if to is None:
@@ -138,11 +101,15 @@ KERNELS: dict[Any, Callable] = {
     aten.addcmul.default: addcmul,
     aten.addcdiv.default: addcdiv,
     aten.lerp.Scalar: lerp_scalar,
-    aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
-    aten._thnn_fused_gru_cell.default: fused_gru_cell,
     getattr(aten.random, "from"): _random_from,
     aten.random.to: _random_to,
 }
+
+
+def _fused_lstm_cell_meta(input_gates: Any, hidden_gates: Any, cx: Any, input_bias: Any = None,
+                          hidden_bias: Any = None) -> tuple:
+    return torch.empty_like(cx), torch.empty_like(cx), torch.empty_like(input_gates)
+
 
 def _fused_gru_cell_meta(input_gates: Any, hidden_gates: Any, hx: Any, input_bias: Any = None,
                          hidden_bias: Any = None) -> tuple:
@@ -150,8 +117,20 @@ def _fused_gru_cell_meta(input_gates: Any, hidden_gates: Any, hx: Any, input_bia
     return torch.empty_like(hx), hx.new_empty((b, 5 * h))
 
 
-#: Output shapes of kernels whose op has no meta kernel in torch.
-META_FUNCTIONS: dict[Any, Callable] = {aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta}
+def _fused_gru_cell_backward_meta(grad_hy: Any, workspace: Any, has_bias: bool) -> tuple:
+    b, h = grad_hy.shape
+    gates = grad_hy.new_empty((b, 3 * h))
+    bias = (grad_hy.new_empty((3 * h,)), grad_hy.new_empty((3 * h,))) if has_bias else (None, None)
+    return gates, torch.empty_like(gates), torch.empty_like(grad_hy), *bias
+
+
+#: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
+#: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
+META_FUNCTIONS: dict[Any, Callable] = {
+    aten._thnn_fused_lstm_cell.default: _fused_lstm_cell_meta,
+    aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta,
+    aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward_meta,
+}
 
 #: Kernels whose python-float arguments are traced inputs rather than key parts.
 DYNAMIC = frozenset({aten.addcmul.default, aten.addcdiv.default, aten.lerp.Scalar})

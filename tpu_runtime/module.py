@@ -1,14 +1,18 @@
 """The ``target="tpu"`` artifact: a lowered program compiled with jax.jit on one device.
 
 Weights move to the device once and stay there; each new input signature is
-compiled once (ahead of time, so compile counts and seconds are observable) and
-cached; buffer mutations (BatchNorm running stats, in-place caches) are written
-back into the module's device state after every call.
+compiled once, in the runtime's shared compile cache (:mod:`tpu_runtime.cache`:
+the same ``cache_stats()`` counters, ``cache_only()`` guard and on-disk cache as
+the eager modes and ``torch.compile``), and counted in the module's own
+:class:`CompileStats` too; buffer mutations (BatchNorm running stats, in-place
+caches) are written back into the module's device state after every call.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +24,15 @@ import torch
 from converter.errors import InputError
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram
+from tpu_runtime.cache import CACHE
+
+_MODULE_IDS = itertools.count()
 
 
 @dataclass
 class CompileStats:
-    """Counters of one module's compile cache."""
+    """One module's share of the shared compile cache's counters (``compile_seconds``:
+    tracing, compiling and the first run of each new signature)."""
 
     requests: int = 0
     hits: int = 0
@@ -59,7 +67,10 @@ class TpuModule:
         with jax.enable_x64(True):
             self.state = {k: jax.device_put(v, self.device) for k, v in program.state.items()}
         self._seed, self._calls = seed, 0
-        self._compiled: dict[tuple, Any] = {}
+        self._cache_id = next(_MODULE_IDS)  # programs differ in weights and code: never share entries
+        self._fn = lambda state, k, *xs: program.fn(state, *xs, rng=jax.random.key(k))
+        self._keys: list[tuple] = []  # this module's cache entries, dropped when the module is freed
+        weakref.finalize(self, CACHE.discard, self._keys)
         self.stats = CompileStats()
         self._in_spec = program.exported.call_spec.in_spec
         self._out_spec = program.exported.call_spec.out_spec
@@ -84,26 +95,30 @@ class TpuModule:
             inputs = [to_jax(x, self.device) for x in flat]
             key = np.uint32((self._seed + self._calls) % 2**32)  # a host scalar: the PRNG key is built in-graph
             self._calls += 1
-            compiled = self._compile(key, inputs)
-            outs, muts = compiled(self.state, key, *inputs)
+            outs, muts = self._run(key, inputs)
         self.state.update(muts)
         result = [to_torch(o) for o in outs]
         return torch.utils._pytree.tree_unflatten(result, self._out_spec)
 
-    def _compile(self, key: Any, inputs: list[Any]) -> Any:
-        sig = tuple((tuple(x.shape), str(x.dtype)) for x in inputs)
+    def _run(self, key: Any, inputs: list[Any]) -> tuple:
+        """Run the program's executable for this input signature, compiling it on a miss.
+
+        Raises:
+            CacheMissError: a compile was needed inside :func:`tpu_runtime.cache_only`.
+        """
+        sig = ("tpu_module", self._cache_id, tuple((tuple(x.shape), str(x.dtype)) for x in inputs))
         self.stats.requests += 1
-        hit = self._compiled.get(sig)
-        if hit is not None:
+        fn = CACHE.lookup(sig)
+        if fn is not None:
             self.stats.hits += 1
-            return hit
+            return fn(self.state, key, *inputs)
         self.stats.misses += 1
         start = time.perf_counter()
-        jitted = jax.jit(lambda state, k, *xs: self.program.fn(state, *xs, rng=jax.random.key(k)))
-        compiled = jitted.lower(self.state, key, *inputs).compile()
+        out = CACHE.compile(sig, self._fn, (self.state, key, *inputs),
+                            describe=lambda: f"{self!r} at input shapes {[list(s) for s, _ in sig[2]]}")
         self.stats.compile_seconds += time.perf_counter() - start
-        self._compiled[sig] = compiled
-        return compiled
+        self._keys.append(sig)
+        return out
 
     def stablehlo(self, *sample_inputs: Any) -> str:
         """StableHLO text of the program (at the captured sample shapes by default)."""

@@ -91,8 +91,13 @@ INDEXING_OPS = frozenset({aten.index.Tensor, aten.index_put.default, aten._index
 _INDEXING = [False]
 
 
-def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None) -> tuple[tuple, list]:
+def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None, indexing: bool | None = None,
+            tag: Any = None) -> tuple[tuple, list]:
     """The cache key of a call and its inputs (tpu tensors, CPU tensors, dynamic floats).
+
+    ``dyn`` and ``indexing`` default to ``func``'s membership in :data:`DYNAMIC_FLOAT_OPS`
+    and :data:`INDEXING_OPS`; ``tag`` (default ``func``) is the key's first element: the
+    dispatcher passes a small int per op, whose hash is cheaper than an op overload's.
 
     Raises:
         RuntimeError: a CPU tensor with dimensions is mixed in (0-d CPU tensors are
@@ -101,8 +106,8 @@ def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None) -> tu
     ins: list = []
     if dyn is None:
         dyn = func in DYNAMIC_FLOAT_OPS
-    _INDEXING[0] = func in INDEXING_OPS
-    key = [func]
+    _INDEXING[0] = func in INDEXING_OPS if indexing is None else indexing
+    key = [func if tag is None else tag]
     for a in args:
         if type(a) is TpuTensor:  # the common case, inlined
             ins.append(a)

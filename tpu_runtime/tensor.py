@@ -55,6 +55,7 @@ class TpuTensor(torch.Tensor):
     _chain: tuple = ()
     _cached: Any = None
     _seen: int = -1
+    _fake: Any = None  # set only on the tensors torch.compile traces (tpu_runtime.compile_tensors)
 
     @staticmethod
     def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),
@@ -73,6 +74,8 @@ class TpuTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         from tpu_runtime.values import to_cpu
 
+        if self._fake is not None:  # traced by torch.compile: no data
+            return f"TpuTensor(traced, {self._fake!r})"
         text = repr(to_cpu(self))
         extra = f", device='{DEVICE}'"
         if self.grad_fn is not None:
@@ -122,16 +125,22 @@ class TpuTensor(torch.Tensor):
     # in place (``torch.utils.swap_tensors``) instead of re-wrapping them: a parameter keeps
     # its identity, so tied weights stay tied and optimizers keep their references, and
     # the C++ ``.data =`` shallow copy (which would not carry our Python-side storage) is
-    # never used. Only tracing (torch.compile) calls it, and the data lives in JAX, so it
-    # refuses with a clear message.
+    # never used. It is also how torch.compile traces tpu tensors: the one inner tensor is
+    # a payload standing for this tensor (see :mod:`tpu_runtime.compile_tensors`).
     def __tensor_flatten__(self) -> tuple:
-        raise NotImplementedError(
-            "torch.compile(backend='tpu') compiles CPU-resident models and inputs (the backend moves them to "
-            "the device itself); tpu tensors run in the eager modes (strict/debug/fused). Call .cpu() first.")
+        return ["_payload"], None
+
+    @property
+    def _payload(self) -> torch.Tensor:
+        from tpu_runtime.compile_tensors import payload
+
+        return payload(self)
 
     @staticmethod
     def __tensor_unflatten__(inner: dict, ctx: Any, outer_size: Any, outer_stride: Any) -> "TpuTensor":
-        raise NotImplementedError("tpu tensors cannot be rebuilt from a flattened form")
+        from tpu_runtime.compile_tensors import unflatten
+
+        return unflatten(inner, outer_size, outer_stride)
 
 
 def _rebuild(cpu: torch.Tensor, requires_grad: bool) -> torch.Tensor:

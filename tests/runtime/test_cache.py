@@ -88,7 +88,22 @@ def test_torch_compile_backend_shares_the_cache():
     assert tpu_runtime.cache_stats().hits > mid.hits
 
 
-def test_torch_compile_of_tpu_tensors_explains_itself():
-    model = tiny_mlp().to("tpu")
-    with pytest.raises(Exception, match="CPU-resident"):
-        torch.compile(model, backend="tpu")(torch.randn(4, 3).to("tpu"))
+def test_convert_target_tpu_module_uses_the_shared_cache():
+    from torch.export import Dim
+
+    from converter import convert
+
+    model = tiny_mlp()
+    x, _ = batch()
+    tpu = convert(model, (x,), target="tpu", dynamic_shapes={"input": {0: Dim("batch", min=2, max=64)}})
+    before = tpu_runtime.cache_stats()
+    torch.testing.assert_close(tpu(x), model(x), rtol=1e-5, atol=1e-6)
+    mid = tpu_runtime.cache_stats()
+    assert (mid.requests - before.requests, mid.misses - before.misses) == (1, 1)
+    with tpu_runtime.cache_only():
+        tpu(x)                                        # compiled above: a hit in the shared cache
+        with pytest.raises(tpu_runtime.CacheMissError, match="TpuModule"):
+            tpu(torch.randn(7, 3))                    # a batch size never compiled, in memory or on disk
+    after = tpu_runtime.cache_stats()
+    assert after.hits - mid.hits == 1
+    assert (tpu.stats.requests, tpu.stats.hits, tpu.stats.misses) == (3, 1, 2)

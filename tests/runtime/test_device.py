@@ -87,6 +87,22 @@ def test_inplace_writes_through_views_reach_the_base(mode):
         assert torch.equal(t.cpu(), x)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_inplace_ops_cast_to_the_target_and_scalars_keep_their_sign(mode):
+    x = torch.randn(2, 3)
+    with tpu_runtime.set_eager_mode(mode):
+        h = torch.zeros(2, 3, dtype=torch.float16).to("tpu")
+        h.add_(x.to("tpu"), alpha=0.5)  # a float32 result written into a float16 tensor
+        h.mul_(3.0).mul_(3.0)           # the same python float twice: one cached device scalar
+        t = x.to("tpu")
+        signs = torch.cat([(t.abs() + 1) * -0.0, (t.abs() + 1) * 0.0]).reciprocal().cpu()
+        with pytest.raises(RuntimeError, match="broadcast shape"):
+            t[0].add_(t)
+    assert h.dtype == torch.float16
+    torch.testing.assert_close(h.cpu(), (x * 0.5).half() * 3.0 * 3.0, rtol=2e-3, atol=2e-3)
+    assert (signs[:2] == float("-inf")).all() and (signs[2:] == float("inf")).all()
+
+
 def test_views_see_later_writes_to_the_base():
     t = torch.zeros(4, 3).to("tpu")
     row, col = t[2], t.transpose(0, 1)[1]

@@ -22,10 +22,13 @@ import os
 import weakref
 from typing import Any
 
+import jax.numpy as jnp
+
 from tpu_runtime._x64 import x64
 from tpu_runtime.cache import CACHE
 
 _ref = weakref.ref
+_ARRAY = type(jnp.zeros(()))  # jaxlib's ArrayImpl
 
 #: Flush the graph when it reaches this many ops (``TPU_FUSED_MAX_OPS``).
 MAX_OPS = int(os.environ.get("TPU_FUSED_MAX_OPS", "20000"))
@@ -76,11 +79,19 @@ class FusedGraph:
         """Append one op; return a :class:`LazyRef` per tensor output."""
         refs = []
         for v in values:
-            if type(v) is LazyRef:
+            t = type(v)
+            if t is LazyRef:
                 if v.concrete is None and v.graph is self and v.error is None:
                     refs.append((v.node, v.idx))
                     continue
                 v = concrete(v)
+            elif t is _ARRAY:  # the common leaf, inlined from _leaf
+                i = self._leaf_ids.get(id(v))
+                if i is None:
+                    i = self._leaf_ids[id(v)] = len(self.leaves)
+                    self.leaves.append(v)
+                refs.append(("L", i))
+                continue
             refs.append(("L", self._leaf(v)))
         node = len(self.nodes)
         refs = tuple(refs)
@@ -99,7 +110,7 @@ class FusedGraph:
         return outs
 
     def _leaf(self, v: Any) -> int:
-        if hasattr(v, "shape") and hasattr(v, "devices"):  # a jax.Array: share one leaf per array
+        if type(v) is _ARRAY or (hasattr(v, "shape") and hasattr(v, "devices")):  # a jax.Array: one leaf per array
             i = self._leaf_ids.get(id(v))
             if i is None:
                 i = self._leaf_ids[id(v)] = len(self.leaves)
@@ -158,9 +169,10 @@ class FusedExecutor:
 
     name = "fused"
 
-    def run(self, plan: Any, values: list) -> tuple:
-        """Record ``plan`` on ``values``; returns LazyRefs."""
-        return GRAPH.record(plan, values)
+    def __init__(self) -> None:
+        #: ``run(plan, values)``: record ``plan`` on ``values``; returns LazyRefs (bound
+        #: straight to :meth:`FusedGraph.record`: one call less per op).
+        self.run = GRAPH.record
 
     def sync(self) -> None:
         """Run the pending graph."""

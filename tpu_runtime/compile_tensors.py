@@ -1,0 +1,133 @@
+"""How tpu tensors look to ``torch.compile``: the traceable wrapper subclass protocol.
+
+Dynamo and AOTAutograd trace a tensor subclass only through
+``__tensor_flatten__`` / ``__tensor_unflatten__``: the subclass is taken apart into
+*inner* tensors, the graph is traced and run on those, and outputs are put back
+together. For a :class:`~tpu_runtime.tensor.TpuTensor` the one inner tensor is a
+:class:`TpuPayload`: a tpu-device tensor of the same shape and dtype that stands
+for the outer tensor (hence for its ``jax.Array``) and does not flatten itself,
+so it is a leaf for PyTorch's tracing.
+
+While tracing, the payload is a ``FakeTensor`` on the tpu device and the outer
+tensor a *tracing* ``TpuTensor`` (AOTAutograd checks that the traced type is the
+run-time type, so it is the same class) that holds the fake as ``_fake`` and no
+storage. Creating one installs :func:`tracing_dispatch` as the class's
+dispatcher: ops on tracing tensors are re-issued on their fakes (so they are
+recorded into the graph; nothing runs), every other op goes to the runtime's
+dispatcher as usual. The plain dispatcher (no per-op check) is put back when
+the backend has compiled the traced graph (:func:`end_tracing`) or once no
+tracing tensor is alive, whichever comes first; a later trace installs it again.
+
+At run time the compiled graph (:mod:`tpu_runtime.dynamo_backend`) receives
+payloads or tpu tensors, reads their JAX arrays directly and returns tpu
+tensors: no host round trip.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import return_and_correct_aliasing
+from torch.utils._pytree import tree_leaves, tree_map
+
+from tpu_runtime import tensor as tensor_module
+from tpu_runtime.tensor import DEVICE, TpuTensor
+
+_MAKE = torch.Tensor._make_wrapper_subclass
+#: Tracing tensors alive now; while there is one, :func:`tracing_dispatch` is installed.
+_TRACING: weakref.WeakSet = weakref.WeakSet()
+_PLAIN: list = []  # the runtime's dispatcher while tracing_dispatch stands in for it
+
+
+class TpuPayload(torch.Tensor):
+    """The inner tensor of a flattened :class:`TpuTensor` (see the module docstring).
+
+    Attributes:
+        tensor: the tpu tensor it stands for.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, tensor: TpuTensor) -> "TpuPayload":
+        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=tensor.stride())
+        r.tensor = tensor
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # Rare: AOTAutograd's runtime touching an inner tensor. Run the op on the tpu
+        # tensors the payloads stand for; hand payloads back.
+        unwrap = lambda x: x.tensor if isinstance(x, TpuPayload) else x  # noqa: E731
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        return tree_map(lambda x: TpuPayload(x) if isinstance(x, TpuTensor) else x, out)
+
+    def __coerce_same_metadata_as_tangent__(self, expected_meta: Any, expected_type: Any = None) -> "TpuPayload":
+        # A gradient's payload stands where the traced graph had a plain (fake) tensor.
+        return self
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        return f"TpuPayload({self.tensor!r})"
+
+
+def payload(t: TpuTensor) -> torch.Tensor:
+    """``t``'s inner tensor for ``torch.compile``: its fake while tracing, else a :class:`TpuPayload`."""
+    fake = t._fake
+    return TpuPayload(t) if fake is None else fake
+
+
+def tracing_tensor(fake: torch.Tensor, outer_size: Any = None, outer_stride: Any = None) -> TpuTensor:
+    """A tracing ``TpuTensor`` around the fake inner tensor ``fake`` (installs :func:`tracing_dispatch`)."""
+    size = tuple(fake.shape if outer_size is None else outer_size)
+    stride = fake.stride() if outer_stride is None else outer_stride
+    r = _MAKE(TpuTensor, size, strides=stride, dtype=fake.dtype, device=DEVICE, requires_grad=fake.requires_grad)
+    r._fake = fake
+    r._spec = (size, fake.dtype)
+    _TRACING.add(r)
+    if tensor_module._DISPATCH[0] is not tracing_dispatch:
+        _PLAIN[:] = [tensor_module._DISPATCH[0]]
+        tensor_module._DISPATCH[0] = tracing_dispatch
+    return r
+
+
+def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The dispatcher while tracing tensors exist: ops on them run on their fakes."""
+    plain = _PLAIN[0]
+    leaves = tree_leaves((args, kwargs))
+    if not any(type(x) is TpuTensor and x._fake is not None for x in leaves):
+        if not _TRACING:
+            tensor_module._DISPATCH[0] = plain
+        return plain(func, args, kwargs)
+    for x in leaves:
+        if type(x) is TpuTensor and x._fake is None:
+            raise RuntimeError(f"torch.compile(backend='tpu'): {func} mixes a traced tpu tensor with a concrete "
+                               "one captured from outside the compiled function; pass it as an argument")
+    unwrap = lambda x: x._fake if type(x) is TpuTensor else x  # noqa: E731
+    out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+    wrapped = tree_map(lambda x: tracing_tensor(x) if isinstance(x, torch.Tensor) and x.device == DEVICE else x, out)
+    return return_and_correct_aliasing(func, args, kwargs, wrapped)
+
+
+def end_tracing() -> None:
+    """Put the plain dispatcher back (tracing is over: the backend got the traced graph)."""
+    if tensor_module._DISPATCH[0] is tracing_dispatch:
+        tensor_module._DISPATCH[0] = _PLAIN[0]
+
+
+def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
+    """``TpuTensor.__tensor_unflatten__``: a tpu tensor back from its inner tensor.
+
+    The inner tensor is a payload (run time), a tpu tensor (the compiled graph's
+    output, already whole) or a fake tensor (tracing: a tracing tensor).
+    """
+    x = inner["_payload"]
+    if isinstance(x, TpuPayload):
+        return x.tensor
+    if type(x) is TpuTensor and x._fake is None:
+        return x
+    return tracing_tensor(x, outer_size, outer_stride)
+
+
+__all__ = ["TpuPayload", "payload", "tracing_tensor", "tracing_dispatch", "end_tracing", "unflatten"]

@@ -1,0 +1,181 @@
+"""Running one table op (or runtime kernel) call: the per-op hot path of every eager mode.
+
+:func:`run_op` finds the call's :class:`~tpu_runtime.plans.OpPlan` (built once per call
+signature), gathers its inputs (tensor values, uploaded CPU scalars, dynamic python
+floats) and hands them to the current eager mode's executor, then wraps the outputs
+in new tpu tensors (or returns views sharing the input's storage for view ops).
+:func:`_run` is the same for the dispatcher's cached ``op`` routes, with the steps
+inlined: it runs for almost every ATen call, so each python call saved there is
+saved per op.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.lowering import registry
+from tpu_runtime import rng
+from tpu_runtime.cache import CACHE
+from tpu_runtime.eager import _CURRENT as _MODE
+from tpu_runtime.eager import executor
+from tpu_runtime.eager.fused import LazyRef
+from tpu_runtime.plans import _INDEXING, OpPlan, _key, _Slot, build_plan, flatten, rebuild
+from tpu_runtime.tensor import TpuTensor, wrap
+from tpu_runtime.values import convert_plan, make_view, read, upload, write
+
+#: Plan key → plan (``None``: a decomposition that cannot be traced into one plan).
+_PLANS: dict[tuple, OpPlan | None] = {}
+CACHE.on_clear(_PLANS.clear)
+_ARRAY = type(jnp.zeros(()))  # jaxlib's ArrayImpl: a concrete value, read without a call
+
+
+def run_op(func: Any, args: tuple, kwargs: dict, kernel: Callable | None = None, dyn: bool | None = None) -> Any:
+    """Run one op through its plan with the current eager mode; wrap the outputs.
+
+    ``kernel`` is a runtime kernel; ``None`` means the op's row of the lowering table.
+    """
+    key, ins = flatten(func, args, kwargs, dyn)
+    plan = _PLANS.get(key)
+    if plan is None:
+        row = registry.lookup(func) if kernel is None else None
+        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=dyn)
+    if plan.view and len(ins) == 1:
+        src = ins[0]
+        return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
+    return _execute(plan, ins)
+
+
+#: What :func:`_run` returns when it cannot write into ``into`` (a view op, several outputs).
+NOT_IN_PLACE = object()
+
+
+def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | None = None) -> Any:
+    """:func:`run_op` for an ``op`` route (its kernel, flags and key tag precomputed): the
+    per-op hot path, with :func:`~tpu_runtime.plans.flatten`, :func:`_values` and :func:`_execute`
+    inlined.
+
+    With ``into`` (the target of an in-place op whose functional twin ``func`` is), the
+    single output is written into it (:func:`assign_value`) without a wrapper tensor in
+    between, and ``into`` is returned; :data:`NOT_IN_PLACE` when ``func`` is a view op
+    or has several outputs (nothing ran).
+    """
+    ins: list = []
+    key = [route[4]]
+    dyn = route[2]
+    _INDEXING[0] = route[3]
+    for a in args:
+        if type(a) is TpuTensor:
+            ins.append(a)
+            key.append(a._spec)
+        else:
+            key.append(_key(a, ins, dyn))
+    if kwargs:
+        for k, v in kwargs.items():
+            key.append(k)
+            key.append(_key(v, ins, dyn))
+    key = tuple(key)
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = route[1]
+        row = registry.lookup(func) if kernel is None else None
+        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=route[2])
+    if into is not None and (plan.view or type(plan.structure) is not _Slot):
+        return NOT_IN_PLACE
+    if plan.view and len(ins) == 1:
+        src = ins[0]
+        return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
+    values = []
+    for x in ins:
+        if type(x) is TpuTensor and not x._chain:
+            v = x._storage.value
+            if type(v) is _ARRAY or (type(v) is LazyRef and v.concrete is None):
+                values.append(v)
+            else:
+                values.append(read(x))
+        elif isinstance(x, TpuTensor):
+            values.append(read(x))
+        elif isinstance(x, torch.Tensor):
+            values.append(upload(x))
+        else:  # a dynamic python float
+            values.append(_scalar(x))
+    if plan.random:
+        values.append(rng.next_input())
+    res = _MODE[0].run(plan, values)
+    specs = plan.out_specs
+    if into is not None:
+        assign_value(into, res[0], specs[0])
+        return into
+    if len(specs) == 1 and type(plan.structure) is _Slot:
+        return wrap(res[0], specs[0])
+    return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])
+
+
+def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:
+    """Write ``value`` (of ``spec``: shape, dtype) into ``dst``, casting its dtype as in-place ops do.
+
+    Raises:
+        RuntimeError: the shapes differ (as torch's in-place ops refuse a broadcast result).
+    """
+    if spec[0] != dst._spec[0]:
+        raise RuntimeError(f"output with shape {list(dst._spec[0])} doesn't match the broadcast shape "
+                           f"{list(spec[0])}")
+    if spec[1] != dst._spec[1]:
+        value = executor().run(convert_plan(spec, dst._spec), [value])[0]
+    write(dst, value)
+
+
+def _values(plan: OpPlan, ins: list) -> list:
+    """The executor's inputs for ``ins``: tensor values, uploaded CPU scalars, dynamic floats."""
+    values = []
+    for x in ins:
+        if type(x) is TpuTensor and not x._chain:  # the common case, inlined: a base tensor's value
+            v = x._storage.value
+            if type(v) is _ARRAY or (type(v) is LazyRef and v.concrete is None):  # concrete, or pending in fused
+                values.append(v)
+            else:
+                values.append(read(x))
+        elif isinstance(x, TpuTensor):
+            values.append(read(x))
+        elif isinstance(x, torch.Tensor):
+            values.append(upload(x))
+        else:  # a dynamic python float
+            values.append(_scalar(x))
+    if plan.random:
+        values.append(rng.next_input())
+    return values
+
+
+def _execute(plan: OpPlan, ins: list) -> Any:
+    """Run ``plan`` on the call's inputs with the current eager mode; wrap the outputs."""
+    res = executor().run(plan, _values(plan, ins))
+    specs = plan.out_specs
+    if len(specs) == 1 and type(plan.structure) is _Slot:
+        return wrap(res[0], specs[0])
+    return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])
+
+
+_SCALARS: dict[float, Any] = {}
+
+
+def _scalar(x: float) -> Any:
+    """A dynamic python float as a weakly typed device scalar, cached (a python float
+    argument would be transferred to the device on every call, and would make jit
+    compile the executable a second time: it keys python floats apart from arrays)."""
+    v = _SCALARS.get(x)
+    if v is None or not x:  # 0.0 and -0.0 are equal keys: zeros are made each time, with their sign
+        if len(_SCALARS) > 4096:
+            _SCALARS.clear()
+        v = _SCALARS[x] = _device_scalar(x)
+    return v
+
+
+#: A python float → a weakly typed device scalar, as ``jnp.asarray`` makes it, through
+#: jit's C++ call path (about twice as cheap as ``jnp.asarray``'s python one).
+_device_scalar = jax.jit(lambda x: x)
+
+
+__all__ = ["run_op", "assign_value", "NOT_IN_PLACE"]
