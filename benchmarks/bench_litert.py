@@ -19,7 +19,7 @@ it is not within a few percent of 1.00 the machine is too noisy for the latency 
 litert-torch is optional (install it in a separate venv, PEERS.md); without it the
 script says so and reports our numbers alone.
 
-    python benchmarks/bench_litert.py [--models cnn,mobilenet] [--blocks 20] [--threads 2] [--json out.json]
+    python benchmarks/bench_litert.py [--models cnn,mobilenet | all] [--blocks 20] [--threads 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ def peer_converter() -> Callable[[torch.nn.Module, tuple], bytes] | None:
     except ImportError:
         return None
 
+    # litert-torch prints progress to stdout/stderr; keep the table readable. The sink stays
+    # open: logging handlers created during a conversion keep writing to it afterwards.
+    null = open(os.devnull, "w")
+
     def run(model: torch.nn.Module, args: tuple) -> bytes:
-        # litert-torch prints progress to stdout/stderr; keep the table readable.
-        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
             edge = litert_torch.convert(model, args)
             with tempfile.TemporaryDirectory() as d:
                 path = os.path.join(d, "m.tflite")
@@ -141,7 +144,8 @@ def timed(fn: Callable, *args: Any) -> tuple[Any, float, str | None]:
 def main() -> None:
     global THREADS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated examples/models.py families")
+    parser.add_argument("--models", default=DEFAULT_MODELS,
+                        help="comma-separated examples/models.py families, or 'all'")
     parser.add_argument("--blocks", type=int, default=20, help="alternating timing blocks per model")
     parser.add_argument("--threads", type=int, default=THREADS, help="Interpreter and torch threads")
     parser.add_argument("--json", help="also write the results as JSON here")
@@ -161,7 +165,8 @@ def main() -> None:
               f"{'control':>8} {'err ours':>9} {'err peer':>9}")
     print(header)
     print("-" * len(header))
-    for name in [m for m in opts.models.split(",") if m]:
+    names = list(FAMILIES) if opts.models == "all" else [m for m in opts.models.split(",") if m]
+    for name in names:
         model, args = FAMILIES[name]()
         mine, t_mine, err_mine = timed(ours, model, args)
         row: dict[str, Any] = {"model": name, "ours_convert_s": t_mine, "ours_error": err_mine}
@@ -198,6 +203,8 @@ def main() -> None:
         print("-" * len(header))
         print(f"{'median':<20} {statistics.median(conv):>18.2f} {statistics.median(size):>15.2f} "
               f"{statistics.median(ratios):>18.2f}")
+        print(f"{'geometric mean':<20} {statistics.geometric_mean(conv):>18.2f} "
+              f"{statistics.geometric_mean(size):>15.2f} {statistics.geometric_mean(ratios):>18.2f}")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=2)

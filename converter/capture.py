@@ -35,6 +35,13 @@ PRESERVED_OPS: tuple = (
     aten.embedding.default,
     aten.embedding_bag.padding_idx,
     aten._embedding_bag.default,
+    # kept whole: LiteRT emits SLICE + CONCATENATION instead of index arithmetic + GATHER
+    aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default,
+    aten.replication_pad1d.default,
+    aten.replication_pad2d.default,
+    aten.replication_pad3d.default,
 )
 
 
@@ -53,6 +60,51 @@ def decomposition_table() -> Any:
     Building the table costs ~0.2 s, so it is built once and copied per capture.
     """
     return _base_table().copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _decomposition_plan() -> tuple[dict, dict] | None:
+    """``run_decompositions``' two tables, computed once: (CIA overrides, post-autograd table).
+
+    ``ExportedProgram.run_decompositions`` re-derives them on every call (materializing
+    the table and listing every CompositeImplicitAutograd op: ~0.5 s) and then
+    overrides the CIA kernel of ~500 ops, ~470 of them only to ask for their own C++
+    CIA kernel, which runs anyway without an override; those are left out (same
+    graphs: checked on every examples/models.py family and the OpInfo samples).
+    ``None`` when this torch lacks the private helpers; :func:`decompose_program`
+    then takes the public path.
+    """
+    try:
+        from torch.export.exported_program import (_decompose_exported_program,  # noqa: F401
+                                                    _split_decomp_table_to_cia_and_python_decomp)
+    except ImportError:
+        return None
+    cia, python = _split_decomp_table_to_cia_and_python_decomp(dict(decomposition_table()))
+    return {op: fn for op, fn in cia.items() if not _is_own_cia_kernel(op, fn)}, python
+
+
+def _is_own_cia_kernel(op: Any, fn: Any) -> bool:
+    """True when ``fn`` only asks for ``op``'s C++ CompositeImplicitAutograd kernel.
+
+    Ops whose override is a Python kernel (``py_kernels``, e.g. the upsample and RNN
+    ops) keep it: installing that kernel changes what export records (it kept
+    ``upsample_nearest2d.default`` whole where the C++ kernel decomposes it).
+    """
+    del op
+    return getattr(getattr(fn, "func", None), "__name__", "") == "_special_op_to_decompose_cia"
+
+
+def decompose_program(ep: ExportedProgram) -> ExportedProgram:
+    """``ep.run_decompositions(decomposition_table())``, without its per-call setup cost."""
+    plan = _decomposition_plan()
+    if plan is None:
+        return ep.run_decompositions(decomposition_table())
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.export.exported_program import _decompose_exported_program
+    cia, python = plan
+    with unset_fake_temporarily():  # as run_decompositions does
+        return _decompose_exported_program(ep, cia_to_decomp=dict(cia), python_decomp_table=dict(python),
+                                           joint_loss_index=None, decompose_custom_triton_ops=False)
 
 
 def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | None = None,
@@ -84,7 +136,7 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         ep = torch.export.export(model, tuple(sample_args), sample_kwargs or None,
                                  dynamic_shapes=dynamic_shapes, strict=strict)
         if decompose:
-            ep = ep.run_decompositions(decomposition_table())
+            ep = decompose_program(ep)
     except Exception as e:  # torch.export raises many types; keep its message, one line first
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CaptureError(f"torch.export failed on {type(model).__name__}: {first}") from e

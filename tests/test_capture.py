@@ -1,0 +1,49 @@
+"""Capture: the cached decomposition plan gives exactly torch's run_decompositions graph."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from converter.capture import decompose_program, decomposition_table
+
+
+class Mixed(torch.nn.Module):
+    """Preserved CIA ops (linear, layer_norm, softmax.int, SDPA, group_norm), CIA ops that
+    decompose (matmul, flatten, dropout in eval, instance_norm) and core-table decompositions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.ln = torch.nn.LayerNorm(8)
+        self.gn = torch.nn.GroupNorm(2, 4)
+        self.inorm = torch.nn.InstanceNorm1d(4)
+
+    def forward(self, x, img):
+        h = self.ln(self.fc(x))
+        a = F.scaled_dot_product_attention(h[:, None], h[:, None], h[:, None], is_causal=True)[:, 0]
+        s = torch.softmax(h @ h.transpose(-1, -2), dim=-1)
+        g = self.gn(img).flatten(1)
+        return F.dropout(a + s @ h, 0.1, training=False), torch.addmm(self.fc.bias, g[:, :8], self.fc.weight.T), \
+            self.inorm(img.flatten(2)), F.silu(x).mean(-1)
+
+
+def _summary(ep):
+    nodes = [(n.op, str(n.target), str(n.meta.get("val")), n.meta.get("stack_trace") is not None)
+             for n in ep.graph.nodes]
+    return nodes, str(ep.graph_signature), str(ep.range_constraints), sorted(ep.state_dict)
+
+
+def test_decompose_program_matches_run_decompositions():
+    model = Mixed().eval()
+    x, img = torch.randn(3, 5, 8), torch.randn(3, 4, 6, 6)
+    batch = torch.export.Dim("batch", min=2, max=16)
+    ep = torch.export.export(model, (x, img), dynamic_shapes=({0: batch}, {0: batch}))
+    want = ep.run_decompositions(decomposition_table())
+    got = decompose_program(ep)
+    assert _summary(got) == _summary(want)
+    targets = {str(n.target) for n in got.graph.nodes}
+    assert {"aten.linear.default", "aten.layer_norm.default", "aten.scaled_dot_product_attention.default",
+            "aten.group_norm.default", "aten.softmax.int", "aten.silu.default"} <= targets
+    assert not {"aten.matmul.default", "aten.dropout.default", "aten.flatten.using_ints", "aten.numpy_T.default",
+                "aten.instance_norm.default"} & targets
