@@ -4,9 +4,12 @@ Random inputs keep each sample's shape and dtype. Floating inputs are drawn from
 a normal distribution with the sample's mean and standard deviation; integer
 inputs stay inside the range the model can take — ``[0, num_embeddings)`` when
 they index an embedding table (or the indexed dim of ``index_select`` /
-``gather`` / ``index``), else the sample's own ``[min, max]`` (token ids);
-boolean and mask-like inputs (two distinct values one of which is 0, or
-non-finite entries such as ``-inf`` attention masks) are reused as given, because their
+``gather`` / ``index`` / ``embedding_bag``), else the sample's own ``[min, max]``
+(token ids); boolean and mask-like inputs (two distinct values one of which is 0,
+or non-finite entries such as ``-inf`` attention masks) and structural inputs (the
+``offsets`` of ``embedding_bag``, which must start at 0 and never decrease; the
+indices of a replacing ``scatter`` / ``index_put``, where a random draw's duplicates
+would make PyTorch's own result undefined) are reused as given, because their
 pattern carries meaning a random draw would destroy.
 """
 
@@ -27,6 +30,16 @@ _VIEW_LIKE = {
     aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.flatten.using_ints, aten.clone.default,
     aten.expand.default, aten.permute.default, aten._to_copy.default, aten.alias.default,
 }
+
+#: ``embedding_bag`` overloads: (weight, indices, offsets, …) — indices index the rows, offsets
+#: define the bags (the first is 0, they never decrease), so offsets are never drawn at random.
+_EMBEDDING_BAG = {
+    aten.embedding_bag.default, aten.embedding_bag.padding_idx, aten._embedding_bag.default,
+    aten._embedding_bag_forward_only.default,
+}
+
+#: Replacing scatters (self, dim, index, src|value): duplicate indices leave the result undefined.
+_SCATTER = {aten.scatter.src, aten.scatter.value}
 
 
 @dataclass(frozen=True)
@@ -77,13 +90,42 @@ def _indexed(node: torch.fx.Node) -> list[tuple[Any, Any]]:
         return val.shape[dim] if isinstance(val, torch.Tensor) and -val.dim() <= dim < val.dim() else None
 
     a = node.args
-    if node.target in (aten.embedding.default,):
+    if node.target in (aten.embedding.default,) or node.target in _EMBEDDING_BAG:
         return [(a[1], dim_size(a[0], 0))]
     if node.target in (aten.index_select.default, aten.gather.default):
         return [(a[2], dim_size(a[0], a[1]))]
     if node.target is aten.index.Tensor:
         return [(ix, dim_size(a[0], d)) for d, ix in enumerate(a[1]) if ix is not None]
     return []
+
+
+def structural_inputs(ep: ExportedProgram) -> dict[str, str]:
+    """User inputs whose values define structure rather than data, by placeholder name → why.
+
+    Random input sets reuse the sample for them: random ``embedding_bag`` offsets
+    would not start at 0 or would decrease (PyTorch itself rejects them), and random
+    indices of a replacing scatter or ``index_put`` would repeat, where which write
+    wins is unspecified, so no target could be judged against PyTorch.
+    """
+    out: dict[str, str] = {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        a = node.args
+        if node.target in _EMBEDDING_BAG and len(a) > 2:
+            found = [(a[2], "offsets of embedding_bag (they define the bags)")]
+        elif node.target in _SCATTER and len(a) > 2:
+            found = [(a[2], "indices of scatter (duplicates would leave PyTorch's result undefined)")]
+        elif node.target is aten.index_put.default and not (a[3] if len(a) > 3 else node.kwargs.get("accumulate")):
+            found = [(ix, "indices of index_put (duplicates would leave PyTorch's result undefined)")
+                     for ix in a[1] if ix is not None]
+        else:
+            continue
+        for index, why in found:
+            root = _through_views(index)
+            if root is not None:
+                out.setdefault(root.name, why)
+    return out
 
 
 def _through_views(x: Any) -> torch.fx.Node | None:
@@ -151,6 +193,7 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
         args, kwargs = _split(given)
         sets.append(InputSet(len(sets), "given", args, kwargs))
     bounds = index_bounds(ep)
+    structural = structural_inputs(ep)
     names = tensor_input_names(ep)
     leaves, spec = torch.utils._pytree.tree_flatten((tuple(sample_args), dict(sample_kwargs)))
     generator = torch.Generator().manual_seed(seed)
@@ -159,7 +202,10 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 name = names[t] if t < len(names) else f"input_{t}"
-                x, note = random_like(leaf, generator, bounds.get(name))
+                if name in structural:
+                    x, note = leaf.clone(), f"sample reused: {structural[name]}"
+                else:
+                    x, note = random_like(leaf, generator, bounds.get(name))
                 new.append(x)
                 notes.append(f"{name}: {note}")
                 t += 1

@@ -68,7 +68,8 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
              inputs: Sequence | None = None, num_random_inputs: int = 2, seed: int = 0,
              tolerances: dict | None = None, sample_kwargs: dict | None = None, localize: bool = True,
              task: str | dict | None = None, errors: str = "raise", progress: bool | None = None,
-             builders: dict[str, Callable] | None = None) -> ParityReport:
+             builders: dict[str, Callable] | None = None,
+             target_options: dict[str, dict] | None = None, op_profile: bool = True) -> ParityReport:
     """Run PyTorch and every target on the same inputs and compare every output.
 
     Args:
@@ -92,6 +93,10 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
             (it is recorded as status "error" and the report fails).
         progress: show progress on stderr; ``None`` means when stderr is a terminal.
         builders: target name → builder overriding ``converter.api.TARGETS`` (tests).
+        target_options: target name → options for its lowering and builder, as
+            ``convert(..., **options)`` takes them (e.g. ``{"litert": {"quantize": "int8"}}``).
+        op_profile: with ``localize``, record the per-op error profile when every target
+            passes (the report's per-op chart); it costs one more compile of the program.
 
     Returns:
         The :class:`ParityReport`.
@@ -103,6 +108,10 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     if errors not in ("raise", "report"):
         raise InputError(f"errors must be 'raise' or 'report', got {errors!r}")
     builders = {t: _builder(t, builders) for t in targets}
+    target_options = dict(target_options or {})
+    stray = sorted(set(target_options) - set(targets))
+    if stray:
+        raise InputError(f"target_options name targets that are not validated: {stray}; targets: {list(targets)}")
     if isinstance(sample_args, torch.Tensor):
         sample_args = (sample_args,)
     sample_args, sample_kwargs = tuple(sample_args), dict(sample_kwargs or {})
@@ -124,7 +133,7 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
         programs: dict[str, LoweredProgram] = {}
         for target in targets:
             result, got, program = _run_target(target, builders[target], ep, sets, refs, tolerances, task,
-                                               errors, show)
+                                               errors, show, dict(target_options.get(target) or {}))
             report.targets.append(result)
             if got is not None:
                 outputs[target], programs[target] = got, program
@@ -134,7 +143,7 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
                 show(f"{result.target}: localizing the first diverging op")
                 _localize(result, programs[result.target], sets, refs, outputs[result.target], tolerances, seed,
                           builders[result.target])
-        if localize and programs and all(r.status == "pass" for r in report.targets):
+        if localize and op_profile and programs and all(r.status == "pass" for r in report.targets):
             show("per-op error profile")
             first = next((t for t in targets if t in loc.JAX_TARGETS and t in programs), next(iter(programs)))
             report.op_profile = loc.op_profile(programs[first], sets[0].flat, overrides=tolerances, seed=seed)
@@ -229,12 +238,13 @@ def _judge(name: str, ref: torch.Tensor, got: Any, precision: str, tolerances: d
 
 
 def _run_target(target: str, builder: Callable, ep: Any, sets: list[InputSet], refs: list, tolerances: dict,
-                task: Any, errors: str, show: Progress) -> tuple[TargetResult, list | None, LoweredProgram | None]:
+                task: Any, errors: str, show: Progress,
+                options: dict | None = None) -> tuple[TargetResult, list | None, LoweredProgram | None]:
     start = time.perf_counter()
     try:
         show(f"{target}: converting")
-        program = lower(ep, target=target)
-        artifact = builder(program)
+        program = lower(ep, target=target, options=options)
+        artifact = builder(program, **(options or {}))
         convert_s = time.perf_counter() - start
         precision = precision_of(artifact, program)
         names = [s.name for s in program.outputs]

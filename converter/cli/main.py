@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="output file (litert, onnx, tpu: StableHLO text) or directory (stablehlo)")
     c.add_argument("--dynamic", metavar="I:D[=NAME],…", help="dynamic dims, e.g. 0:0=batch,1:0=batch")
     c.add_argument("--channels-last-io", action="store_true", help="LiteRT: NHWC inputs and outputs")
+    c.add_argument("--quantize", choices=["fp16", "int8"],
+                   help="LiteRT: fp16 weights, or int8 dynamic-range (weight-only, per-channel) quantization")
     c.add_argument("--strict", action="store_true", help="use torch.export strict tracing")
 
     i = sub.add_parser("inspect", help="describe a .tflite file or a StableHLO directory")
@@ -43,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--targets", default="tpu,stablehlo,litert")
     v.add_argument("--report", default="tpu-export-report", metavar="DIR")
     v.add_argument("--num-random-inputs", type=int, default=2)
+    v.add_argument("--quantize", choices=["fp16", "int8"],
+                   help="quantize the litert target's weights (judged by task-level agreement)")
+    v.add_argument("--no-op-profile", action="store_true",
+                   help="skip the per-op error profile of a passing run (one compile less)")
 
     d = sub.add_parser("demo", help="bundled model → every target → parity summary")
     d.add_argument("--out", default="tpu-export-demo", metavar="DIR", help="where artifacts and reports go")
@@ -73,6 +79,10 @@ def _convert(args: argparse.Namespace) -> int:
     model, margs, mkwargs = load_factory(args.factory)
     dynamic = parse_dynamic(args.dynamic, margs)
     options = {"channels_last_io": True} if args.channels_last_io else {}
+    if args.quantize:
+        if args.target != "litert":
+            raise InputError(f"--quantize applies to --target litert, not {args.target}")
+        options["quantize"] = args.quantize
     art = convert(model, margs, mkwargs, target=args.target, dynamic_shapes=dynamic, strict=args.strict, **options)
     out = Path(args.output)
     if args.target == "tpu":
@@ -112,8 +122,13 @@ def _validate(args: argparse.Namespace) -> int:
 
     model, margs, mkwargs = load_factory(args.factory)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    target_options = {}
+    if args.quantize:
+        if "litert" not in targets:
+            raise InputError("--quantize applies to the litert target; add it to --targets")
+        target_options["litert"] = {"quantize": args.quantize}
     report = validate(model, margs, targets=targets, num_random_inputs=args.num_random_inputs,
-                      sample_kwargs=mkwargs)
+                      sample_kwargs=mkwargs, target_options=target_options, op_profile=not args.no_op_profile)
     paths = report.write(args.report)
     print(report.to_markdown())
     print(f"reports: {', '.join(str(p) for p in paths)}")

@@ -1,8 +1,9 @@
 """LiteRT (TFLite) exporter: jaxpr → TFLite builtin ops → flatbuffer, our own writer.
 
 Pipeline: ``jax.make_jaxpr(program.closed())`` (int64 enabled, symbolic shapes for
-dynamic dims) → :mod:`.translate` walks the jaxpr with the rule tables in
-:mod:`.rules` (composites ``aten.*`` map to builtins such as GELU or
+dynamic dims, :mod:`exporters.jaxpr_trace`) → :mod:`.translate` walks the jaxpr
+with the walker shared with ONNX (:mod:`exporters.jaxpr_walk`) and the rule tables
+in :mod:`.rules` (composites ``aten.*`` map to builtins such as GELU or
 FULLY_CONNECTED, everything else lowers through lax primitives) → :mod:`.optimize`
 fuses bias/BatchNorm/activations → :mod:`.builder` writes the flatbuffer.
 
@@ -25,7 +26,23 @@ RESHAPE uses -1 or a SHAPE-derived shape tensor, so the model runs after
 
 Integer policy: int64 stays int64 (TFLite has int64 kernels for ADD/SUB/MUL,
 comparisons, GATHER, CUMSUM, CAST, …); DIV/ABS/SIGN/POW compute in int32 between
-CASTs and TOPK_V2 indices are int32 cast back. float64 runs as float32.
+CASTs and TOPK_V2 indices are int32 cast back. float64 runs as float32. Integer
+``&``/``|``/``^`` are exact at every width: TFLite has BITWISE_XOR and RIGHT_SHIFT
+but no AND/OR, so AND/OR are built from them with ADD/SUB/MUL on int32 words
+(int64 values BITCAST to pairs of words); bool and/or are LOGICAL_AND/OR.
+
+Convolutions: 1-D/2-D → CONV_2D / DEPTHWISE_CONV_2D (grouped: SPLIT + one CONV_2D
+per group); transposed (also grouped or with kernel dilation) → TRANSPOSE_CONV;
+3-D → CONV_3D on NDHWC values with DHWIO filters. Reflection / replication pads
+(kept whole by capture) → SLICE + CONCATENATION, which XNNPACK runs (MIRROR_PAD
+splits the delegated partition and measured slower; see ``rules.composites``).
+
+Quantization (``quantize=``, :mod:`.quantize`): ``"fp16"`` stores float32 constants
+as float16 read through DEQUANTIZE (file ≈ 0.5×, compute stays float32);
+``"int8"`` is dynamic-range quantization — FULLY_CONNECTED / CONV_2D / BATCH_MATMUL
+weights int8 with per-output-channel symmetric scales, activations float32 (hybrid
+kernels; file ≈ 0.3×). The artifact's ``precision`` says which ("fp32", "fp16",
+"int8"), and ``validators`` judge low precision by task-level agreement.
 
 Large models: constants above ``external_buffer_threshold_bytes`` (default just
 under 2 GiB) are written after the flatbuffer with ``Buffer.offset``/``size``.
@@ -40,12 +57,13 @@ from exporters.litert.artifact import LiteRTArtifact
 from exporters.litert.builder import serialize
 from exporters.litert.export import lower_program
 from exporters.litert.inspect import inspect_file
+from exporters.litert.quantize import check_mode, quantize_graphs
 
 __all__ = ["LiteRTArtifact", "build", "inspect_file"]
 
 _INT64_NOTE = ("int64 tensors stay int64 (inputs such as token ids keep torch's dtype); ops without an "
                "int64 kernel (DIV, ABS, SIGN, POW, TOPK_V2 indices) compute in int32 between CASTs")
-_OPTIONS = {"external_buffer_threshold_bytes", "description"}
+_OPTIONS = {"external_buffer_threshold_bytes", "description", "quantize"}
 
 
 def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, channels_last_io: bool = False,
@@ -62,7 +80,10 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
         num_threads: Interpreter threads for ``LiteRTArtifact.__call__``.
         **options: ``external_buffer_threshold_bytes`` (write constants after the
             flatbuffer when their total size exceeds this; default just under 2 GiB),
-            ``description`` (model description string).
+            ``description`` (model description string), ``quantize`` (``"fp16"``: float16
+            weights read through DEQUANTIZE; ``"int8"``: dynamic-range int8 weights of
+            FULLY_CONNECTED / CONV_2D / BATCH_MATMUL with per-channel scales; ``None`` or
+            ``"fp32"``: float32, the default — see :mod:`.quantize`).
 
     Returns:
         The :class:`LiteRTArtifact`.
@@ -70,8 +91,9 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
     Raises:
         UnsupportedOpError: an op has no TFLite mapping (names the op and source line).
         ExportError: the export failed for another reason.
-        InputError: bad arguments.
+        InputError: bad arguments (e.g. an unknown ``quantize`` mode).
     """
+    quantize = check_mode(options.get("quantize"))
     programs: dict[str, Any] = {}
     if program is not None:
         programs["serving_default"] = program
@@ -95,8 +117,11 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
         notes.insert(0, _INT64_NOTE)
     if channels_last_io:
         notes.append("channels_last_io: rank-4 inputs and outputs are NHWC in the file")
+    if quantize is not None:
+        quantize_graphs(graphs, quantize, notes)
     data = serialize(graphs, description=options.get("description", "tpu-export"),
                      external_buffer_threshold_bytes=options.get("external_buffer_threshold_bytes"))
     if len(data) > 2**31 and options.get("external_buffer_threshold_bytes") is None:
         notes.append("weights are stored after the flatbuffer (Buffer.offset/size): the model exceeds 2 GB")
-    return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io)
+    return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io,
+                          precision=quantize or "fp32")

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from converter.errors import ExportError, InputError
-from exporters.atomic import write_bytes
+from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
 from exporters.litert.inspect import read_model
 
 
-class LiteRTArtifact:
+class LiteRTArtifact(FileBytes):
     """A converted model (``target="litert"``).
 
     Calling it runs the model in ``ai_edge_litert.interpreter.Interpreter`` (the
@@ -26,11 +26,14 @@ class LiteRTArtifact:
         notes: conversion decisions worth knowing (int64 policy, fallbacks, …).
         num_threads: Interpreter threads used by ``__call__``.
         channels_last_io: whether rank-4 inputs/outputs are NHWC in the file.
+        precision: weight precision: "fp32", "fp16" (float16 weights) or "int8"
+            (dynamic-range int8 weights); ``validators`` judge low precision by task agreement.
     """
 
     def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
-                 channels_last_io: bool = False):
+                 channels_last_io: bool = False, precision: str = "fp32"):
         self._bytes = bytes(model)
+        self.precision = precision
         self.notes = list(notes or [])
         self.num_threads = num_threads
         self.channels_last_io = channels_last_io
@@ -41,26 +44,10 @@ class LiteRTArtifact:
     @classmethod
     def load(cls, path: str | os.PathLike, **kwargs: Any) -> "LiteRTArtifact":
         """Open a .tflite file (raises ExportError if it is not a valid TFLite model)."""
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise InputError(f"cannot read {path}: {e.strerror}") from e
+        data = read_model_file(path)
         return cls(data, **kwargs)
 
-    # -- bytes -----------------------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        """The .tflite file contents."""
-        return self._bytes
-
-    def save(self, path: str | os.PathLike) -> str:
-        """Write the model atomically (temp file in the same folder, then ``os.replace``)."""
-        return str(write_bytes(path, self._bytes))
-
-    @property
-    def size(self) -> int:
-        """File size in bytes."""
-        return len(self._bytes)
+    # -- bytes: to_bytes() (the .tflite file contents), save(path), size (FileBytes) ------
 
     # -- structure -----------------------------------------------------------------------
     @property
@@ -123,20 +110,17 @@ class LiteRTArtifact:
 
         Returns a single output, or a tuple when the model has several.
         """
-        as_torch = any(type(x).__module__.startswith("torch") for x in inputs)
+        as_torch = any_torch(inputs)
         arrays = []
         for x in inputs:
-            arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+            arr = to_numpy(x)
             if self.channels_last_io and arr.ndim == 4:
                 arr = arr.transpose(0, 2, 3, 1)
             arrays.append(arr)
         outs = self.run_raw(*arrays, signature=signature)
         if self.channels_last_io:
             outs = [o.transpose(0, 3, 1, 2) if o.ndim == 4 else o for o in outs]
-        if as_torch:
-            import torch
-            outs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return from_numpy(outs, as_torch)
 
     def __repr__(self) -> str:
         top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))

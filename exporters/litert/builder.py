@@ -232,6 +232,12 @@ def _tensor(t: Tensor, payloads: list[bytes], buffer_of: dict[bytes, int]) -> sc
     if t.dynamic:
         out.shapeSignature = [int(d) for d in t.signature]
     out.buffer = 0
+    if t.quant is not None:
+        q = schema.QuantizationParametersT()
+        q.scale = [float(v) for v in np.asarray(t.quant.scale, np.float32).reshape(-1)]
+        q.zeroPoint = [int(v) for v in np.asarray(t.quant.zero_point).reshape(-1)]
+        q.quantizedDimension = int(t.quant.axis)
+        out.quantization = q
     if t.data is not None:
         payload = np.ascontiguousarray(t.data, dtype=t.dtype).tobytes()
         key = hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little")

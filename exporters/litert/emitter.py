@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from converter.errors import ExportError
+from exporters.jaxpr_walk import JaxprValue, is_static  # noqa: F401 (re-exported for the rules)
 from exporters.litert.ir import Graph, Op, Tensor
 
 _NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.int64)}
@@ -39,17 +40,12 @@ def tfl_dtype(dtype: Any) -> np.dtype:
     return _NARROW.get(d, d)
 
 
-def is_static(d: Any) -> bool:
-    """True for a concrete dim."""
-    return isinstance(d, (int, np.integer))
-
-
 def identity(rank: int) -> tuple:
     """The identity permutation."""
     return tuple(range(rank))
 
 
-class Val:
+class Val(JaxprValue):
     """One jaxpr value (see module docstring)."""
 
     __slots__ = ("shape", "dtype", "const", "tensor", "perm", "base", "cache")
@@ -65,37 +61,6 @@ class Val:
         self.cache: dict = {}
         if len(self.base) != len(self.shape) or len(self.perm) != len(self.shape):
             raise ExportError(f"internal error: value rank mismatch {self.shape} {self.base} {self.perm}")
-
-    @property
-    def rank(self) -> int:
-        """Logical rank."""
-        return len(self.shape)
-
-    @property
-    def is_const(self) -> bool:
-        """True for a constant."""
-        return self.const is not None
-
-    @property
-    def static(self) -> bool:
-        """True when every logical dim is concrete."""
-        return all(is_static(d) for d in self.shape)
-
-    @property
-    def pending(self) -> bool:
-        """True when a broadcast is not materialized."""
-        return self.base != self.shape
-
-    def full(self) -> np.ndarray:
-        """The constant at its logical shape (a broadcast view, no copy)."""
-        return np.broadcast_to(self.const, self.shape)
-
-    def scalar(self) -> Any:
-        """The constant's single value when every element is equal, else ``None``."""
-        if self.const is None or self.const.size == 0:
-            return None
-        flat = self.const.reshape(-1)
-        return flat[0].item() if np.all(flat == flat[0]) else None
 
     def phys_shape(self, perm: Sequence | None = None) -> tuple:
         """The (compact) physical shape in layout ``perm`` (default: the current one)."""

@@ -50,8 +50,10 @@ def read_model(data: bytes, what: str = "model") -> dict:
                 tt = sg.Tensors(t)
                 shape = [int(v) for v in tt.ShapeAsNumpy()] if tt.ShapeLength() else []
                 sig = [int(v) for v in tt.ShapeSignatureAsNumpy()] if tt.ShapeSignatureLength() else shape
+                q = tt.Quantization()
                 tensors.append({"name": (tt.Name() or b"").decode(), "shape": shape, "signature": sig,
-                                "dtype": _TYPE_NAMES.get(tt.Type(), str(tt.Type())), "buffer": tt.Buffer()})
+                                "dtype": _TYPE_NAMES.get(tt.Type(), str(tt.Type())), "buffer": tt.Buffer(),
+                                "scales": q.ScaleLength() if q is not None else 0})
             ops = []
             for o in range(sg.OperatorsLength()):
                 idx = sg.Operators(o).OpcodeIndex()
@@ -77,7 +79,24 @@ def read_model(data: bytes, what: str = "model") -> dict:
     except Exception as e:  # flatbuffers raises struct/index/unicode errors on garbage
         raise ExportError(f"{what} is corrupt: {type(e).__name__} while reading the flatbuffer") from e
     return {"version": version, "description": description, "subgraphs": subgraphs, "signatures": signatures,
-            "weights_bytes": weights + external, "external_bytes": external, "size": len(data)}
+            "weights_bytes": weights + external, "external_bytes": external, "size": len(data),
+            "weights_by_dtype": _weights_by_dtype(m, subgraphs)}
+
+
+def _weights_by_dtype(m: Any, subgraphs: list[dict]) -> dict[str, int]:
+    """Bytes of constant buffers by the dtype of the tensors that use them (each buffer once)."""
+    dtype_of: dict[int, str] = {}
+    for sub in subgraphs:
+        for t in sub["tensors"]:
+            if t["buffer"] > 0:
+                dtype_of.setdefault(t["buffer"], t["dtype"])
+    out: dict[str, int] = {}
+    for index, dtype in sorted(dtype_of.items()):
+        b = m.Buffers(index) if index < m.BuffersLength() else None
+        size = 0 if b is None else (b.Size() if b.Offset() > 1 else b.DataLength())
+        if size:
+            out[dtype] = out.get(dtype, 0) + size
+    return out
 
 
 def delegated_ops(data: bytes) -> tuple[list[str], list[str]] | None:
@@ -130,6 +149,11 @@ def inspect_bytes(data: bytes, label: str = "model") -> str:
              + f"), schema v{info['version']}" + (f", by {info['description']!r}" if info["description"] else "")]
     if not info["subgraphs"]:
         raise ExportError(f"{label} is corrupt: it has no subgraph")
+    by_dtype = sorted(info["weights_by_dtype"].items(), key=lambda kv: -kv[1])
+    if by_dtype:
+        per_channel = sum(1 for s in info["subgraphs"] for t in s["tensors"] if t["scales"] > 1)
+        lines.append("weights by dtype: " + " · ".join(f"{d} {n:,}" for d, n in by_dtype)
+                     + (f" ({per_channel} tensors quantized per channel)" if per_channel else ""))
     first = info["subgraphs"][0]
     default = {"key": "(no signature)", "subgraph": 0,
                "inputs": [(f"input_{i}", t) for i, t in enumerate(first["inputs"])],
@@ -178,5 +202,6 @@ def tensor_dtype(name: str) -> np.dtype:
 def describe(info: dict) -> dict[str, Any]:
     """A JSON-ready summary of :func:`read_model`'s result."""
     return {"size": info["size"], "weights_bytes": info["weights_bytes"],
+            "weights_by_dtype": dict(info.get("weights_by_dtype", {})),
             "signatures": [s["key"] for s in info["signatures"]],
             "ops": dict(collections.Counter(op for s in info["subgraphs"] for op in s["ops"]))}

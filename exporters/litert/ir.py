@@ -23,6 +23,7 @@ class Tensor:
         dtype: NumPy dtype of the elements.
         name: tensor name in the flatbuffer.
         data: the constant's value, or ``None`` for an activation.
+        quant: quantization parameters of an integer weight (see :mod:`.quantize`), or ``None``.
     """
 
     shape: tuple
@@ -30,6 +31,7 @@ class Tensor:
     dtype: np.dtype
     name: str
     data: np.ndarray | None = None
+    quant: "QuantParams | None" = None
 
     @property
     def is_const(self) -> bool:
@@ -44,6 +46,21 @@ class Tensor:
     def __repr__(self) -> str:
         kind = "const " if self.is_const else ""
         return f"<{kind}{self.name} {np.dtype(self.dtype).name}{list(self.signature)}>"
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """TFLite ``QuantizationParameters``: ``real = scale * (q - zero_point)`` along ``axis``.
+
+    Attributes:
+        scale: float32 scales, one per slice along ``axis`` (or one for the tensor).
+        zero_point: int64 zero points, same length as ``scale``.
+        axis: the quantized (per-channel) dimension.
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int = 0
 
 
 @dataclass(eq=False)

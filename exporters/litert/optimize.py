@@ -1,6 +1,6 @@
 """Peephole passes on the emitted graph (run to a fixed point, then dead-code elimination).
 
-* fold a per-channel ADD/SUB/MUL constant after CONV_2D / DEPTHWISE_CONV_2D /
+* fold a per-channel ADD/SUB/MUL constant after CONV_2D / CONV_3D / DEPTHWISE_CONV_2D /
   FULLY_CONNECTED / TRANSPOSE_CONV into its weights and bias (bias add, BatchNorm);
 * fuse RELU / RELU6 / RELU_N1_TO_1 (and ``MINIMUM(RELU(x), 6)``) into the producer's
   ``fusedActivationFunction``;
@@ -23,7 +23,7 @@ _FUSES_ACT = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "
               "TRANSPOSE_CONV", "MAX_POOL_2D", "AVERAGE_POOL_2D"}
 #: op → (index of weights input, output-channel axis of the weights, bias input index)
 _LINEAR = {"CONV_2D": (1, 0, 2), "DEPTHWISE_CONV_2D": (1, 3, 2), "FULLY_CONNECTED": (1, 0, 2),
-           "TRANSPOSE_CONV": (1, 0, 3)}
+           "TRANSPOSE_CONV": (1, 0, 3), "CONV_3D": (1, 4, 2)}
 
 
 def optimize(graph: Graph) -> None:

@@ -1,15 +1,16 @@
 """End to end: PyTorch model → capture → passes → lowering (target "litert") → our
 flatbuffer → LiteRT Interpreter, compared with PyTorch fp32 (max rel error 1e-4).
 
-One conversion per model (module-scoped fixtures). A conversion failure is kept and
-re-raised by the tests that need it, so a test fails with the exporter's own message.
+Every model family of ``examples/models.py`` is validated on LiteRT (with its op
+counts) by ``tests/models/test_families.py`` through ``tpu-export validate``; here are
+a transformer block built for LiteRT's fused ops, and the LiteRT-only options:
+NHWC I/O, dynamic batch and length, two signatures sharing weights, determinism.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -48,17 +49,8 @@ def sdpa_block() -> tuple[nn.Module, tuple]:
     return SdpaBlock().eval(), (torch.randn(2, 8, 32),)
 
 
-MODELS = {"mlp": zoo.mlp, "cnn": zoo.cnn, "mobilenet": zoo.mobilenet, "unet": zoo.unet,
-          "sdpa_block": sdpa_block, "mingpt": zoo.mingpt}
-#: Op expectations per model: what good mobile code looks like.
-EXPECT = {
-    "mlp": {"FULLY_CONNECTED": 2, "GELU": 1, "TRANSPOSE": 0},
-    "cnn": {"CONV_2D": 2, "MAX_POOL_2D": 1, "TRANSPOSE": 1, "RELU": 0, "ADD": 0, "MUL": 0},
-    "mobilenet": {"DEPTHWISE_CONV_2D": 3, "TRANSPOSE": 1, "RELU6": 0, "MINIMUM": 0, "MUL": 0},
-    "unet": {"TRANSPOSE": 2, "TRANSPOSE_CONV": 1, "RESIZE_BILINEAR": 1},
-    "sdpa_block": {"BATCH_MATMUL": 2, "SOFTMAX": 2, "GELU": 1, "FULLY_CONNECTED": 4},
-    "mingpt": {"GATHER": 1, "STABLEHLO_SORT": 0},  # positions are constant: their lookup folds
-}
+#: Op expectations: what good mobile code looks like.
+SDPA_BLOCK_OPS = {"BATCH_MATMUL": 2, "SOFTMAX": 2, "GELU": 1, "FULLY_CONNECTED": 4}
 
 
 def lowered(model: nn.Module, args: tuple, dynamic_shapes: Any = None):
@@ -67,56 +59,28 @@ def lowered(model: nn.Module, args: tuple, dynamic_shapes: Any = None):
     return lower(ep, target="litert")
 
 
-class Converted:
-    """A model, its sample inputs and its LiteRT artifact (or the conversion error)."""
-
-    def __init__(self, name: str):
-        self.model, self.args = MODELS[name]()
-        try:
-            self.art, self.error = convert(self.model, self.args, target="litert"), None
-        except Exception as e:  # re-raised by each test that needs the artifact
-            self.art, self.error = None, e
-
-    def artifact(self):
-        if self.error is not None:
-            raise self.error
-        return self.art
-
-
-@pytest.fixture(scope="module")
-def converted() -> dict[str, Converted]:
-    return {}
-
-
-def _get(cache: dict, name: str) -> Converted:
-    if name not in cache:
-        cache[name] = Converted(name)
-    return cache[name]
-
-
-@pytest.mark.parametrize("name", list(MODELS))
-def test_torch_model_matches_pytorch(converted, name):
-    c = _get(converted, name)
-    art = c.artifact()
+def test_torch_sdpa_block_matches_pytorch():
+    model, args = sdpa_block()
+    art = convert(model, args, target="litert")
     with torch.no_grad():
-        want = outputs(c.model(*c.args))
-    got = art(*c.args)
+        want = outputs(model(*args))
+    got = art(*args)
     assert isinstance(got if not isinstance(got, tuple) else got[0], torch.Tensor)
     for g, w in zip(outputs(got), want):
         assert g.dtype == w.dtype and g.shape == w.shape
         assert rel_error(g, w) <= REL_TOL
-    for op, count in EXPECT[name].items():
-        assert art.ops[op] == count, f"{name}: {op} ×{art.ops[op]}, expected {count}; ops {dict(art.ops)}"
+    for op, count in SDPA_BLOCK_OPS.items():
+        assert art.ops[op] == count, f"{op} ×{art.ops[op]}, expected {count}; ops {dict(art.ops)}"
 
 
-def test_torch_cnn_channels_last_io_has_no_transpose(converted):
-    c = _get(converted, "mobilenet")
-    art = build(lowered(c.model, c.args), channels_last_io=True)
+def test_torch_cnn_channels_last_io_has_no_transpose():
+    model, args = zoo.mobilenet()
+    art = build(lowered(model, args), channels_last_io=True)
     assert art.ops["TRANSPOSE"] == 0
     with torch.no_grad():
-        want = c.model(*c.args)
-    assert rel_error(outputs(art(*c.args))[0], want.numpy()) <= REL_TOL
-    nhwc = c.args[0].permute(0, 2, 3, 1).numpy()
+        want = model(*args)
+    assert rel_error(outputs(art(*args))[0], want.numpy()) <= REL_TOL
+    nhwc = args[0].permute(0, 2, 3, 1).numpy()
     assert rel_error(art.run_raw(nhwc)[0], want.numpy()) <= REL_TOL
 
 
@@ -148,7 +112,8 @@ def test_torch_prefill_decode_signatures_share_weights():
         assert rel_error(outputs(both(x, signature=sig))[0], want.numpy()) <= REL_TOL
 
 
-def test_torch_export_is_byte_identical_twice(converted):
-    c = _get(converted, "cnn")
-    again = convert(c.model, c.args, target="litert")
-    assert again.to_bytes() == c.artifact().to_bytes()
+def test_torch_export_is_byte_identical_twice():
+    model, args = zoo.cnn()
+    first = convert(model, args, target="litert")
+    again = convert(model, args, target="litert")
+    assert again.to_bytes() == first.to_bytes()

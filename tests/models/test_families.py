@@ -1,11 +1,22 @@
-"""Every model family of ``examples/models.py`` through the "tpu" and "stablehlo" targets.
+"""Every model family of ``examples/models.py`` through ``tpu-export validate``.
 
-Per family: one conversion per target (module-scoped fixtures), compared with
-PyTorch fp32 (max relative error ≤ 1e-4, see ``tests/models/compare.py``); the
-StableHLO artifact is saved, reloaded with ``exporters.stablehlo.load`` and must
-agree with the tpu target. A conversion failure is kept and re-raised by each
-test that needs it, so the test fails with the converter's own message (e.g.
-the ``UnsupportedOpError`` naming the missing op) instead of erroring in setup.
+Per family, one validation (a module-scoped fixture) does what
+``tpu-export validate examples/models.py:<family> --targets tpu,litert,stablehlo,onnx --report DIR
+--no-op-profile`` does: the CLI's factory loader, :func:`validators.validate` with the
+CLI's defaults (the sample plus 2 seeded random input sets; every output compared with
+PyTorch and every pair of targets compared), the JSON / Markdown / HTML reports
+written. One addition: the stablehlo target's builder saves the artifact and reloads
+it with ``exporters.stablehlo.load``, so the StableHLO artifact validated is the
+reloaded one. (``--no-op-profile`` skips the per-op chart of a passing run, one more
+compile per family; a failing target is still localized to its first diverging op.)
+
+The tests then read the report and re-run the kept artifacts on the sample: each
+target must pass, match PyTorch fp32 with exact shapes and dtypes and max relative
+error ≤ 1e-4 (``tests/models/compare.py``), the reloaded StableHLO must agree with the
+tpu target, and the LiteRT flatbuffers and ONNX graphs must use the ops good code uses
+(composites mapped whole, native convolutions and pools). A
+failure to validate is kept and re-raised by each test that needs it, so the test
+fails with the converter's own message.
 
 Then the runtime behaviours: the compile cache with a dynamic batch dim,
 BatchNorm running stats written back in train mode, a dynamic StableHLO export
@@ -17,34 +28,59 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.export import Dim
 
+import examples.models as zoo
 from converter import convert
-from converter.api import prepare
-from exporters.stablehlo import build as build_stablehlo
-from tpu_runtime.module import build as build_tpu
+from converter.cli.factory import load_factory
 from converter.errors import UnsupportedOpError
 from examples.models import FAMILIES, cnn, mlp
-from exporters.stablehlo import load
+from exporters.stablehlo import LoadedStableHLO, load
+from exporters.stablehlo import build as build_stablehlo
 from tests.models.compare import FP32_REL_TOL, assert_outputs_close, flat_outputs
+from validators import validate
 
 # torch.export warns that nn.LSTM/nn.GRU assign ``_flat_weights`` while being traced; the
 # weights are still captured as parameters, so the warning is noise for these tests.
 pytestmark = pytest.mark.filterwarnings("ignore:The tensor attributes self.rnn._flat_weights:UserWarning")
 
+#: The targets of ``tpu-export validate … --targets tpu,litert,stablehlo,onnx``.
+TARGETS = ("tpu", "litert", "stablehlo", "onnx")
+
 #: The same JAX program through jax.jit (tpu) and through jax.export (stablehlo)
 #: on one backend: only XLA fusion differences are allowed between the two.
 SAME_PROGRAM_REL_TOL = 1e-6
 
+#: LiteRT op counts per family: what good mobile code looks like.
+LITERT_OPS = {
+    "mlp": {"FULLY_CONNECTED": 2, "GELU": 1, "TRANSPOSE": 0},
+    "cnn": {"CONV_2D": 2, "MAX_POOL_2D": 1, "TRANSPOSE": 1, "RELU": 0, "ADD": 0, "MUL": 0},
+    "mobilenet": {"DEPTHWISE_CONV_2D": 3, "TRANSPOSE": 1, "RELU6": 0, "MINIMUM": 0, "MUL": 0},
+    "unet": {"TRANSPOSE": 2, "TRANSPOSE_CONV": 1, "RESIZE_BILINEAR": 1},
+    "mingpt": {"GATHER": 1, "STABLEHLO_SORT": 0},  # positions are constant: their lookup folds
+    "llama": {"SELECT_V2": 0, "SOFTMAX": 2},  # the folded causal mask is an ADD (XNNPACK keeps it)
+}
+
+#: ONNX op counts per family: composites mapped whole, convolutions and pools native.
+ONNX_OPS = {
+    "mlp": {"Gelu": 1, "LayerNormalization": 1, "MatMul": 2, "Einsum": 0},
+    "cnn": {"Conv": 2, "MaxPool": 1, "Transpose": 0},
+    "unet": {"ConvTranspose": 1, "Resize": 2},
+    "mingpt": {"Gather": 1, "Softmax": 2, "Gelu": 2},
+    "tensor_ops": {"TopK": 3, "Pad": 3},
+}
+
 
 @dataclass
 class Outcome:
-    """A conversion (and run) kept for several tests: its value or the error it raised."""
+    """A validation kept for several tests: its value or the error it raised."""
 
     value: Any = None
     error: BaseException | None = None
@@ -69,59 +105,69 @@ def _clone(args: tuple) -> tuple:
 # --------------------------------------------------------------------------- family fixtures
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=pytest.mark.xdist_group(f"family-{name}"))
+                                        for name in FAMILIES])  # one worker validates a family, once
 def family(request) -> dict:
-    """One zoo model, its sample inputs and its PyTorch fp32 outputs."""
-    model, args = FAMILIES[request.param]()
+    """One zoo model loaded as the CLI loads ``examples/models.py:<family>``, and its PyTorch fp32 outputs."""
+    model, args, kwargs = load_factory(f"{Path(zoo.__file__)}:{request.param}")
     with torch.no_grad():
-        expected = flat_outputs(model(*_clone(args)))
-    return {"name": request.param, "model": model, "args": args, "expected": expected}
+        expected = flat_outputs(model(*_clone(args), **kwargs))
+    return {"name": request.param, "model": model, "args": args, "kwargs": kwargs, "expected": expected}
 
 
 @pytest.fixture(scope="module")
-def program(family) -> Outcome:
-    """Capture + passes + lowering once per family; both targets are built from it (as convert() does)."""
-    return _attempt(lambda: prepare(family["model"], _clone(family["args"]), target="tpu"))
+def validated(family, tmp_path_factory) -> Outcome:
+    """``tpu-export validate`` of the family on tpu, litert, stablehlo (reloaded) and onnx, reports written."""
 
-
-@pytest.fixture(scope="module")
-def tpu_run(family, program) -> Outcome:
-    """The "tpu" target once per family, and its outputs on the sample inputs."""
+    def build_reloaded(program, **options):
+        artifact = build_stablehlo(program, **options)
+        return load(artifact.save(str(tmp_path_factory.mktemp(f"{family['name']}_stablehlo") / "model")))
 
     def run():
-        module = build_tpu(program.get())
-        return module, flat_outputs(module(*_clone(family["args"])))
+        report = validate(family["model"], _clone(family["args"]), sample_kwargs=family["kwargs"], targets=TARGETS,
+                          errors="report", op_profile=False, builders={"stablehlo": build_reloaded})
+        out = tmp_path_factory.mktemp(f"{family['name']}_report")
+        return report, out, report.write(out)
 
     return _attempt(run)
 
 
-@pytest.fixture(scope="module")
-def stablehlo_run(family, program, tmp_path_factory) -> Outcome:
-    """The "stablehlo" target once per family, saved, reloaded, run on the sample inputs."""
-
-    def run():
-        artifact = build_stablehlo(program.get())
-        path = artifact.save(str(tmp_path_factory.mktemp(family["name"]) / "model"))
-        loaded = load(path)
-        return loaded, flat_outputs(loaded(*_clone(family["args"])))
-
-    return _attempt(run)
+def _artifact(report, target: str) -> Any:
+    result = next(t for t in report.targets if t.target == target)
+    assert result.status == "pass", f"{target}: {result.status} {result.message}\n{report.to_markdown()}"
+    return result.artifact
 
 
-def test_family_tpu_matches_torch(family, tpu_run):
-    _, got = tpu_run.get()
-    assert_outputs_close(got, family["expected"], FP32_REL_TOL, f"{family['name']}/tpu")
+def test_family_validate_passes_and_writes_reports(family, validated):
+    report, out, paths = validated.get()
+    assert report.passed, report.to_markdown()
+    assert [t.target for t in report.targets] == list(TARGETS)
+    assert len(report.inputs) == 3 and len(report.cross) > 0  # sample + 2 random; targets compared pairwise
+    assert [p.name for p in paths] == ["report.json", "report.md", "report.html"]  # no repro: nothing failed
+    assert json.loads((out / "report.json").read_text())["passed"] is True
+    assert (out / "report.md").read_text().startswith(f"# Parity report: {report.model} — PASS")
 
 
-def test_family_stablehlo_matches_torch(family, stablehlo_run):
-    loaded, got = stablehlo_run.get()
-    assert "stablehlo" in loaded.mlir_text
-    assert_outputs_close(got, family["expected"], FP32_REL_TOL, f"{family['name']}/stablehlo")
+@pytest.mark.parametrize("target", TARGETS)
+def test_family_matches_torch(family, validated, target):
+    report, _, _ = validated.get()
+    artifact = _artifact(report, target)
+    got = artifact(*_clone(family["args"]), **family["kwargs"])  # compiled already: same shapes as the sample
+    assert_outputs_close(got, family["expected"], FP32_REL_TOL, f"{family['name']}/{target}")
+    expected_ops = {"litert": LITERT_OPS, "onnx": ONNX_OPS}.get(target, {}).get(family["name"], {})
+    for op, count in expected_ops.items():
+        assert artifact.ops[op] == count, f"{op} ×{artifact.ops[op]}, expected {count}; ops {dict(artifact.ops)}"
+    if target == "onnx":
+        assert artifact.input_names == [f"args_{i}" for i in range(len(family["args"]))]
+        assert artifact.output_names == [f"output_{i}" for i in range(len(family["expected"]))]
 
 
-def test_family_stablehlo_reload_matches_tpu(family, tpu_run, stablehlo_run):
-    _, tpu_out = tpu_run.get()
-    _, shlo_out = stablehlo_run.get()
+def test_family_stablehlo_reload_matches_tpu(family, validated):
+    report, _, _ = validated.get()
+    loaded, tpu = _artifact(report, "stablehlo"), _artifact(report, "tpu")
+    assert isinstance(loaded, LoadedStableHLO) and "stablehlo" in loaded.mlir_text
+    shlo_out = flat_outputs(loaded(*_clone(family["args"])))
+    tpu_out = flat_outputs(tpu(*_clone(family["args"])))
     assert_outputs_close(shlo_out, tpu_out, SAME_PROGRAM_REL_TOL, f"{family['name']}/stablehlo vs tpu")
 
 

@@ -102,6 +102,7 @@ PAD_MODES = {
     "reflect-2d": lambda x: F.pad(x[None], (2, 1, 1, 2), mode="reflect"),
     "reflect-3d": lambda x: F.pad(x[None, None], (2, 1, 1, 1, 1, 0), mode="reflect"),
     "replicate-1d-2d": lambda x: (F.pad(x, (2, 1), mode="replicate"), F.pad(x[None], (0, 3, 2, 1), mode="replicate")),
+    "replicate-3d": lambda x: F.pad(x[None, None], (1, 0, 0, 2, 1, 1), mode="replicate"),
 }
 
 
@@ -214,9 +215,12 @@ SHAPE = [
     OpInfo("constant_pad_nd", _apply(PAD), (aten.constant_pad_nd.default,),
            _samples(("pos-neg", (2, 3, 4)), ("value", (3, 2)), ("crop-3d", (2, 3, 4)), ("0-width", (0, 2))),
            dtypes=(f32, i32, bf16)),
-    OpInfo("pad_modes", _apply(PAD_MODES), (aten.index.Tensor,),
+    # kept whole by capture (PRESERVED_OPS), lowered as composites
+    OpInfo("pad_modes", _apply(PAD_MODES),
+           (aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
+            aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default),
            _samples(("reflect-1d", (2, 3, 4)), ("reflect-2d", (2, 3, 4)), ("reflect-3d", (2, 3, 4)),
-                    ("replicate-1d-2d", (2, 3, 4)))),
+                    ("replicate-1d-2d", (2, 3, 4)), ("replicate-3d", (2, 3, 4)))),
 ]
 
 OPS = SHAPE

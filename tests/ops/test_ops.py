@@ -128,7 +128,11 @@ UNTESTED_BY_OPINFO.update({op: _DECOMPOSED for op in (
 )})
 _DIRECT = "decomposed by torch.export; reached by eager dispatch and make_fx graphs: tests/ops/test_direct_ops.py"
 UNTESTED_BY_OPINFO.update({op: _DIRECT for op in (
-    aten.fill.Scalar, aten.squeeze.dim, aten.reflection_pad1d.default,
-    aten.reflection_pad2d.default, aten.reflection_pad3d.default, aten.replication_pad2d.default,
-    aten.replication_pad3d.default,
+    aten.fill.Scalar, aten.squeeze.dim,
+)})
+_RNN_CELL = ("CUDA-only in PyTorch (no CPU kernel to compare with); checked as the vjp of the forward row and "
+             "by nn.LSTM/nn.GRU training against CPU in tests/runtime/test_rnn.py")
+UNTESTED_BY_OPINFO.update({op: _RNN_CELL for op in (
+    aten._thnn_fused_lstm_cell.default, aten._thnn_fused_lstm_cell_backward_impl.default,
+    aten._thnn_fused_gru_cell.default, aten._thnn_fused_gru_cell_backward.default,
 )})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 import converter.cli.demo as demo
@@ -16,10 +18,12 @@ aten = torch.ops.aten
 
 
 def test_validate_writes_reports_and_exits_0(tmp_path, capsys):
-    code = main(["validate", FACTORY, "--targets", "tpu", "--report", str(tmp_path), "--num-random-inputs", "0"])
+    code = main(["validate", FACTORY, "--targets", "tpu", "--report", str(tmp_path), "--num-random-inputs", "0",
+                 "--no-op-profile"])
     assert code == 0
     assert {p.name for p in tmp_path.iterdir()} == {"report.json", "report.md", "report.html"}
     assert "# Parity report: MLP — PASS" in capsys.readouterr().out
+    assert json.loads((tmp_path / "report.json").read_text())["op_profile"] is None  # --no-op-profile: no chart
 
 
 def test_validate_exits_1_on_a_mismatch(tmp_path):

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from converter.capture import capture
-from validators.inputs import build_input_sets, index_bounds
+from validators.inputs import build_input_sets, index_bounds, structural_inputs
 from validators.metrics import HISTOGRAM_EDGES, compare, histogram, snr_db, task_agreement, top1_agreement
 
 
@@ -44,6 +44,42 @@ def test_input_sets_keep_shapes_dtypes_and_integer_ranges(tagger_ep):
         assert 100 <= int(positions.min()) and int(positions.max()) <= 102  # the sample's range
         assert x.dtype == torch.float32 and not torch.equal(x, sets[0].args[2])
     assert "ids: integers in [0, 9] (index into a dim of size 10)" in sets[2].notes
+
+
+class Bags(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bag = nn.EmbeddingBag(12, 4, mode="sum")
+
+    def forward(self, values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        return self.bag(values, offsets)
+
+
+def test_embedding_bag_offsets_are_reused_and_its_indices_stay_in_range():
+    sample = (torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([0, 2, 5]))
+    model = Bags().eval()
+    ep = capture(model, sample)
+    assert index_bounds(ep) == {"values": 12}
+    assert structural_inputs(ep) == {"offsets": "offsets of embedding_bag (they define the bags)"}
+    for s in build_input_sets(ep, sample, {}, num_random_inputs=3, seed=0)[1:]:
+        values, offsets = s.args
+        assert torch.equal(offsets, sample[1])  # random offsets would not start at 0 or would decrease
+        assert int(values.min()) >= 0 and int(values.max()) < 12
+        model(values, offsets)  # PyTorch takes every random set
+    assert "offsets: sample reused: offsets of embedding_bag (they define the bags)" in s.notes
+
+
+class Scatter(nn.Module):
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(2, 8).scatter(1, idx, x)
+
+
+def test_scatter_indices_are_reused_so_random_sets_have_no_duplicates():
+    sample = (torch.randn(2, 3), torch.tensor([[0, 5, 7], [2, 1, 6]]))
+    ep = capture(Scatter().eval(), sample)
+    assert structural_inputs(ep) == {"idx": "indices of scatter (duplicates would leave PyTorch's result undefined)"}
+    for s in build_input_sets(ep, sample, {}, num_random_inputs=2, seed=0)[1:]:
+        assert torch.equal(s.args[1], sample[1]) and not torch.equal(s.args[0], sample[0])
 
 
 def test_random_input_sets_are_seeded(tagger_ep):

@@ -13,16 +13,19 @@ if TYPE_CHECKING:
     from validators.metrics import OutputError
     from validators.report.data import Localization, ParityReport, TargetResult
 
+#: Wide content (a long table, a per-op chart of a big graph) scrolls inside its own box, so the
+#: page itself never scrolls sideways; long paths in ``<code>`` wrap.
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;
 color:#222;padding:0 1em}
 h1 .PASS,td.PASS{color:#3a923a}h1 .FAIL,td.FAIL,td.ERROR{color:#c8362b}
-table{border-collapse:collapse;margin:.5em 0 1.2em}th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}
+table{border-collapse:collapse;margin:.5em 0 1.2em;display:block;width:max-content;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #ccc;padding:3px 8px;font-size:13px}
 th{background:#f3f3f3}td.num{text-align:right;font-family:ui-monospace,monospace}
-.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee;background:#fff}
-figure{margin:0}figcaption{font-size:12px;color:#555}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee;background:#fff;display:block}
+figure{margin:0;max-width:100%;overflow-x:auto}figcaption{font-size:12px;color:#555}
 .culprit{border-left:4px solid #6a1b9a;padding:.3em .8em;background:#f7f2fa}
-code{background:#f3f3f3;padding:0 3px}.note{color:#555;font-size:13px}
+code{background:#f3f3f3;padding:0 3px;overflow-wrap:anywhere}.note{color:#555;font-size:13px}
 """
 
 

@@ -63,6 +63,19 @@ def histogram_svg(counts: Sequence[int], edges: Sequence[float], title: str, *,
     return _svg(width, height, body, title)
 
 
+#: Longest node label drawn under a bar (the full name is in the bar's tooltip).
+MAX_LABEL = 24
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= MAX_LABEL else name[:MAX_LABEL - 1] + "…"
+
+
+def _text_px(text: str, font_size: float) -> float:
+    """A generous estimate of a label's width: 0.62 em a character (DejaVu Sans averages ~0.55)."""
+    return 0.62 * font_size * len(text)
+
+
 def op_chart_svg(nodes: Sequence, title: str, *, highlight: str | None = None, floor: float = 1e-12) -> str:
     """A bar per FX node (graph order): log10 of its max relative error against PyTorch.
 
@@ -77,21 +90,27 @@ def op_chart_svg(nodes: Sequence, title: str, *, highlight: str | None = None, f
     """
     n = max(len(nodes), 1)
     bar = max(3.0, min(28.0, 900 / n))
-    left, bottom, top = 40, 70 if n <= 40 else 16, 16
-    width, height = max(360, int(left + bar * n + 10)), 230
+    labelled = n <= 40
+    labels = [_short(node.name) for node in nodes]
+    # Node labels are rotated 60° below the axis, anchored at their end: a label of L px
+    # reaches 0.87·L down and 0.5·L left of its bar; the margins make room for the longest.
+    room = [_text_px(t, 8) for t in labels] if labelled else [0.0]
+    left = max(40, math.ceil(max(0.5 * w - (i + 0.5) * bar + 6 for i, w in enumerate(room))))
+    bottom, top, plot = (math.ceil(0.87 * max(room)) + 18 if labelled else 16), 16, 144
+    width, height = max(360, int(left + bar * n + 10)), top + plot + bottom
     lo, hi = math.log10(floor), 1.0
     span = hi - lo
 
     def y(v: float) -> float:
         v = floor if v != v or v <= floor else min(v, 10 ** hi)
-        return top + (height - bottom - top) * (1 - (math.log10(v) - lo) / span)
+        return top + plot * (1 - (math.log10(v) - lo) / span)
 
     body = [f'<line x1="{left}" y1="{height - bottom}" x2="{width - 4}" y2="{height - bottom}" stroke="{AXIS}"/>']
     for k in range(int(lo), int(hi) + 1, 3):
         yy = y(10.0 ** k)
         body.append(f'<line x1="{left - 3}" y1="{yy:.1f}" x2="{width - 4}" y2="{yy:.1f}" stroke="#ddd"/>'
                     f'<text x="2" y="{yy + 3:.1f}" font-size="9" fill="{AXIS}">1e{k}</text>')
-    for i, node in enumerate(nodes):
+    for i, (node, label) in enumerate(zip(nodes, labels)):
         rel = node.max_rel if isinstance(node.max_rel, float) else math.inf
         yy = y(rel)
         x = left + i * bar
@@ -99,10 +118,13 @@ def op_chart_svg(nodes: Sequence, title: str, *, highlight: str | None = None, f
         tip = f"{node.name} ({node.op}): max rel {rel:.3e}, max abs {node.max_abs:.3e}"
         body.append(f'<rect x="{x + 0.5:.1f}" y="{yy:.1f}" width="{max(bar - 1, 1):.1f}" '
                     f'height="{height - bottom - yy:.1f}" fill="{colour}"><title>{escape(tip)}</title></rect>')
-        if n <= 40:
+        if labelled:
             body.append(f'<text x="{x + bar / 2:.1f}" y="{height - bottom + 8}" font-size="8" text-anchor="end" '
-                        f'transform="rotate(-60 {x + bar / 2:.1f} {height - bottom + 8})">{escape(node.name)}</text>')
+                        f'transform="rotate(-60 {x + bar / 2:.1f} {height - bottom + 8})">{escape(label)}</text>')
         if node.name == highlight:
-            body.append(f'<text x="{x + bar / 2:.1f}" y="{max(yy - 3, 10):.1f}" font-size="10" text-anchor="middle" '
-                        f'fill="{HIGHLIGHT}">▼ {escape(node.name)}</text>')
+            mark = f"▼ {label}"
+            half = _text_px(mark, 10) / 2
+            cx = min(max(x + bar / 2, half + 2), width - half - 2)  # the whole mark stays inside the chart
+            body.append(f'<text x="{cx:.1f}" y="{max(yy - 3, 10):.1f}" font-size="10" text-anchor="middle" '
+                        f'fill="{HIGHLIGHT}">{escape(mark)}</text>')
     return _svg(width, height, body, title)

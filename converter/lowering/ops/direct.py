@@ -34,29 +34,3 @@ def lower_squeeze_dim(ctx, self, dim):
         return self
     d = norm_dim(dim, self.ndim)
     return jnp.squeeze(self, d) if self.shape[d] == 1 else self
-
-
-def _pad_spatial(x, padding, mode):
-    n = len(padding) // 2
-    pads = [(0, 0)] * (x.ndim - n)
-    for i in range(n):  # torch lists pads from the last dim backwards
-        pads.insert(x.ndim - n + i, (padding[2 * (n - 1 - i)], padding[2 * (n - 1 - i) + 1]))
-    return jnp.pad(x, pads[: x.ndim], mode=mode)
-
-
-@lowering(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)
-def lower_reflection_pad2d_default(ctx, self, padding):
-    """reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor
-
-    Also the 1d and 3d overloads. ``jnp.pad(mode="reflect")`` (edge not repeated, as torch).
-    """
-    return _pad_spatial(self, padding, "reflect")
-
-
-@lowering(aten.replication_pad2d.default, aten.replication_pad3d.default)
-def lower_replication_pad2d_default(ctx, self, padding):
-    """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor
-
-    Also the 3d overload. ``jnp.pad(mode="edge")``.
-    """
-    return _pad_spatial(self, padding, "edge")

@@ -5,58 +5,14 @@
 ``rule(em, eqn, attrs, *vals)``, which may return ``None`` to decline (the
 composite is then lowered through its decomposition). Rules return one
 :class:`~exporters.litert.emitter.Val` or a list of them. Registering a key twice
-is a hard error at import time.
+is a hard error at import time (see :mod:`exporters.rule_table`).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from typing import Any, Callable
+from exporters.rule_table import RegistrationError, RuleTable, Unsupported, out_aval
 
-
-class Unsupported(Exception):
-    """Raised by a rule for an eqn it cannot express in TFLite (becomes UnsupportedOpError)."""
-
-
-class RegistrationError(RuntimeError):
-    """A rule was registered twice."""
-
-
-RULES: dict[Any, Callable] = {}
-COMPOSITES: dict[str, Callable] = {}
-
-
-def rule(*prims: Any) -> Callable:
-    """Register a rule for each primitive object in ``prims``."""
-
-    def decorate(fn: Callable) -> Callable:
-        for p in prims:
-            if p in RULES:
-                raise RegistrationError(f"{p} already has the LiteRT rule {RULES[p].__module__}.{RULES[p].__name__}")
-            RULES[p] = fn
-        return fn
-
-    return decorate
-
-
-def composite(*names: str) -> Callable:
-    """Register a rule for each composite name in ``names``."""
-
-    def decorate(fn: Callable) -> Callable:
-        for n in names:
-            if n in COMPOSITES:
-                raise RegistrationError(f"composite {n} already has a LiteRT rule")
-            COMPOSITES[n] = fn
-        return fn
-
-    return decorate
-
-
-def out_aval(eqn: Any, i: int = 0) -> Any:
-    """The abstract value (shape, dtype) of an eqn's output ``i``."""
-    return eqn.outvars[i].aval
-
-
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    importlib.import_module(f"{__name__}.{_info.name}")
+_TABLE = RuleTable("LiteRT")
+RULES, COMPOSITES, rule, composite = _TABLE.rules, _TABLE.composites, _TABLE.rule, _TABLE.composite
+__all__ = ["COMPOSITES", "RULES", "RegistrationError", "Unsupported", "composite", "out_aval", "rule"]
+_TABLE.import_modules(__name__, __path__)

@@ -1,5 +1,6 @@
 """Convolutions and pooling: conv_general_dilated → CONV_2D / DEPTHWISE_CONV_2D /
-TRANSPOSE_CONV, reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D.
+TRANSPOSE_CONV (grouped: one per group + CONCATENATION) / CONV_3D,
+reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D.
 
 Inputs are requested in NHWC (``perm`` puts batch, spatial, feature) and outputs
 are NHWC values, so consecutive layers need no TRANSPOSE. 1-D convolutions and
@@ -81,12 +82,14 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
     dn = p["dimension_numbers"]
     lhs_spec, rhs_spec, out_spec = list(dn.lhs_spec), list(dn.rhs_spec), list(dn.out_spec)
     nsp = len(lhs_spec) - 2
-    if nsp not in (1, 2):
+    if nsp not in (1, 2, 3):
         raise Unsupported(f"{nsp}-D convolution")
     if p["batch_group_count"] != 1:
         raise Unsupported("convolution with batch_group_count > 1")
     if not w.is_const:
         raise Unsupported("convolution with non-constant weights")
+    if nsp == 3:
+        return _conv3d(em, eqn, x, w)
     aval = out_aval(eqn)
     dtype = np.dtype(aval.dtype)
     groups = int(p["feature_group_count"])
@@ -129,19 +132,38 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
 
 def _transpose_conv(em: Emitter, eqn: Any, x: Val, k: np.ndarray, strides: list, ldil: list, rdil: list,
                     pads: list, groups: int, lhs_spec: list, out_spec: list) -> Val:
-    """A fractionally strided conv (lhs_dilation > 1) → TRANSPOSE_CONV + crop/pad."""
-    if groups != 1 or any(s != 1 for s in strides) or any(d != 1 for d in rdil):
-        raise Unsupported("transposed convolution with groups, strides or kernel dilation")
+    """A fractionally strided conv (lhs_dilation > 1) → TRANSPOSE_CONV + crop/pad.
+
+    Kernel dilation is applied to the weights (zeros between taps); groups split the
+    input with SPLIT and run one TRANSPOSE_CONV per group, joined by CONCATENATION.
+    """
+    if any(s != 1 for s in strides):
+        raise Unsupported("transposed convolution with window strides (a strided conv of a dilated input)")
     aval = out_aval(eqn)
     dtype = np.dtype(aval.dtype)
     nsp = len(lhs_spec) - 2
-    cout, _, kh, kw = k.shape
+    if any(d != 1 for d in rdil):
+        dil = np.zeros(k.shape[:2] + tuple((n - 1) * d + 1 for n, d in zip(k.shape[2:], rdil)), k.dtype)
+        dil[:, :, ::rdil[0], ::rdil[1]] = k
+        k = dil
+    cout, cin_g, kh, kw = k.shape
     t, dims = _nhwc(em, x, lhs_spec[0], lhs_spec[1], lhs_spec[2:])
     full = [dims[0], (dims[1] - 1) * ldil[0] + kh, (dims[2] - 1) * ldil[1] + kw, cout]
     weights = np.ascontiguousarray(k[:, :, ::-1, ::-1].transpose(0, 2, 3, 1))
-    out = em.emit("TRANSPOSE_CONV", [em.shape_tensor(full), em.const(weights), t,
-                                     em.const(np.zeros(cout, dtype))], full, dtype,
-                  padding=VALID, strideH=ldil[0], strideW=ldil[1])
+    opts = dict(padding=VALID, strideH=ldil[0], strideW=ldil[1])
+    if groups == 1:
+        out = em.emit("TRANSPOSE_CONV", [em.shape_tensor(full), em.const(weights), t,
+                                         em.const(np.zeros(cout, dtype))], full, dtype, **opts)
+    else:
+        og = cout // groups
+        parts = [em.tensor(dims[:3] + [cin_g], dtype, "group") for _ in range(groups)]
+        em.op("SPLIT", [em.const(np.asarray(3, np.int32)), t], parts, numSplits=groups)
+        part_dims = full[:3] + [og]
+        outs = [em.emit("TRANSPOSE_CONV", [em.shape_tensor(part_dims), em.const(weights[g * og:(g + 1) * og]), part,
+                                           em.const(np.zeros(og, dtype))], part_dims, dtype, **opts)
+                for g, part in enumerate(parts)]
+        out = em.emit("CONCATENATION", outs, full, dtype, axis=3)
+        em.note("grouped transposed convolutions are split into one TRANSPOSE_CONV per group")
     crop = [(kh - 1 - pads[0][0], kh - 1 - pads[0][1]), (kw - 1 - pads[1][0], kw - 1 - pads[1][1])]
     if any(c < 0 for pair in crop for c in pair):
         grow = [[0, 0]] + [[max(-a, 0), max(-b, 0)] for a, b in crop] + [[0, 0]]
@@ -154,6 +176,46 @@ def _transpose_conv(em: Emitter, eqn: Any, x: Val, k: np.ndarray, strides: list,
         sz = i32([-1 if not is_static(size[0]) else size[0]] + size[1:])
         out = em.emit("SLICE", [out, em.const(begin), em.const(sz)], size, dtype)
     return _result(em, out, aval, out_spec[0], out_spec[1], out_spec[2:] if nsp == 2 else out_spec[2:])
+
+
+def _conv3d(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
+    """3-D conv_general_dilated → CONV_3D on NDHWC activations, filter [d, h, w, in, out] (DHWIO);
+    explicit padding becomes a PAD first; groups split the input (one CONV_3D per group)."""
+    p = eqn.params
+    dn = p["dimension_numbers"]
+    lhs_spec, rhs_spec, out_spec = list(dn.lhs_spec), list(dn.rhs_spec), list(dn.out_spec)
+    if any(d != 1 for d in p["lhs_dilation"]):
+        raise Unsupported("3-D transposed convolution")
+    aval = out_aval(eqn)
+    dtype = np.dtype(aval.dtype)
+    groups = int(p["feature_group_count"])
+    strides, rdil, pads = list(p["window_strides"]), list(p["rhs_dilation"]), list(p["padding"])
+    k = np.transpose(w.full(), [rhs_spec[0], rhs_spec[1]] + rhs_spec[2:]).astype(dtype)  # (O, I/g, d, h, w)
+    cout, cin_g = k.shape[:2]
+    perm = tuple([lhs_spec[0]] + lhs_spec[2:] + [lhs_spec[1]])
+    t = em.tensor_of(x, perm, expand=True)
+    dims = [x.shape[i] for i in perm]
+    padding, explicit = choose_padding(dims[1:4], k.shape[2:], strides, rdil, pads)
+    if explicit is not None:
+        dims = [dims[0]] + [n + lo + hi for n, (lo, hi) in zip(dims[1:4], explicit)] + [dims[4]]
+        t = em.emit("PAD", [t, em.const(i32([[0, 0]] + [list(q) for q in explicit] + [[0, 0]]))], dims, x.dtype)
+    out_perm = tuple([out_spec[0]] + out_spec[2:] + [out_spec[1]])
+    out_dims = [aval.shape[i] for i in out_perm]
+    opts = dict(padding=padding, strideD=strides[0], strideH=strides[1], strideW=strides[2],
+                dilationDFactor=rdil[0], dilationHFactor=rdil[1], dilationWFactor=rdil[2])
+    og = cout // groups
+    filt = k.transpose(2, 3, 4, 1, 0)  # (d, h, w, I/g, O)
+    if groups == 1:
+        out = em.emit("CONV_3D", [t, em.const(filt), em.const(np.zeros(cout, dtype))], out_dims, dtype,
+                      "Conv3DOptions", **opts)
+    else:
+        parts = [em.tensor(dims[:4] + [cin_g], dtype, "group") for _ in range(groups)]
+        em.op("SPLIT", [em.const(np.asarray(4, np.int32)), t], parts, numSplits=groups)
+        outs = [em.emit("CONV_3D", [part, em.const(filt[..., g * og:(g + 1) * og]), em.const(np.zeros(og, dtype))],
+                        out_dims[:4] + [og], dtype, "Conv3DOptions", **opts) for g, part in enumerate(parts)]
+        out = em.emit("CONCATENATION", outs, out_dims, dtype, axis=4)
+        em.note("grouped 3-D convolutions are split into one CONV_3D per group")
+    return Val(aval.shape, aval.dtype, tensor=out, perm=out_perm)
 
 
 def _pool_layout(x: Val, window: Sequence, strides: Sequence, pads: Sequence) -> tuple[int, int, list[int]]:

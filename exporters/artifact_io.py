@@ -1,0 +1,63 @@
+"""Byte and I/O helpers shared by the file-backed artifacts (LiteRT, ONNX).
+
+An artifact keeps its model file in ``self._bytes``; :class:`FileBytes` gives it
+``to_bytes``/``save``/``size``, :func:`read_model_file` reads one for ``load``, and
+:func:`to_numpy` / :func:`from_numpy` convert call arguments and results (torch in →
+torch out, NumPy in → NumPy out).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from converter.errors import InputError
+from exporters.atomic import write_bytes
+
+
+class FileBytes:
+    """Mixin for an artifact whose model file is ``self._bytes``."""
+
+    _bytes: bytes
+
+    def to_bytes(self) -> bytes:
+        """The model file's contents."""
+        return self._bytes
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the model atomically (temp file in the same folder, then ``os.replace``)."""
+        return str(write_bytes(path, self._bytes))
+
+    @property
+    def size(self) -> int:
+        """File size in bytes."""
+        return len(self._bytes)
+
+
+def read_model_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a model file (raises InputError when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from e
+
+
+def any_torch(inputs: Sequence[Any]) -> bool:
+    """True when any call argument is a torch object (the results are then torch tensors)."""
+    return any(type(x).__module__.startswith("torch") for x in inputs)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A call argument (torch tensor, NumPy array or array-like) as a NumPy array."""
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def from_numpy(outs: Sequence[np.ndarray], as_torch: bool) -> Any:
+    """Call results: torch tensors when ``as_torch``; one output as is, several as a tuple."""
+    if as_torch:
+        import torch
+        outs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outs]
+    return outs[0] if len(outs) == 1 else tuple(outs)

@@ -1,0 +1,139 @@
+"""LoweredProgram → ClosedJaxpr for the jaxpr exporters (LiteRT, ONNX).
+
+Symbolic input shapes (``str`` dims become ``jax.export`` symbolic dims, bounded by
+torch.export's range constraints), tracing with int64 enabled under
+``dispatch.portable`` (no Mosaic/Triton custom calls), and the FX-node locator that
+maps an eqn back to the ATen op and user source line for error messages.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+from jax import export as jax_export
+
+from converter.errors import ConversionError, ExportError
+from kernels import dispatch
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str, int], list[tuple]]:
+    """Abstract inputs for tracing: ``str`` dims become ``jax.export`` symbolic dims.
+
+    Returns:
+        (avals, sample value of each symbol, logical shapes with symbols).
+    """
+    examples = program.example_inputs()
+    names: list[str] = []
+    for spec in program.inputs:
+        for d in spec.shape:
+            if isinstance(d, str) and d not in names:
+                if not _IDENT.match(d):
+                    raise ExportError(f"dynamic dim {d!r} of input {spec.name} is not a plain symbol")
+                names.append(d)
+    constraints = _range_constraints(program, names)
+    symbols = dict(zip(names, jax_export.symbolic_shape(", ".join(names), constraints=constraints))) if names else {}
+    env: dict[str, int] = {}
+    avals, shapes = [], []
+    for spec, ex in zip(program.inputs, examples):
+        shape = []
+        for d, n in zip(spec.shape, ex.shape):
+            if isinstance(d, str):
+                env.setdefault(d, int(n))
+                shape.append(symbols[d])
+            else:
+                shape.append(int(d))
+        shapes.append(tuple(shape))
+        avals.append(jax.ShapeDtypeStruct(tuple(shape), ex.dtype))
+    return avals, env, shapes
+
+
+def trace(program: Any, target: str) -> tuple[Any, list, dict[str, int], list[tuple]]:
+    """``jax.make_jaxpr(program.closed())`` with int64 enabled and symbolic dynamic dims.
+
+    Args:
+        program: a ``converter.lowering.interpreter.LoweredProgram``.
+        target: the exporter's display name ("LiteRT", "ONNX"), used in errors and as
+            the ``dispatch.portable`` reason ("<target lowercased> export").
+
+    Returns:
+        (closed jaxpr, input avals, sample value of each symbol, input shapes with symbols).
+
+    Raises:
+        ExportError: tracing failed (e.g. an inconclusive shape check on a symbolic dim).
+    """
+    avals, env, shapes = symbolic_inputs(program)
+    try:
+        with jax.enable_x64(True), dispatch.portable(f"{target.lower()} export"):
+            closed = jax.make_jaxpr(program.closed())(*avals)
+    except ConversionError:
+        raise
+    except Exception as e:  # tracing the lowered program failed
+        raise ExportError(f"tracing the program for {target} failed: {type(e).__name__}: {str(e).splitlines()[0]}") \
+            from e
+    return closed, avals, env, shapes
+
+
+def fx_locator(program: Any) -> Any:
+    """``eqn -> (ATen op, SourceLocation)`` for a LoweredProgram, or ``None``.
+
+    JAX records the Python frames that created each eqn; the innermost frame that is a
+    registered lowering function names the ATen op, and the FX node calling that op
+    carries the user's ``stack_trace`` and module path (the first such node when the
+    op appears several times).
+    """
+    ep = getattr(program, "exported", None)
+    if ep is None:
+        return None
+    from converter.errors import source_location
+    from converter.lowering.registry import registered
+    by_fn: dict[tuple, list] = {}
+    for op, row in registered().items():
+        code = getattr(row.fn, "__code__", None)
+        if code is not None:
+            by_fn.setdefault((code.co_filename, row.fn.__name__), []).append(op)
+    nodes: dict[Any, list] = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function":
+            nodes.setdefault(node.target, []).append(node)
+
+    def locate(eqn: Any) -> tuple[str, Any] | None:
+        tb = getattr(eqn.source_info, "traceback", None)
+        for frame in (tb.frames if tb is not None else []):
+            ops = by_fn.get((frame.file_name, frame.function_name.rsplit(".", 1)[-1]))
+            hits = [n for op in ops or [] for n in nodes.get(op, [])]
+            if hits:
+                return str(hits[0].target), source_location(hits[0])
+        return None
+
+    return locate
+
+
+def _range_constraints(program: Any, names: list[str]) -> tuple[str, ...]:
+    """``jax.export`` constraints from torch.export's range constraints (e.g. ``s <= 15``),
+    so lowerings that compare a dynamic dim with a constant stay conclusive."""
+    ranges = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
+    out = []
+    for sym, rng in ranges.items():
+        name = str(sym)
+        if name not in names:
+            continue
+        lo, hi = _finite_int(rng.lower), _finite_int(rng.upper)
+        if lo is not None and lo > 1:
+            out.append(f"{name} >= {lo}")
+        if hi is not None:
+            out.append(f"{name} <= {hi}")
+    return tuple(out)
+
+
+def _finite_int(v: Any) -> int | None:
+    """A sympy/torch bound as an int, or ``None`` for an infinite one (torch's ``int_oo``)."""
+    if getattr(v, "is_infinite", False) or str(v) in ("oo", "-oo", "int_oo", "-int_oo"):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None

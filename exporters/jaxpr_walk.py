@@ -1,0 +1,281 @@
+"""The jaxpr walker shared by the LiteRT and ONNX exporters.
+
+:class:`JaxprTranslator` walks a ClosedJaxpr and hands each eqn to the exporter's
+rule tables; a subclass names the target and supplies its value type, rule tables
+and constant folding:
+
+* Call-like eqns (``jit``, ``closed_call``, ``custom_jvp_call``, ``custom_vjp_call``,
+  ``remat``) are inlined.
+* ``composite`` eqns named ``aten.<op>`` go to ``COMPOSITES``; a composite without a
+  rule, or whose rule declines (returns ``None`` or raises ``Unsupported``), is
+  lowered through its decomposition jaxpr.
+* An eqn whose inputs are all constants is evaluated now (constant folding), except
+  the primitives in ``NO_FOLD``, whose rules handle constant inputs themselves.
+* Everything else goes to ``RULES``, keyed on the primitive object; a primitive
+  without a rule raises :class:`UnsupportedOpError` naming the primitive, the
+  enclosing ATen op and the user's source line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ClassVar, Iterator, Sequence
+
+import jax
+import numpy as np
+from jax._src import core as jcore
+from jax._src import source_info_util
+from jax._src.lax import lax as lax_internal
+
+from converter.errors import ConversionError, ExportError, SourceLocation, UnsupportedOpError
+from exporters.rule_table import Unsupported
+
+#: Parameters that hold an inlinable body, per call-like primitive.
+_BODY_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+_CALL_LIKE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+              "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "custom_lin"}
+#: Values the runtime does not need (identity at inference).
+_IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient", "reduce_precision", "sharding_constraint"}
+
+
+def is_static(d: Any) -> bool:
+    """True for a concrete dim."""
+    return isinstance(d, (int, np.integer))
+
+
+class JaxprValue:
+    """Base of the exporters' value classes: one jaxpr value, a constant or a tensor.
+
+    A subclass sets ``shape`` (logical, ``jax.export`` symbolic dims allowed),
+    ``dtype`` (the jaxpr dtype), ``const`` (a NumPy array for a constant, else
+    ``None``) and ``base`` (the stored shape: 1 where a broadcast is still pending).
+    """
+
+    __slots__ = ()
+    shape: tuple
+    dtype: np.dtype
+    const: np.ndarray | None
+    base: tuple
+
+    @property
+    def rank(self) -> int:
+        """Logical rank."""
+        return len(self.shape)
+
+    @property
+    def is_const(self) -> bool:
+        """True for a constant."""
+        return self.const is not None
+
+    @property
+    def static(self) -> bool:
+        """True when every logical dim is concrete."""
+        return all(is_static(d) for d in self.shape)
+
+    @property
+    def pending(self) -> bool:
+        """True when a broadcast is not materialized."""
+        return self.base != self.shape
+
+    def full(self) -> np.ndarray:
+        """The constant at its logical shape (a broadcast view, no copy)."""
+        return np.broadcast_to(self.const, self.shape)
+
+    def scalar(self) -> Any:
+        """The constant's single value when every element is equal, else ``None``."""
+        if self.const is None or self.const.size == 0:
+            return None
+        flat = self.const.reshape(-1)
+        return flat[0].item() if np.all(flat == flat[0]) else None
+
+
+def location_of(eqn: Any) -> SourceLocation:
+    """The innermost user (non-JAX) frame of an eqn, as a :class:`SourceLocation`."""
+    try:
+        frame = source_info_util.user_frame(eqn.source_info.traceback)
+    except Exception:  # source info is best effort; never mask the real error
+        frame = None
+    if frame is None:
+        return SourceLocation()
+    return SourceLocation(frame.file_name, frame.start_line, frame.function_name)
+
+
+def const_val(val_type: Callable, value: Any, aval: Any = None) -> Any:
+    """A constant ``val_type`` value from a literal / array (cast to ``aval``'s dtype when given)."""
+    dtype = aval.dtype if aval is not None and hasattr(aval, "dtype") else None
+    arr = np.asarray(value, dtype=dtype)
+    return val_type(arr.shape, arr.dtype, const=arr)
+
+
+def composite_attributes(eqn: Any) -> dict:
+    """A composite's attributes as a plain dict (arrays as NumPy arrays)."""
+    out = {}
+    for name, leaves, treedef in eqn.params.get("attributes", ()):
+        value = jax.tree_util.tree_unflatten(treedef, leaves)
+        if hasattr(value, "val") and not isinstance(value, (str, bytes)):
+            value = np.asarray(value.val)
+        out[name] = value
+    return out
+
+
+class JaxprTranslator:
+    """Translates jaxprs through one exporter's rule tables (see module docstring).
+
+    Subclasses set the class attributes below and :meth:`fold`.
+
+    Args:
+        em: the output under construction, passed to every rule as its first argument
+            (LiteRT's ``Emitter``, ONNX's ``OnnxGraph``).
+        locate: optional ``eqn -> (ATen op name, SourceLocation) | None`` that maps an
+            eqn back to the FX node it was lowered from (see ``jaxpr_trace.fx_locator``).
+    """
+
+    #: Display name in error messages ("LiteRT").
+    TARGET: ClassVar[str] = ""
+    #: Target key of :class:`UnsupportedOpError` ("litert"); rules live in ``exporters/<KEY>/rules/``.
+    KEY: ClassVar[str] = ""
+    #: Whether :class:`UnsupportedOpError` adds its "try another target" hint.
+    HINT: ClassVar[bool] = True
+    #: The value class (constructed as ``VAL(shape, dtype, const=array)`` for constants).
+    VAL: ClassVar[Any] = None
+    #: Primitive object -> ``rule(em, eqn, *vals)``.
+    RULES: ClassVar[dict] = {}
+    #: Composite name -> ``rule(em, eqn, attrs, *vals)`` (may decline with ``None``).
+    COMPOSITES: ClassVar[dict] = {}
+    #: Primitive names never folded (their rules handle constant inputs themselves).
+    NO_FOLD: ClassVar[frozenset] = frozenset()
+
+    def __init__(self, em: Any, locate: Any = None):
+        self.em = em
+        self.locate = locate
+        self.composites: list[str] = []
+        self.outer: list[Any] = []  # enclosing call-like / composite eqns, for locations
+
+    def fold(self, eqn: Any, ins: list) -> list:
+        """Evaluate an eqn whose inputs are all constants; returns constant values."""
+        raise NotImplementedError
+
+    def const(self, value: Any, aval: Any = None) -> Any:
+        """A constant value of this target's value type."""
+        return const_val(self.VAL, value, aval)
+
+    def run(self, closed: jcore.ClosedJaxpr, args: Sequence) -> list:
+        """Translate the top-level jaxpr on the given input values."""
+        return self.eval_jaxpr(closed.jaxpr, closed.consts, args)
+
+    def eval_jaxpr(self, jaxpr: jcore.Jaxpr, consts: Sequence, args: Sequence) -> list:
+        """Translate one jaxpr (recursively for bodies)."""
+        env: dict[Any, Any] = {}
+
+        def read(v: Any) -> Any:
+            if isinstance(v, jcore.Literal):
+                return self.const(v.val, v.aval)
+            return env[v]
+
+        for v, c in zip(jaxpr.constvars, consts):
+            env[v] = c if isinstance(c, self.VAL) else self.const(c, v.aval)
+        for v, a in zip(jaxpr.invars, args):
+            env[v] = a
+        for eqn in jaxpr.eqns:
+            outs = self.eqn(eqn, [read(v) for v in eqn.invars])
+            for v, o in zip(eqn.outvars, outs):
+                if not isinstance(v, jcore.DropVar):
+                    env[v] = o
+        return [read(v) for v in jaxpr.outvars]
+
+    @contextlib.contextmanager
+    def _inside(self, name: str, eqn: Any) -> Iterator[None]:
+        self.composites.append(name)
+        self.outer.append(eqn)
+        try:
+            yield
+        finally:
+            self.composites.pop()
+            self.outer.pop()
+
+    def eqn(self, eqn: Any, ins: list) -> list:
+        """Translate one eqn; returns its output values."""
+        prim = eqn.primitive
+        if prim is lax_internal.composite_p:
+            name = eqn.params["name"]
+            with self._inside(name, eqn):
+                rule = self.COMPOSITES.get(name)
+                if rule is not None and not all(v.is_const for v in ins):
+                    attrs = composite_attributes(eqn)
+                    # Constants the decomposition closes over come first; the schema's
+                    # tensor operands (named in ``operands``) are the last ones.
+                    n = len([o for o in str(attrs.get("operands", "")).split(",") if o])
+                    named = ins[len(ins) - n:] if "operands" in attrs else ins
+                    try:
+                        out = self._apply(rule, eqn, named, attrs, strict=False)
+                    except Unsupported:
+                        out = None  # the decomposition below handles it (what was emitted so far is dead)
+                    if out is not None:
+                        return out
+                body = eqn.params["jaxpr"]
+                return self.eval_jaxpr(body.jaxpr, body.consts, ins)
+        if prim.name in _CALL_LIKE:
+            body = next((eqn.params[k] for k in _BODY_PARAMS if k in eqn.params), None)
+            if body is None:
+                raise ExportError(f"{prim.name} without a body jaxpr at {location_of(eqn)}")
+            self.outer.append(eqn)
+            try:
+                if isinstance(body, jcore.ClosedJaxpr):
+                    return self.eval_jaxpr(body.jaxpr, body.consts, ins)
+                return self.eval_jaxpr(body, [], ins)
+            finally:
+                self.outer.pop()
+        if prim.name in _IDENTITY:
+            return list(ins)
+        if all(v.is_const for v in ins) and prim.name not in self.NO_FOLD \
+                and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars):
+            return self.fold(eqn, ins)
+        rule = self.RULES.get(prim)
+        if rule is None:
+            raise self.unsupported(eqn, f"jaxpr primitive '{prim.name}' has no {self.TARGET} rule "
+                                        f"(add one in exporters/{self.KEY}/rules/)")
+        return self._apply(rule, eqn, ins)
+
+    def _apply(self, rule: Any, eqn: Any, ins: list, attrs: dict | None = None,
+               strict: bool = True) -> list | None:
+        try:
+            out = rule(self.em, eqn, *ins) if attrs is None else rule(self.em, eqn, attrs, *ins)
+        except Unsupported as e:
+            if not strict:
+                raise
+            raise self.unsupported(eqn, str(e)) from None
+        except ConversionError:
+            raise
+        except Exception as e:  # wrap the innermost failure once, with where it happened
+            shapes = ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in ins)
+            name, where = self._where(eqn)
+            raise ExportError(f"{self.TARGET} export of {name} failed at {where}: "
+                              f"{type(e).__name__}: {str(e).strip().splitlines()[0]} (inputs: {shapes})") from e
+        if out is None:
+            return None
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    def _where(self, eqn: Any) -> tuple[str, SourceLocation]:
+        """(op name, location): the FX node's ATen op and user line when known, else the
+        enclosing composite / primitive and the innermost non-JAX frame."""
+        prim = f"lax.{eqn.primitive.name}"
+        if eqn.primitive is lax_internal.composite_p:
+            name = eqn.params["name"]
+        else:
+            name = f"{self.composites[-1]} ({prim})" if self.composites else prim
+        chain = [eqn] + self.outer[::-1]  # this eqn, then its enclosing calls, innermost first
+        for e in chain if self.locate is not None else []:
+            found = self.locate(e)
+            if found is not None:
+                aten, loc = found
+                return (name if self.composites else f"{aten} ({prim})"), loc
+        for e in chain:
+            loc = location_of(e)
+            if loc.file:
+                return name, loc
+        return name, SourceLocation()
+
+    def unsupported(self, eqn: Any, reason: str) -> UnsupportedOpError:
+        """The error for an eqn the exporter cannot take."""
+        name, where = self._where(eqn)
+        return UnsupportedOpError(name, self.KEY, where, reason=reason, hint=self.HINT)

@@ -1,0 +1,62 @@
+"""ONNX exporter: jaxpr → ONNX graph (``onnx`` protobufs), run with ONNX Runtime.
+
+Pipeline: ``jax.make_jaxpr(program.closed())`` (int64 enabled, symbolic shapes for
+dynamic dims, :mod:`exporters.jaxpr_trace`) → :mod:`.export` walks the jaxpr with
+the walker shared with LiteRT (:mod:`exporters.jaxpr_walk`) and the rule tables in
+:mod:`.rules` (composites ``aten.*`` map to ONNX operators such as Gelu,
+LayerNormalization, Softmax, Resize; everything else lowers through lax
+primitives) → ``onnx.checker`` → serialized bytes.
+
+Opset 20 (ONNX IR 10), the default domain only; ONNX Runtime 1.32 runs it on its
+CPU execution provider. Inputs are named ``args_0…`` and outputs ``output_0…``;
+weights are initializers, identical constants stored once; node and tensor
+names come from counters, so the same model and inputs give byte-identical files.
+
+Dynamic dims: ``str`` dims of ``program.inputs`` (from torch.export
+``dynamic_shapes``) are traced as ``jax.export`` symbolic dims, appear as
+``dim_param`` names in the input shapes, and shapes computed from them (Reshape,
+Expand, Range) read them with ``Shape`` at run time, so the model runs at other
+sizes in ONNX Runtime.
+
+Dtypes: int64 stays int64; float64 computes as float32 (the artifact casts outputs
+back to the program's dtypes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from converter.errors import InputError
+from exporters.onnx.artifact import OnnxArtifact
+from exporters.onnx.export import OPSET, build_model
+
+__all__ = ["OPSET", "OnnxArtifact", "build"]
+
+_OPTIONS = {"description"}
+
+
+def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact:
+    """Export a lowered program to an ONNX model.
+
+    Args:
+        program: a ``converter.lowering.interpreter.LoweredProgram``.
+        num_threads: ONNX Runtime intra-op threads for ``OnnxArtifact.__call__``.
+        **options: ``description`` (the model's doc string). Options ``convert()``
+            passed for the lowering are accepted and ignored here.
+
+    Returns:
+        The :class:`OnnxArtifact`.
+
+    Raises:
+        UnsupportedOpError: an op has no ONNX mapping (names the op and source line).
+        ExportError: the export failed for another reason.
+        InputError: unknown options.
+    """
+    lowering_options = set(getattr(program, "options", None) or {})
+    unknown = set(options) - _OPTIONS - lowering_options
+    if unknown:
+        raise InputError(f"unknown ONNX option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    notes: list[str] = []
+    model, out_dtypes = build_model(program, notes, description=options.get("description", "tpu-export"))
+    data = model.SerializeToString(deterministic=True)
+    return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes)

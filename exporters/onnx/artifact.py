@@ -1,0 +1,137 @@
+"""The ONNX artifact: the .onnx bytes plus a way to run them in ONNX Runtime (CPU)."""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from converter.errors import ExportError, InputError
+from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
+
+
+class OnnxArtifact(FileBytes):
+    """A converted model (``target="onnx"``).
+
+    Calling it runs the model in an ``onnxruntime.InferenceSession`` on the CPU
+    execution provider: torch tensors in → torch tensors out (NumPy in → NumPy out);
+    one output is returned as is, several as a tuple.
+
+    Attributes:
+        notes: conversion decisions worth knowing (float64 policy, index ranges, …).
+        num_threads: ONNX Runtime intra-op threads used by ``__call__``.
+        precision: "fp32" (validators judge fp32 artifacts by tolerance).
+    """
+
+    def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
+                 output_dtypes: Sequence[Any] | None = None):
+        self._bytes = bytes(model)
+        self.notes = list(notes or [])
+        self.num_threads = num_threads
+        self.precision = "fp32"
+        self._output_dtypes = [np.dtype(d) for d in output_dtypes] if output_dtypes is not None else None
+        self._model = None
+        self._session = None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kwargs: Any) -> "OnnxArtifact":
+        """Open a .onnx file (raises ExportError if it is not a valid ONNX model)."""
+        data = read_model_file(path)
+        art = cls(data, **kwargs)
+        art.model()
+        return art
+
+    # -- bytes: to_bytes() (the .onnx file contents), save(path), size (FileBytes) ------
+
+    # -- structure -----------------------------------------------------------------------
+    def model(self) -> Any:
+        """The parsed ``onnx.ModelProto``."""
+        if self._model is None:
+            import onnx
+            try:
+                self._model = onnx.load_from_string(self._bytes)
+            except Exception as e:  # protobuf raises its own DecodeError
+                raise ExportError(f"not a valid ONNX model: {type(e).__name__}: {e}") from e
+        return self._model
+
+    @property
+    def op_list(self) -> list[str]:
+        """ONNX op types of the graph, in execution order."""
+        return [n.op_type for n in self.model().graph.node]
+
+    @property
+    def ops(self) -> collections.Counter:
+        """Histogram of op types (a Counter: missing ops count 0)."""
+        return collections.Counter(self.op_list)
+
+    @property
+    def input_names(self) -> list[str]:
+        """Graph input names (``args_0…``)."""
+        return [i.name for i in self.model().graph.input]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Graph output names (``output_0…``)."""
+        return [o.name for o in self.model().graph.output]
+
+    # -- running -------------------------------------------------------------------------
+    def session(self) -> Any:
+        """The (cached) ``onnxruntime.InferenceSession`` on the CPU execution provider."""
+        if self._session is None:
+            try:
+                import onnxruntime as ort
+            except ImportError as e:
+                raise ExportError("running an ONNX artifact needs onnxruntime: pip install 'tpu-export[onnx]'") from e
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = self.num_threads
+            opts.inter_op_num_threads = 1
+            opts.log_severity_level = 3
+            try:
+                self._session = ort.InferenceSession(self._bytes, opts, providers=["CPUExecutionProvider"])
+            except Exception as e:  # onnxruntime raises its own exception types
+                raise ExportError(f"ONNX Runtime refused the model: {str(e).strip().splitlines()[0]}") from e
+        return self._session
+
+    def run_raw(self, *inputs: Any) -> list[np.ndarray]:
+        """Run on NumPy arrays (cast to the model's input dtypes); returns NumPy outputs."""
+        sess = self.session()
+        specs = sess.get_inputs()
+        if len(inputs) != len(specs):
+            raise InputError(f"the ONNX model takes {len(specs)} inputs, got {len(inputs)}")
+        feed = {}
+        for spec, x in zip(specs, inputs):
+            arr = np.asarray(x)
+            want = _ORT_TYPES.get(spec.type)
+            if want is not None and arr.dtype != want:
+                arr = arr.astype(want)
+            feed[spec.name] = np.ascontiguousarray(arr)
+        try:
+            outs = sess.run(None, feed)
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise InputError(f"running the ONNX model failed: {str(e).strip().splitlines()[0]}") from e
+        if self._output_dtypes is not None:
+            outs = [o.astype(d) if o.dtype != d else o for o, d in zip(outs, self._output_dtypes)]
+        return outs
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run the model on torch tensors or NumPy arrays (torch in → torch out).
+
+        Returns a single output, or a tuple when the model has several.
+        """
+        as_torch = any_torch(inputs)
+        arrays = [to_numpy(x) for x in inputs]
+        outs = self.run_raw(*arrays)
+        return from_numpy(outs, as_torch)
+
+    def __repr__(self) -> str:
+        top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))
+        return f"OnnxArtifact({self.size} bytes, ops: {top})"
+
+
+_ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(double)": np.dtype(np.float64),
+              "tensor(float16)": np.dtype(np.float16), "tensor(int64)": np.dtype(np.int64),
+              "tensor(int32)": np.dtype(np.int32), "tensor(int16)": np.dtype(np.int16),
+              "tensor(int8)": np.dtype(np.int8), "tensor(uint8)": np.dtype(np.uint8),
+              "tensor(bool)": np.dtype(np.bool_)}

@@ -1,0 +1,199 @@
+"""Values and the ONNX graph under construction (nodes, deduplicated initializers, dynamic dims)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Sequence
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from converter.errors import ExportError
+from exporters.jaxpr_walk import JaxprValue, is_static  # noqa: F401 (re-exported for the rules)
+
+#: float64 computes as float32 in the ONNX model (many ONNX Runtime CPU kernels are float-only).
+_NARROW = {np.dtype(np.float64): np.dtype(np.float32)}
+
+
+def onnx_dtype(dtype: Any) -> np.dtype:
+    """The dtype a value has inside the ONNX model (float64 runs as float32)."""
+    d = np.dtype(dtype)
+    return _NARROW.get(d, d)
+
+
+def elem_type(dtype: Any) -> int:
+    """The ``TensorProto`` element type of a NumPy dtype (after narrowing)."""
+    return helper.np_dtype_to_tensor_dtype(onnx_dtype(dtype))
+
+
+class Val(JaxprValue):
+    """One jaxpr value: a constant (NumPy) or an ONNX tensor name.
+
+    ``shape`` is the logical shape (``jax.export`` symbolic dims allowed); ``base``
+    is the shape actually stored, of the same rank, where a dim may be 1 while the
+    logical dim is larger: a broadcast that is still pending, which binary ONNX ops
+    resolve by their own (NumPy) broadcasting and :meth:`OnnxGraph.tensor` expands
+    for everything else. ``dtype`` is the jaxpr dtype (see :func:`onnx_dtype`).
+    """
+
+    __slots__ = ("shape", "dtype", "const", "name", "base")
+
+    def __init__(self, shape: Sequence, dtype: Any, *, const: np.ndarray | None = None, name: str | None = None,
+                 base: Sequence | None = None):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.const = const
+        self.name = name
+        self.base = tuple(const.shape) if const is not None else tuple(self.shape if base is None else base)
+        if len(self.base) != len(self.shape):
+            raise ExportError(f"internal error: value rank mismatch {self.shape} vs {self.base}")
+
+    def __repr__(self) -> str:
+        kind = "const" if self.is_const else self.name
+        return f"Val({kind} {self.dtype.name}{list(self.shape)} base={list(self.base)})"
+
+
+class OnnxGraph:
+    """Collects nodes and initializers; names are deterministic (a counter per hint).
+
+    Attributes:
+        notes: conversion decisions shared with the artifact.
+        dim_env: example value of each symbolic dim name.
+        dim_sources: for each symbolic dim name, the (graph input name, axis) carrying it.
+    """
+
+    def __init__(self, notes: list[str]):
+        self.notes = notes
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self._consts: dict[tuple, str] = {}
+        self._counts: dict[str, int] = {}
+        self._dims: dict[Any, str] = {}
+        self.dim_env: dict[str, int] = {}
+        self.dim_sources: dict[str, tuple[str, int]] = {}
+
+    def note(self, text: str) -> None:
+        """Record a conversion decision once."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def fresh(self, hint: str) -> str:
+        """A new unique tensor name."""
+        n = self._counts.get(hint, 0)
+        self._counts[hint] = n + 1
+        return f"{hint}_{n}"
+
+    # -- nodes and constants -------------------------------------------------------------
+    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, **attrs: Any) -> Any:
+        """Append a node; returns its output name (a list when ``n_out > 1``)."""
+        outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=f"n{len(self.nodes)}_{op_type}",
+                                           **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def const(self, array: Any, dtype: Any = None, narrow: bool = True) -> str:
+        """An initializer holding ``array`` (identical constants are stored once); float64 is
+        stored as float32 unless ``narrow`` is false."""
+        arr = np.asarray(array, dtype=dtype)
+        arr = np.ascontiguousarray(arr.astype(onnx_dtype(arr.dtype), copy=False) if narrow else arr)
+        key = (arr.dtype.str, arr.shape, hashlib.sha256(arr.tobytes()).hexdigest())
+        name = self._consts.get(key)
+        if name is None:
+            name = self.fresh("const" if arr.size <= 16 else "weight")
+            self.initializers.append(numpy_helper.from_array(arr, name))
+            self._consts[key] = name
+        return name
+
+    def i64(self, values: Sequence[int]) -> str:
+        """A 1-D int64 constant."""
+        return self.const(np.asarray(list(values), np.int64))
+
+    def cast(self, name: str, src: Any, dst: Any) -> str:
+        """Cast ``name`` from dtype ``src`` to ``dst`` (no node when they are equal in the model)."""
+        if onnx_dtype(src) == onnx_dtype(dst):
+            return name
+        return self.op("Cast", [name], to=elem_type(dst))
+
+    # -- values --------------------------------------------------------------------------
+    def tensor(self, v: Val, expand: bool = True) -> str:
+        """The tensor name of ``v`` (constants become initializers); with ``expand`` a pending
+        broadcast is materialized with Expand, else the stored (``base``-shaped) tensor is returned."""
+        name = self.const(v.const) if v.is_const else v.name
+        if expand and v.pending:
+            name = self.op("Expand", [name, self.shape_tensor(v.shape)])
+        return name
+
+    def val(self, name: str, shape: Sequence, dtype: Any, base: Sequence | None = None) -> Val:
+        """A non-constant value."""
+        return Val(shape, dtype, name=name, base=base)
+
+    # -- dynamic dims --------------------------------------------------------------------
+    def example(self, d: Any) -> int:
+        """The sample value of a (possibly symbolic) dim."""
+        if is_static(d):
+            return int(d)
+        return int(d._evaluate(self.dim_env))
+
+    def shape_tensor(self, dims: Sequence) -> str:
+        """A 1-D int64 tensor holding ``dims``, computed at run time for symbolic dims."""
+        if all(is_static(d) for d in dims):
+            return self.i64([int(d) for d in dims])
+        parts = [self.dim_tensor(d) for d in dims]
+        return parts[0] if len(parts) == 1 else self.op("Concat", parts, axis=0)
+
+    def reshape_shape(self, dims: Sequence) -> str:
+        """A Reshape shape operand: constant with ``-1`` for a single dynamic dim, else computed."""
+        if sum(not is_static(d) for d in dims) <= 1:
+            return self.i64([int(d) if is_static(d) else -1 for d in dims])
+        return self.shape_tensor(dims)
+
+    def dim_tensor(self, d: Any) -> str:
+        """An int64 ``[1]`` tensor holding dim ``d`` at run time (sums of products of symbols,
+        ``floordiv``, ``mod``, ``max`` and ``min`` of them)."""
+        if is_static(d):
+            return self.i64([int(d)])
+        if d in self._dims:
+            return self._dims[d]
+        total = None
+        for term, coeff in d._sorted_terms:
+            value = self.i64([coeff]) if term.is_constant else None
+            for factor, power in ([] if term.is_constant else term._factors):
+                for _ in range(power):
+                    f = self._factor_tensor(factor, d)
+                    value = f if value is None else self.op("Mul", [value, f])
+            if not term.is_constant and coeff != 1:
+                value = self.op("Mul", [value, self.i64([coeff])])
+            total = value if total is None else self.op("Add", [total, value])
+        self._dims[d] = total
+        return total
+
+    _DIM_OPS = {"floordiv": "Div", "mod": "Mod", "max": "Max", "min": "Min"}
+
+    def _factor_tensor(self, factor: Any, whole: Any) -> str:
+        if factor.var is not None:
+            return self._var_tensor(factor.var)
+        op = self._DIM_OPS.get(getattr(factor, "operation", None))
+        if op is None:
+            raise ExportError(f"dynamic dim expression {whole} is not supported by the ONNX exporter")
+        a, b = (self.dim_tensor(o) for o in factor.operands)
+        # dims and divisors are positive here, so truncating Div is floor division
+        return self.op(op, [a, b])
+
+    def _var_tensor(self, name: str) -> str:
+        key = ("var", name)
+        if key not in self._dims:
+            if name not in self.dim_sources:
+                raise ExportError(f"dynamic dim {name} does not appear in any input")
+            src, axis = self.dim_sources[name]
+            self._dims[key] = self.op("Shape", [src], start=axis, end=axis + 1)
+        return self._dims[key]
+
+
+def value_info(name: str, dtype: Any, shape: Sequence) -> Any:
+    """A graph input/output declaration; symbolic dims become ``dim_param`` names."""
+    dims = [int(d) if is_static(d) else str(d) for d in shape]
+    return helper.make_tensor_value_info(name, elem_type(dtype), dims)
+
+
+__all__ = ["OnnxGraph", "Val", "elem_type", "is_static", "onnx_dtype", "value_info"]

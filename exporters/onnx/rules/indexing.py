@@ -1,0 +1,172 @@
+"""gather → Gather / GatherND; scatter* → ScatterND; sort / top_k → TopK.
+
+Out-of-range indices: lax clamps (``CLIP``, reproduced with a Clip of the indices
+when the dims are static) or drops / fills (``FILL_OR_DROP``); ONNX Runtime rejects
+them. Indices in range — all that torch accepts — give identical results.
+ONNX TopK breaks ties by the lower index, so a TopK with k = n is a stable sort.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from jax.extend.core import primitives as lax
+
+from exporters.onnx.graph import OnnxGraph, Val, is_static
+from exporters.onnx.rules import Unsupported, out_aval, rule
+from exporters.onnx.rules.linalg import _inverse, permuted
+
+_FILL_NOTE = ("gather/scatter indices must be in range: lax fills or drops out-of-range ones, "
+              "ONNX Runtime rejects them")
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # inconclusive symbolic comparison
+        return False
+
+
+def _indices(g: OnnxGraph, idx: Val, perm: list[int]) -> str:
+    t = permuted(g, idx, perm)
+    return g.cast(t, idx.dtype, np.int64)
+
+
+@rule(lax.gather_p)
+def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
+    """gather that picks whole slices along some dims (embedding lookups, index_select,
+    take_along_axis, advanced indexing) → Gather(axis=0) for one indexed dim, else
+    GatherND(batch_dims); Transposes move the indexed dims first and the result to lax's order."""
+    aval = out_aval(eqn)
+    dn = eqn.params["dimension_numbers"]
+    offset, collapsed, sim = list(dn.offset_dims), list(dn.collapsed_slice_dims), list(dn.start_index_map)
+    obatch, ibatch = list(dn.operand_batching_dims), list(dn.start_indices_batching_dims)
+    sizes = eqn.params["slice_sizes"]
+    rest = [i for i in range(x.rank) if i not in sim and i not in obatch]
+    if idx.rank == 1 and not collapsed and not obatch and list(offset) == list(range(x.rank)):
+        return _window(g, aval, x, idx, sim, sizes)
+    if sorted(collapsed) != sorted(sim) or not sim \
+            or any(not _same(sizes[i], 1) for i in sim + obatch) or any(not _same(sizes[i], x.shape[i]) for i in rest):
+        raise Unsupported(f"gather of partial slices (slice_sizes {tuple(sizes)} of operand {tuple(x.shape)})")
+    nvec = idx.rank - 1
+    iothers = [i for i in range(nvec) if i not in ibatch]
+    operand = permuted(g, x, obatch + sim + rest)
+    it = _indices(g, idx, ibatch + iothers + [nvec])
+    mode = str(eqn.params.get("mode", ""))
+    if "CLIP" in mode and all(is_static(x.shape[i]) for i in sim):
+        it = g.op("Clip", [it, g.const(np.asarray(0, np.int64)),
+                           g.const(np.asarray(min(int(x.shape[i]) for i in sim) - 1, np.int64))]) \
+            if len(sim) == 1 else g.op("Max", [g.op("Min", [it, g.i64([int(x.shape[i]) - 1 for i in sim])]),
+                                               g.i64([0] * len(sim))])
+    elif "FILL" in mode:
+        g.note(_FILL_NOTE)
+    if not obatch and len(sim) == 1:
+        out = g.op("Gather", [operand, g.op("Squeeze", [it, g.i64([nvec])])], axis=0)
+    else:
+        out = g.op("GatherND", [operand, it], batch_dims=len(obatch))
+    labels = [("i", j) for j in ibatch + iothers] + [("r", r) for r in rest]
+    want, ri, ii = [], iter(rest), iter(range(nvec))
+    for pos in range(len(aval.shape)):
+        want.append(("r", next(ri)) if pos in offset else ("i", next(ii)))
+    perm = [labels.index(w) for w in want]
+    if perm != list(range(len(perm))):
+        out = g.op("Transpose", [out], perm=perm)
+    return g.val(out, aval.shape, aval.dtype)
+
+
+def _window(g: OnnxGraph, aval: Any, x: Val, idx: Val, sim: list, sizes: Any) -> Val:
+    """A gather of one window (what ``x[:, a:b]`` becomes with symbolic shapes) → Slice."""
+    it = g.cast(g.tensor(idx), idx.dtype, np.int64)
+    ends = g.op("Add", [it, g.shape_tensor([sizes[i] for i in sim])])
+    out = g.op("Slice", [g.tensor(x), it, ends, g.i64(sim)])
+    return g.val(out, aval.shape, aval.dtype)
+
+
+_SCATTER = {lax.scatter_p: None, lax.scatter_add_p: "add", lax.scatter_mul_p: "mul",
+            lax.scatter_min_p: "min", lax.scatter_max_p: "max"}
+
+
+def _scatter(g: OnnxGraph, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
+    """scatter / scatter-add / -mul / -min / -max of whole slices → ScatterND(reduction), with
+    Transposes that move the scattered dims first and the update windows last."""
+    aval = out_aval(eqn)
+    dn = eqn.params["dimension_numbers"]
+    uwd, inserted, sdod = list(dn.update_window_dims), list(dn.inserted_window_dims), \
+        list(dn.scatter_dims_to_operand_dims)
+    if list(dn.operand_batching_dims) or sorted(inserted) != sorted(sdod) or not sdod:
+        raise Unsupported("scatter with batching dims or partial windows")
+    rest = [i for i in range(x.rank) if i not in sdod]
+    if len(rest) != len(uwd) or any(not _same(upd.shape[u], x.shape[r]) for u, r in zip(uwd, rest)):
+        raise Unsupported("scatter of partial windows")
+    if "FILL" in str(eqn.params.get("mode", "")):
+        g.note(_FILL_NOTE)
+    nvec = idx.rank - 1
+    xperm = sdod + rest
+    operand = permuted(g, x, xperm)
+    uscatter = [i for i in range(upd.rank) if i not in uwd]
+    updates = permuted(g, upd, uscatter + uwd)
+    it = _indices(g, idx, list(range(nvec + 1)))
+    out = g.op("ScatterND", [operand, it, updates], reduction=_SCATTER[eqn.primitive])
+    inv = _inverse(xperm)
+    if inv != list(range(len(inv))):
+        out = g.op("Transpose", [out], perm=inv)
+    return g.val(out, aval.shape, aval.dtype)
+
+
+for _p in _SCATTER:
+    rule(_p)(_scatter)
+
+
+def _k_tensor(g: OnnxGraph, k: Any) -> str:
+    return g.dim_tensor(k)
+
+
+@rule(lax.top_k_p)
+def lower_top_k(g: OnnxGraph, eqn: Any, x: Val) -> list[Val]:
+    """top_k → TopK(largest=1, sorted=1) + Cast of the int64 indices."""
+    vals, idx = out_aval(eqn, 0), out_aval(eqn, 1)
+    axis = int(eqn.params.get("axis", x.rank - 1)) % x.rank
+    v, i = g.op("TopK", [g.tensor(x), _k_tensor(g, eqn.params["k"])], n_out=2, axis=axis, largest=1, sorted=1)
+    return [g.val(v, vals.shape, vals.dtype), g.val(g.cast(i, np.int64, idx.dtype), idx.shape, idx.dtype)]
+
+
+def _is_iota(v: Val, axis: int) -> bool:
+    if not v.is_const or not v.static:
+        return False
+    ref = np.arange(int(v.shape[axis])).reshape([-1 if i == axis else 1 for i in range(v.rank)])
+    return bool(np.array_equal(v.full(), np.broadcast_to(ref, v.shape)))
+
+
+_TOPK_TYPES = (np.float32, np.float64, np.int32, np.int64)
+
+
+@rule(lax.sort_p)
+def lower_sort(g: OnnxGraph, eqn: Any, *xs: Val) -> list[Val]:
+    """sort → TopK(largest=0, k = n) per key, last key first (each pass stable: ties keep the
+    lower index), composing the order with GatherElements; other operands are gathered with
+    the final order (an iota operand, i.e. argsort, *is* the order)."""
+    nk = int(eqn.params["num_keys"])
+    axis = int(eqn.params["dimension"]) % xs[0].rank
+    keys = xs[:nk]
+    k = _k_tensor(g, keys[0].shape[axis])
+    order, first = None, None
+    for key in reversed(keys):
+        t = g.tensor(key)
+        if key.dtype not in [np.dtype(d) for d in _TOPK_TYPES]:
+            t = g.cast(t, key.dtype, np.int32 if key.dtype.kind in "biu" else np.float32)
+        if order is not None:
+            t = g.op("GatherElements", [t, order], axis=axis)
+        vals, idx = g.op("TopK", [t, k], n_out=2, axis=axis, largest=0, sorted=1)
+        order = idx if order is None else g.op("GatherElements", [order, idx], axis=axis)
+        first = vals
+    outs = []
+    for i, (v, ov) in enumerate(zip(xs, eqn.outvars)):
+        if i == 0 and nk == 1 and v.dtype in [np.dtype(d) for d in _TOPK_TYPES]:
+            name = first
+        elif _is_iota(v, axis):
+            name = g.cast(order, np.int64, v.dtype)
+        else:
+            name = g.op("GatherElements", [g.tensor(v), order], axis=axis)
+        outs.append(g.val(name, ov.aval.shape, ov.aval.dtype))
+    return outs

@@ -1,0 +1,100 @@
+"""PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
+3-D and grouped transposed convolutions, integer bitwise and/or. Each model is converted
+once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from converter.api import convert
+from converter.errors import UnsupportedOpError
+from tests.litert.conftest import REL_TOL, outputs, rel_error
+
+
+class EdgePads(nn.Module):
+    """Reflection and replication pads of 1-D, 2-D (after a conv: NHWC inside) and 3-D values."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor) -> tuple:
+        y = self.conv(x)
+        return (F.pad(y, (1, 2, 2, 1), mode="reflect"), F.pad(y, (0, 3, 1, 0), mode="replicate"),
+                F.pad(v, (3, 1), mode="reflect"), F.pad(x[:, None], (1, 0, 2, 1, 1, 1), mode="replicate"))
+
+
+class Convs(nn.Module):
+    """Conv3d (grouped, padded, strided) and grouped / dilated ConvTranspose2d."""
+
+    def __init__(self):
+        super().__init__()
+        self.c3 = nn.Conv3d(4, 6, 3, stride=(1, 2, 2), padding=1, groups=2)
+        self.c3b = nn.Conv3d(4, 2, (2, 3, 3), bias=False)
+        self.t2 = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.t2d = nn.ConvTranspose2d(4, 3, 3, stride=2, dilation=2)
+
+    def forward(self, v: torch.Tensor, x: torch.Tensor) -> tuple:
+        return torch.relu(self.c3(v)), self.c3b(v), self.t2(x), self.t2d(x)
+
+
+class Bitwise(nn.Module):
+    """and / or / xor of int64 (full range), int32 and bool tensors."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> tuple:
+        c, d = a.to(torch.int32), b.to(torch.int32)
+        return a & b, a | b, a ^ b, a & 0xFF, c & d, c | d, m & (a > 0), m | (b > 0)
+
+
+def _int64s(*shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-2**62, 2**62, shape, generator=g, dtype=torch.int64) * 2
+    x.view(-1)[:4] = torch.tensor([-1, 0, 2**63 - 1, -2**63])
+    return x
+
+
+MODELS = {
+    "edge_pads": (EdgePads, lambda: (torch.randn(2, 3, 7, 8), torch.randn(2, 3, 6)),
+                  {"SLICE": 17, "CONCATENATION": 8, "GATHER": 0, "MIRROR_PAD": 0, "TRANSPOSE": 3}),
+    "convs": (Convs, lambda: (torch.randn(1, 4, 4, 6, 6), torch.randn(1, 4, 5, 5)),
+              {"CONV_3D": 3, "TRANSPOSE_CONV": 3, "SPLIT": 2}),
+    "bitwise": (Bitwise, lambda: (_int64s(3, 4), _int64s(3, 4).flip(0), torch.rand(3, 4) > 0.5),
+                {"BITCAST": 6, "RIGHT_SHIFT": 4, "BITWISE_XOR": 8, "LOGICAL_AND": 1, "LOGICAL_OR": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_op_gap_model_matches_pytorch(name):
+    cls, make_args, expect = MODELS[name]
+    torch.manual_seed(0)
+    model, args = cls().eval(), make_args()
+    art = convert(model, args, target="litert")
+    with torch.no_grad():
+        want = outputs(model(*args))
+    got = outputs(art(*args))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape)
+        assert rel_error(g, w) <= REL_TOL, f"output {i}: {rel_error(g, w)}"
+    for op, count in expect.items():
+        assert art.ops[op] == count, f"{name}: {op} ×{art.ops[op]}, expected {count}; ops {dict(art.ops)}"
+
+
+class Shift(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a << b  # no TFLite builtin shifts left
+
+
+def test_unexpressible_integer_op_names_op_and_source_line():
+    a = torch.arange(6).reshape(2, 3)
+    with pytest.raises(UnsupportedOpError) as e:
+        convert(Shift(), (a, a % 3), target="litert")
+    msg = str(e.value)
+    assert e.value.target == "litert" and "aten.__lshift__" in msg and "shift_left" in msg, msg
+    line = inspect.getsourcelines(Shift.forward)[1] + 1
+    assert f"test_op_gaps.py:{line}" in msg and "\n" not in msg

@@ -1,0 +1,105 @@
+"""The ONNX target end to end: byte-identical re-export, dynamic batch and sequence,
+the artifact (save, load, names, deduplicated weights), the error for an unsupported op,
+``tpu-export convert --target onnx`` and ``validators.validate`` on the onnx target."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+import examples.models as zoo
+from converter.api import convert
+from converter.cli.main import main
+from converter.errors import UnsupportedOpError
+from exporters.onnx import OPSET, OnnxArtifact, build
+from tests.litert.adapter import JaxProgram
+from tests.models.compare import FP32_REL_TOL, assert_outputs_close
+from validators import validate
+
+
+@pytest.fixture(scope="module")
+def mlp_onnx():
+    model, args = zoo.mlp()
+    return model, args, convert(model, args, target="onnx")
+
+
+def test_export_is_byte_identical_twice(mlp_onnx):
+    model, args, art = mlp_onnx
+    again = convert(model, args, target="onnx")
+    assert again.to_bytes() == art.to_bytes()
+
+
+def test_artifact_saves_atomically_and_loads(mlp_onnx, tmp_path):
+    model, args, art = mlp_onnx
+    path = art.save(tmp_path / "sub" / "m.onnx")
+    assert os.listdir(tmp_path / "sub") == ["m.onnx"]  # no temp file left behind
+    loaded = OnnxArtifact.load(path)
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert [o.version for o in proto.opset_import] == [OPSET]
+    assert loaded.input_names == ["args_0"] and loaded.output_names == ["output_0"]
+    assert {i.name for i in proto.graph.initializer} >= {"weight_0"}
+    with torch.no_grad():
+        want = model(*args)
+    got = loaded(*args)
+    assert isinstance(got, torch.Tensor)
+    assert_outputs_close(got, want, FP32_REL_TOL, "reloaded mlp")
+    assert isinstance(loaded(args[0].numpy()), np.ndarray)  # NumPy in → NumPy out
+
+
+def test_identical_weights_are_stored_once():
+    w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    art = build(JaxProgram(lambda x: ((x @ w) @ w, x @ w.copy()), [np.ones((2, 16), np.float32)]))
+    weights = [t for t in art.model().graph.initializer if list(t.dims) == [16, 16]]
+    assert len(weights) == 1
+
+
+def test_dynamic_batch_and_sequence_run_at_other_sizes():
+    model, (ids,) = zoo.mingpt()
+    art = convert(model, (ids,), target="onnx", dynamic_shapes={"idx": {0: Dim("batch", max=8),
+                                                                       1: Dim("seq", min=2, max=15)}})
+    (inp,) = art.model().graph.input
+    dims = inp.type.tensor_type.shape.dim
+    assert all(d.dim_param and not d.dim_value for d in dims), dims  # both dims symbolic in the file
+    for shape in [(2, 8), (3, 5), (1, 12)]:
+        x = torch.randint(0, 64, shape)
+        with torch.no_grad():
+            want = model(x)
+        assert_outputs_close(art(x), want, FP32_REL_TOL, f"mingpt {shape}")
+
+
+class Lgamma(nn.Module):
+    def forward(self, x):
+        return torch.lgamma(x) + 1
+
+
+def test_unsupported_op_names_the_op_the_target_and_the_source_line():
+    with pytest.raises(UnsupportedOpError) as info:
+        convert(Lgamma(), (torch.rand(3) + 1,), target="onnx")
+    msg = str(info.value)
+    assert "aten.lgamma.default" in msg and "lax.lgamma" in msg and "'onnx'" in msg
+    assert f"{__file__}:" in msg and "in forward" in msg, msg
+
+
+def test_cli_convert_writes_an_onnx_file(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert main(["convert", f"{zoo.__file__}:cnn", "--target", "onnx", "-o", str(out)]) == 0
+    assert f"wrote {out} (onnx)" in capsys.readouterr().out
+    model, args = zoo.cnn()
+    with torch.no_grad():
+        want = model(*args)
+    assert_outputs_close(OnnxArtifact.load(out)(*args), want, FP32_REL_TOL, "cnn via CLI")
+
+
+def test_validate_runs_the_onnx_target(mlp_onnx):
+    model, args, _ = mlp_onnx
+    report = validate(model, args, targets=("onnx",), num_random_inputs=1)
+    assert report.passed, report.to_markdown()
+    (result,) = report.targets
+    assert result.target == "onnx" and result.precision == "fp32"
