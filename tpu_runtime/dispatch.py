@@ -59,18 +59,6 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run one ATen call whose tensors are on the tpu device (the ``__torch_dispatch__`` body)."""
     token = swap_on()
     try:
-        route = _ROUTES.get(id(func))
-        if route is not None and route[-1] is func:  # the two common cases, inlined from _route
-            kind = route[0]
-            if kind == "op":
-                try:
-                    return _run(func, args, kwargs, route)
-                except ShapeInferenceError:
-                    if not fallback_enabled():
-                        raise
-                    return cpu_fallback(func, args, kwargs)
-            if kind == "inplace":
-                return _inplace(route[1], args, kwargs)
         return _route(func, args, kwargs)
     except Exception as e:
         if torch._C._current_graph_task_id() < 0 or threading.current_thread() is threading.main_thread():

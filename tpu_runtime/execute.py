@@ -23,7 +23,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import _CURRENT as _MODE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef
-from tpu_runtime.plans import _INDEXING, OpPlan, _key, _Slot, build_plan, flatten, rebuild
+from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, rebuild
 from tpu_runtime.tensor import TpuTensor, wrap
 from tpu_runtime.values import convert_plan, make_view, read, upload, write
 
@@ -55,29 +55,14 @@ NOT_IN_PLACE = object()
 
 def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | None = None) -> Any:
     """:func:`run_op` for an ``op`` route (its kernel, flags and key tag precomputed): the
-    per-op hot path, with :func:`~tpu_runtime.plans.flatten`, :func:`_values` and :func:`_execute`
-    inlined.
+    per-op hot path, with :func:`_execute` inlined.
 
     With ``into`` (the target of an in-place op whose functional twin ``func`` is), the
     single output is written into it (:func:`assign_value`) without a wrapper tensor in
     between, and ``into`` is returned; :data:`NOT_IN_PLACE` when ``func`` is a view op
     or has several outputs (nothing ran).
     """
-    ins: list = []
-    key = [route[4]]
-    dyn = route[2]
-    _INDEXING[0] = route[3]
-    for a in args:
-        if type(a) is TpuTensor:
-            ins.append(a)
-            key.append(a._spec)
-        else:
-            key.append(_key(a, ins, dyn))
-    if kwargs:
-        for k, v in kwargs.items():
-            key.append(k)
-            key.append(_key(v, ins, dyn))
-    key = tuple(key)
+    key, ins = flatten(func, args, kwargs, route[2], route[3], route[4])
     plan = _PLANS.get(key)
     if plan is None:
         kernel = route[1]
@@ -88,23 +73,7 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
     if plan.view and len(ins) == 1:
         src = ins[0]
         return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
-    values = []
-    for x in ins:
-        if type(x) is TpuTensor and not x._chain:
-            v = x._storage.value
-            if type(v) is _ARRAY or (type(v) is LazyRef and v.concrete is None):
-                values.append(v)
-            else:
-                values.append(read(x))
-        elif isinstance(x, TpuTensor):
-            values.append(read(x))
-        elif isinstance(x, torch.Tensor):
-            values.append(upload(x))
-        else:  # a dynamic python float
-            values.append(_scalar(x))
-    if plan.random:
-        values.append(rng.next_input())
-    res = _MODE[0].run(plan, values)
+    res = _MODE[0].run(plan, _values(plan, ins))
     specs = plan.out_specs
     if into is not None:
         assign_value(into, res[0], specs[0])

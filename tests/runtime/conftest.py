@@ -49,3 +49,20 @@ def train_steps(model, opt, x, y, n: int) -> list[float]:
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def compiled_vs_cpu(model, opt_cls, lr: float, x, y, n: int) -> tuple[torch.nn.Module, list, list]:
+    """Train ``torch.compile(model on tpu, backend="tpu")`` and a CPU copy ``n`` steps each.
+
+    Dynamo's caches and counters are reset first. Returns ``(cpu copy, tpu losses, cpu losses)``;
+    ``model``'s parameters are left on the tpu device.
+    """
+    import copy
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    ref = copy.deepcopy(model)
+    model.to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    got = train_steps(compiled, opt_cls(model.parameters(), lr=lr), x.to("tpu"), y.to("tpu"), n)
+    return ref, got, train_steps(ref, opt_cls(ref.parameters(), lr=lr), x, y, n)

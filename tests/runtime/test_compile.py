@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import tpu_runtime
-from tests.runtime.conftest import batch, tiny_mlp, train_steps
+from tests.runtime.conftest import batch, compiled_vs_cpu, tiny_mlp, train_steps
 from tpu_runtime import dynamo_backend, values
 
 
@@ -71,15 +71,8 @@ def test_compile_tpu_mlp_inference_and_training_match_cpu(monkeypatch):
 
 
 def test_compile_tpu_graph_break_gradients_match_cpu():
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
     model = _BreakMLP()
-    ref = copy.deepcopy(model)
-    x, y = batch()
-    model.to("tpu")
-    compiled = torch.compile(model, backend="tpu")
-    got = train_steps(compiled, torch.optim.AdamW(model.parameters(), lr=0.05), x.to("tpu"), y.to("tpu"), 2)
-    want = train_steps(ref, torch.optim.AdamW(ref.parameters(), lr=0.05), x, y, 2)
+    ref, got, want = compiled_vs_cpu(model, torch.optim.AdamW, 0.05, *batch(), 2)
     assert got == pytest.approx(want, rel=1e-5)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
     for p, q in zip(model.parameters(), ref.parameters()):

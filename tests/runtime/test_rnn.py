@@ -12,7 +12,7 @@ import torch
 
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
-from tests.runtime.conftest import train_steps
+from tests.runtime.conftest import compiled_vs_cpu, train_steps
 
 aten = torch.ops.aten
 
@@ -55,15 +55,7 @@ def test_rnn_under_torch_compile_matches_cpu():
     # dynamo leaves a frame holding an nn.LSTM to eager (allow_rnn is off by default); the eager ops
     # then reach the tpu dispatcher under dynamo's frame hook, which must not try to compile it.
     # (With allow_rnn=True the LSTM is decomposed and compiled as one graph; not run here: ~10 s.)
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    model = _Seq("LSTM", True)
-    ref = copy.deepcopy(model)
-    x, y = _data()
-    model.to("tpu")
-    compiled = torch.compile(model, backend="tpu")
-    got = train_steps(compiled, torch.optim.SGD(model.parameters(), lr=0.1), x.to("tpu"), y.to("tpu"), 2)
-    want = train_steps(ref, torch.optim.SGD(ref.parameters(), lr=0.1), x, y, 2)
+    _, got, want = compiled_vs_cpu(_Seq("LSTM", True), torch.optim.SGD, 0.1, *_data(), 2)
     assert got == pytest.approx(want, rel=1e-5)
     assert torch._dynamo.utils.counters["frames"]["total"] >= 1
 
