@@ -134,8 +134,6 @@ class JaxprTranslator:
     TARGET: ClassVar[str] = ""
     #: Target key of :class:`UnsupportedOpError` ("litert"); rules live in ``exporters/<KEY>/rules/``.
     KEY: ClassVar[str] = ""
-    #: Whether :class:`UnsupportedOpError` adds its "try another target" hint.
-    HINT: ClassVar[bool] = True
     #: The value class (constructed as ``VAL(shape, dtype, const=array)`` for constants).
     VAL: ClassVar[Any] = None
     #: Primitive object -> ``rule(em, eqn, *vals)``.
@@ -276,6 +274,10 @@ class JaxprTranslator:
         return name, SourceLocation()
 
     def unsupported(self, eqn: Any, reason: str) -> UnsupportedOpError:
-        """The error for an eqn the exporter cannot take."""
+        """The error for an eqn the exporter cannot take.
+
+        Without the "add a lowering" hint: the op has a lowering; what is missing is an
+        exporter rule, which ``reason`` names.
+        """
         name, where = self._where(eqn)
-        return UnsupportedOpError(name, self.KEY, where, reason=reason, hint=self.HINT)
+        return UnsupportedOpError(name, self.KEY, where, reason=reason, hint=False)

@@ -46,7 +46,6 @@ class Translator(JaxprTranslator):
 
     TARGET = "ONNX"
     KEY = "onnx"
-    HINT = False
     VAL = Val
     RULES = rules.RULES
     COMPOSITES = rules.COMPOSITES

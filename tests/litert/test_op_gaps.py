@@ -98,3 +98,26 @@ def test_unexpressible_integer_op_names_op_and_source_line():
     assert e.value.target == "litert" and "aten.__lshift__" in msg and "shift_left" in msg, msg
     line = inspect.getsourcelines(Shift.forward)[1] + 1
     assert f"test_op_gaps.py:{line}" in msg and "\n" not in msg
+
+
+class DuplicateWrites(nn.Module):
+    """``index_put`` with repeated positions: runtime indices (rows) and constant ones (columns)."""
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        y[rows] = vals
+        cols = torch.tensor([1, 3, 1, 0, 3])
+        y[:, cols] = torch.arange(5, dtype=x.dtype) * 10.0
+        return y
+
+
+def test_scatter_with_duplicate_indices_keeps_the_last_write_like_torch():
+    x, rows, vals = torch.randn(6, 5), torch.tensor([4, 1, 4, 0, 1, 4]), torch.randn(6, 5)
+    model = DuplicateWrites()
+    art = convert(model, (x, rows, vals), target="litert")
+    want = model(x, rows, vals)
+    got = art(x, rows, vals)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    rows2 = torch.tensor([2, 2, 2, 5, 3, 5])  # other duplicates at run time, same shape
+    torch.testing.assert_close(art(x, rows2, vals), model(x, rows2, vals), rtol=0, atol=0)
+    assert art.ops["REDUCE_ANY"] == 1  # the runtime duplicate check; the constant one folded away
