@@ -111,7 +111,9 @@ def _values(plan: OpPlan, ins: list) -> list:
             values.append(read(x))
         elif isinstance(x, torch.Tensor):
             values.append(upload(x))
-        else:  # a dynamic python float
+        elif _MODE[0].raw_floats:  # a dynamic python float, kept as one: fused eager makes it a graph input
+            values.append(x)
+        else:  # a dynamic python float, as a device scalar
             values.append(_scalar(x))
     if plan.random:
         values.append(rng.next_input())

@@ -68,6 +68,20 @@ def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
         assert torch.equal(y.cpu(), torch.full((4, 3), 7.0))
 
 
+def test_fused_python_floats_are_graph_inputs_one_per_value():
+    x = torch.tensor([1.0, -2.0, 3.0, 0.5])
+    tx = x.to("tpu")
+    for a, b in ((0.5, 0.5), (0.5, 2.0), (float("nan"), -0.0), (0.0, -0.0)):
+        with tpu_runtime.set_eager_mode("fused"):
+            got = [tx * a + b, tx / b, tx * b - a]
+            shared = [v for v in fused.GRAPH.leaves if type(v) is float and v and v == v]
+            assert sorted(shared) == sorted({v for v in (a, b) if v and v == v})  # one leaf per value
+            got = [t.cpu() for t in got]
+        for g, w in zip(got, (x * a + b, x / b, x * b - a)):
+            assert torch.equal(g, w) or torch.allclose(g, w, equal_nan=True)
+            assert torch.equal(torch.signbit(g), torch.signbit(w))
+
+
 def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
     model = tiny_mlp()
     ref = copy.deepcopy(model).to("tpu")

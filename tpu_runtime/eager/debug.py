@@ -73,6 +73,8 @@ class DebugExecutor:
     """Runs each op now, waits for it, and checks it."""
 
     name = "debug"
+    #: Dynamic python floats reach :meth:`run` as device scalars (``execute._scalar``).
+    raw_floats = False
 
     def __init__(self, options: DebugOptions):
         self.options = options

@@ -37,6 +37,8 @@ class StrictExecutor:
     """Runs each op immediately."""
 
     name = "strict"
+    #: Dynamic python floats reach :attr:`run` as device scalars (``execute._scalar``).
+    raw_floats = False
 
     #: ``run(plan, values)``: run ``plan`` on ``values`` now; returns JAX arrays (one call
     #: less per op than a method wrapping :func:`run_now`).
