@@ -6,7 +6,17 @@
   ``fusedActivationFunction``;
 * SUM followed by a multiply by 1/N → MEAN; consecutive scalar multiplies merge and
   vanish when their product is 1 (AVERAGE_POOL_2D × k² ÷ k²);
-* RESHAPE of RESHAPE → one RESHAPE; TRANSPOSE of TRANSPOSE → one (or none).
+* RESHAPE of RESHAPE → one RESHAPE; TRANSPOSE of TRANSPOSE → one (or none);
+* a broadcast materialized as ``ADD(x, zeros)`` whose readers are all broadcasting binary ops
+  that come out at the same shape from ``x`` itself → those readers read ``x``;
+* FULLY_CONNECTED → RESHAPE (…, S, E) read only by SLICEs along S (a packed QKV
+  projection) → one FULLY_CONNECTED per slice on its rows of the weights;
+* a scalar MUL reached from a FULLY_CONNECTED through RESHAPE / TRANSPOSE only (attention's
+  query scaling) → folded into that FULLY_CONNECTED's weights and bias;
+* ``ADD(MUL(gate, zeros), y)`` with a LOGISTIC / TANH gate (an LSTM's first step, ``f·c0``
+  with a zero initial state) → ``y``;
+* SLICE of a RESHAPE that only adds / drops size-1 dims → RESHAPE of a SLICE (so the
+  RESHAPEs around a GRU's gate split merge away).
 """
 
 from __future__ import annotations
@@ -31,7 +41,8 @@ def optimize(graph: Graph) -> None:
     for _ in range(100):
         changed = False
         for fn in (_fold_affine, _fuse_activation, _hoist_scalar_mul, _mean, _merge_scalar_mul, _merge_reshape,
-                   _merge_transpose):
+                   _merge_transpose, _drop_broadcast, _split_linear, _fold_scale_through_layout,
+                   _zero_product, _slice_before_reshape):
             users = graph.consumers()
             producers = graph.producers()
             for op in list(graph.ops):
@@ -246,3 +257,179 @@ def _merge_transpose(graph: Graph, op: Op, users: dict, producers: dict) -> bool
         _bypass(graph, op, x)
         return True
     return False
+
+
+_BROADCASTING = {"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"}
+
+
+def _drop_broadcast(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
+    """``m = ADD(x, zeros)`` read only by broadcasting binary ops whose result shape does not
+    depend on ``m``'s extra dims: let them broadcast ``x`` themselves (one op less)."""
+    if op.code != "ADD" or op.options.get("fusedActivationFunction", ACT.NONE) != ACT.NONE:
+        return False
+    x, m = op.inputs[0], op.outputs[0]
+    z = _const_operand(op, x)
+    if z is None or x.is_const or x.dynamic or m.dynamic or m in graph.outputs \
+            or np.dtype(x.dtype).kind != "f" or np.any(np.asarray(z.data) != 0):
+        return False
+    readers = users.get(m, [])
+    if not readers:
+        return False
+    for r in readers:
+        if r.code not in _BROADCASTING or len(r.inputs) != 2 or r.inputs[0] is r.inputs[1]:
+            return False
+        other = r.inputs[1] if r.inputs[0] is m else r.inputs[0]
+        out = tuple(r.outputs[0].shape)
+        if other is None or other.dynamic or len(other.shape) != len(out) \
+                or np.broadcast_shapes(tuple(x.shape), tuple(other.shape)) != out:
+            return False
+    for r in readers:
+        r.inputs = [x if t is m else t for t in r.inputs]
+    graph.ops.remove(op)
+    return True
+
+
+def _split_linear(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
+    """``SLICE(RESHAPE(FULLY_CONNECTED(x, W, b), (…, S, E)))`` along S, for every reader of the
+    RESHAPE → ``RESHAPE(FULLY_CONNECTED(x, W[rows], b[rows]))``: no RESHAPE + SLICE copies of the
+    packed projection (litert-torch's Q/K/V split costs a TRANSPOSE and three SLICEs)."""
+    if op.code != "FULLY_CONNECTED" or not op.options.get("keepNumDims") or op.inputs[1] is None \
+            or not op.inputs[1].is_const or op.inputs[1].quant is not None \
+            or (len(op.inputs) > 2 and op.inputs[2] is not None and not op.inputs[2].is_const):
+        return False
+    y = op.outputs[0]
+    reshape = _sole_user(graph, y, users)
+    if reshape is None or reshape.code != "RESHAPE" or y.dynamic:
+        return False
+    r = reshape.outputs[0]
+    lead = tuple(y.shape[:-1])
+    if r.dynamic or r in graph.outputs or len(r.shape) != len(lead) + 2 or tuple(r.shape[:-2]) != lead:
+        return False
+    e = int(r.shape[-1])
+    slices = users.get(r, [])
+    if not slices:
+        return False
+    for sl in slices:
+        if sl.code != "SLICE" or sl.inputs[0] is not r or not sl.inputs[1].is_const or not sl.inputs[2].is_const:
+            return False
+        begin, size = [int(v) for v in sl.inputs[1].data], [int(v) for v in sl.inputs[2].data]
+        full = [int(d) for d in r.shape]
+        if any(bg != 0 for bg in begin[:-2] + begin[-1:]) or any(
+                sz not in (-1, d) for sz, d in zip(size[:-2] + size[-1:], full[:-2] + full[-1:])):
+            return False
+    w = op.inputs[1].data
+    b = op.inputs[2].data if len(op.inputs) > 2 and op.inputs[2] is not None else None
+    at = graph.ops.index(op)
+    new = []
+    for sl in slices:
+        begin, size = int(sl.inputs[1].data[-2]), int(sl.inputs[2].data[-2])
+        size = int(r.shape[-2]) - begin if size == -1 else size
+        rows = slice(begin * e, (begin + size) * e)
+        ws = np.ascontiguousarray(w[rows])
+        wt = Tensor(ws.shape, ws.shape, ws.dtype, f"{op.inputs[1].name}_{begin}", ws)
+        bt = None
+        if b is not None:
+            bs = np.ascontiguousarray(b[rows])
+            bt = Tensor(bs.shape, bs.shape, bs.dtype, f"{op.inputs[2].name}_{begin}", bs)
+        dims = lead + (size * e,)
+        sig = tuple(y.signature[:-1]) + (size * e,)
+        part = Tensor(dims, sig, y.dtype, f"{y.name}_{begin}")
+        shape = np.asarray(sl.outputs[0].shape, np.int32)
+        new.append(Op("FULLY_CONNECTED", [op.inputs[0], wt, bt], [part], dict(op.options), op.options_type))
+        new.append(Op("RESHAPE", [part, Tensor(shape.shape, shape.shape, shape.dtype, f"{y.name}_{begin}_shape",
+                                               shape)], list(sl.outputs)))
+    for dead in [op, reshape] + slices:
+        graph.ops.remove(dead)
+    graph.ops[at:at] = new
+    return True
+
+
+def _fold_scale_through_layout(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
+    """``MUL(layout(FULLY_CONNECTED(x, W, b)), s)`` with a scalar ``s`` and ``layout`` a chain of
+    single-reader RESHAPE / TRANSPOSE → ``layout(FULLY_CONNECTED(x, s·W, s·b))``."""
+    if op.code != "MUL" or op.options.get("fusedActivationFunction", ACT.NONE) != ACT.NONE:
+        return False
+    x = next((t for t in op.inputs if t is not None and not t.is_const), None)
+    c = _const_operand(op, x) if x is not None else None
+    z = op.outputs[0]
+    if c is None or c.data.size != 1 or z in graph.outputs or tuple(z.shape) != tuple(x.shape) \
+            or np.dtype(c.dtype) != np.dtype(x.dtype):
+        return False
+    t = x
+    src = producers.get(t)
+    while src is not None and src.code in ("RESHAPE", "TRANSPOSE") and _sole_user(graph, t, users) is not None:
+        t = src.inputs[0]
+        src = producers.get(t)
+    if src is None or src.code != "FULLY_CONNECTED" or _sole_user(graph, t, users) is None \
+            or src.options.get("fusedActivationFunction", ACT.NONE) != ACT.NONE:
+        return False
+    w = src.inputs[1]
+    b = src.inputs[2] if len(src.inputs) > 2 else None
+    if w is None or not w.is_const or w.quant is not None or (b is not None and not b.is_const):
+        return False
+    k = np.asarray(c.data).reshape(())
+    ws = np.ascontiguousarray(w.data * k, w.dtype)
+    src.inputs[1] = Tensor(ws.shape, ws.shape, ws.dtype, f"{w.name}_scaled", ws)
+    if b is not None:
+        bs = np.ascontiguousarray(b.data * k, b.dtype)
+        src.inputs[2] = Tensor(bs.shape, bs.shape, bs.dtype, f"{b.name}_scaled", bs)
+    _bypass(graph, op, x)
+    return True
+
+
+def _zero_product(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
+    """``ADD(MUL(g, zeros), y)`` where ``g`` comes out of LOGISTIC / TANH (finite for finite
+    inputs) and the ADD has ``y``'s shape → readers of the ADD read ``y``."""
+    if op.code != "ADD" or op.options.get("fusedActivationFunction", ACT.NONE) != ACT.NONE or len(op.inputs) != 2:
+        return False
+    out = op.outputs[0]
+    if out in graph.outputs:
+        return False
+    for m, y in (op.inputs, op.inputs[::-1]):
+        mul = producers.get(m)
+        if mul is None or mul.code != "MUL" or mul.options.get("fusedActivationFunction", ACT.NONE) != ACT.NONE \
+                or len(mul.inputs) != 2 or _sole_user(graph, m, users) is not op or y is None \
+                or tuple(y.shape) != tuple(out.shape) or list(y.signature) != list(out.signature):
+            continue
+        g, z = (mul.inputs if mul.inputs[1] is not None and mul.inputs[1].is_const else mul.inputs[::-1])
+        src = producers.get(g) if g is not None else None
+        if z is None or not z.is_const or np.any(np.asarray(z.data) != 0) or src is None \
+                or src.code not in ("LOGISTIC", "TANH"):
+            continue
+        _bypass(graph, op, y)
+        return True
+    return False
+
+
+def _slice_before_reshape(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
+    """``SLICE(RESHAPE(x))`` where the RESHAPE only adds / drops size-1 dims →
+    ``RESHAPE(SLICE(x))``; the new RESHAPE then merges with the reader's."""
+    if op.code != "SLICE" or not op.inputs[1].is_const or not op.inputs[2].is_const:
+        return False
+    r = op.inputs[0]
+    src = producers.get(r)
+    if src is None or src.code != "RESHAPE":
+        return False
+    x, y = src.inputs[0], op.outputs[0]
+    if x.dynamic or r.dynamic or y.dynamic or x.is_const:
+        return False
+    xs, rs = [int(d) for d in x.shape], [int(d) for d in r.shape]
+    if [d for d in xs if d != 1] != [d for d in rs if d != 1]:
+        return False
+    begin, size = [int(v) for v in op.inputs[1].data], [int(v) for v in op.inputs[2].data]
+    size = [d - b if s == -1 else s for s, b, d in zip(size, begin, rs)]
+    picked = [(b, s) for b, s, d in zip(begin, size, rs) if d != 1]
+    if any((b, s) != (0, 1) for b, s, d in zip(begin, size, rs) if d == 1):
+        return False
+    it = iter(picked)
+    xb, xz = zip(*[next(it) if d != 1 else (0, 1) for d in xs]) if xs else ((), ())
+    dims = tuple(xz)
+    b_arr, z_arr = np.asarray(xb, np.int32), np.asarray(xz, np.int32)
+    part = Tensor(dims, dims, y.dtype, f"{y.name}_pre")
+    shape = np.asarray(y.shape, np.int32)
+    new_slice = Op("SLICE", [x, Tensor(b_arr.shape, b_arr.shape, b_arr.dtype, f"{y.name}_begin", b_arr),
+                             Tensor(z_arr.shape, z_arr.shape, z_arr.dtype, f"{y.name}_size", z_arr)], [part])
+    reshape = Op("RESHAPE", [part, Tensor(shape.shape, shape.shape, shape.dtype, f"{y.name}_shape", shape)], [y])
+    at = graph.ops.index(op)
+    graph.ops[at:at + 1] = [new_slice, reshape]
+    return True

@@ -117,3 +117,33 @@ def test_torch_export_is_byte_identical_twice():
     first = convert(model, args, target="litert")
     again = convert(model, args, target="litert")
     assert again.to_bytes() == first.to_bytes()
+
+
+class NormAttention(nn.Module):
+    """GroupNorm with a trained-looking affine on NHWC convs, then packed-QKV multi-head attention."""
+
+    def __init__(self, c: int = 8, d: int = 16):
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 3, padding=1)
+        self.norm = nn.GroupNorm(2, c)
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+        with torch.no_grad():  # not the ones / zeros the exporter leaves out
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.conv(x)).flatten(2)  # (N, C, HW)
+        return self.attn(h, h, h, need_weights=False)[0]
+
+
+def test_torch_group_norm_affine_and_packed_qkv_attention():
+    torch.manual_seed(0)
+    model, args = NormAttention().eval(), (torch.randn(2, 3, 4, 4),)
+    art = convert(model, args, target="litert")
+    with torch.no_grad():
+        want = model(*args)
+    assert rel_error(outputs(art(*args))[0], want.numpy()) <= REL_TOL
+    # group statistics are one FULLY_CONNECTED each, the packed projection splits into Q/K/V
+    # FULLY_CONNECTEDs (no SLICE), the query scale folds into Q's weights (MUL: d², w·rsqrt, d·r)
+    assert art.ops["SLICE"] == 0 and art.ops["MEAN"] == 2, dict(art.ops)
+    assert art.ops["FULLY_CONNECTED"] == 2 + 3 + 1 and art.ops["MUL"] == 3, dict(art.ops)

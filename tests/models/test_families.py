@@ -63,7 +63,11 @@ LITERT_OPS = {
     "mlp": {"FULLY_CONNECTED": 2, "GELU": 1, "TRANSPOSE": 0},
     "cnn": {"CONV_2D": 2, "MAX_POOL_2D": 1, "TRANSPOSE": 1, "RELU": 0, "ADD": 0, "MUL": 0},
     "mobilenet": {"DEPTHWISE_CONV_2D": 3, "TRANSPOSE": 1, "RELU6": 0, "MINIMUM": 0, "MUL": 0},
-    "unet": {"TRANSPOSE": 2, "TRANSPOSE_CONV": 1, "RESIZE_BILINEAR": 1},
+    "unet": {"TRANSPOSE": 2, "TRANSPOSE_CONV": 1, "RESIZE_BILINEAR": 1, "RESHAPE": 0, "MEAN": 8},
+    # packed QKV split into three FULLY_CONNECTEDs, query scale and LayerNorm's ones / zeros gone
+    "transformer_encoder": {"SLICE": 0, "FULLY_CONNECTED": 13, "MUL": 8},
+    "lstm": {"LOGISTIC": 34, "MUL": 34},  # the first steps' f·c0 with a zero c0 is gone
+    "gru": {"RESHAPE": 5, "SLICE": 80},  # gate slices taken before the unit-dim RESHAPEs, which merge
     "mingpt": {"GATHER": 1, "STABLEHLO_SORT": 0},  # positions are constant: their lookup folds
     "llama": {"SELECT_V2": 0, "SOFTMAX": 2},  # the folded causal mask is an ADD (XNNPACK keeps it)
 }

@@ -101,10 +101,17 @@ def _norm_tail(em: Emitter, t: Any, axes: list[int], eps: float, dtype: Any) -> 
     return d, r
 
 
+def _is_fill(v: Val | None, value: float) -> bool:
+    """Whether ``v`` is a constant whose every element equals ``value`` (a default-initialised
+    norm weight of ones or bias of zeros, whose MUL / ADD would be an identity)."""
+    return v is not None and v.is_const and bool(np.all(np.asarray(v.const) == value))
+
+
 def _affine(em: Emitter, y: Any, w: Val | None, b: Val | None) -> Any:
-    if w is not None:
+    """``y * w + b``, leaving out a weight of ones and a bias of zeros."""
+    if w is not None and not _is_fill(w, 1):
         y = em.emit_like("MUL", [y, em.tensor_of(w)], y)
-    if b is not None:
+    if b is not None and not _is_fill(b, 0):
         y = em.emit_like("ADD", [y, em.tensor_of(b)], y)
     return y
 
@@ -248,8 +255,9 @@ def _eq(a: Any, b: Any) -> bool:
 def lower_group_norm(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None:
     """group_norm(Tensor input, int num_groups, Tensor? weight, Tensor? bias, float eps,
     bool cudnn_enabled) → on NHWC activations: per-channel MEANs over the pixels, group
-    averages on the tiny (N, 1, 1, C) statistics, then SUB / MUL / ADD that broadcast over
-    pixels only. NCHW inputs use the decomposition.
+    averages on the tiny (N, 1, 1, C) statistics (one FULLY_CONNECTED with a (C, C)
+    averaging matrix), then SUB / MUL / ADD that broadcast over pixels only; a weight of
+    ones and a bias of zeros are left out. NCHW inputs use the decomposition.
 
     Why this shape: XNNPACK is fast when a binary op broadcasts over outer dims (like a
     bias add) and slow when it broadcasts over a small innermost dim, and a MEAN over
@@ -270,26 +278,24 @@ def lower_group_norm(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | No
     full = [x.shape[p] for p in channels_last]
     pixels = list(range(1, x.rank - 1))
     stat = [n] + [1] * len(pixels) + [c]
-    split = [n, groups, c // groups]
-    spread = em.const(np.zeros([1, groups, c // groups], dt))
+    k = c // groups
+    same_group = np.kron(np.eye(groups), np.full((k, k), 1.0 / k)).astype(dt)
 
     def group_mean(v: Any) -> Any:  # (N, *pixels, C) → per-channel copy of its group's mean, (N, 1…, C)
         per_channel = em.emit("MEAN", [v, em.const(i32(pixels))], stat, dt, keepDims=True)
         if groups == c:
             return per_channel
-        g = em.emit("RESHAPE", [per_channel, em.shape_operand(split)], split, dt)
-        g = em.emit("MEAN", [g, em.const(i32([2]))], [n, groups, 1], dt, keepDims=True)
-        g = em.emit("ADD", [g, spread], split, dt)
-        return em.emit("RESHAPE", [g, em.shape_operand(stat)], stat, dt)
+        # One FULLY_CONNECTED with the (C, C) group-averaging matrix, not RESHAPE/MEAN/broadcast/RESHAPE.
+        return em.emit("FULLY_CONNECTED", [per_channel, em.const(same_group), None], stat, dt, keepNumDims=True)
 
     d = em.emit("SUB", [t, group_mean(t)], full, dt)
     var = group_mean(em.emit("MUL", [d, d], full, dt))
     eps = float(attrs.get("eps", 1e-5))
     r = em.emit_like("RSQRT", [em.emit_like("ADD", [var, em.const(np.asarray(eps, dt))], var)], var)
-    if w is not None:
+    if w is not None and not _is_fill(w, 1):
         r = em.emit_like("MUL", [r, em.const(np.asarray(w.full(), dt))], r)
     y = em.emit("MUL", [d, r], full, dt)
-    if b is not None:
+    if b is not None and not _is_fill(b, 0):
         y = em.emit_like("ADD", [y, em.const(np.asarray(b.full(), dt))], y)
     return Val(x.shape, dt, tensor=y, perm=channels_last)
 
