@@ -127,3 +127,17 @@ def kernel_choice(ctx: Any, kernel: str, *, static: bool = True, why_not_static:
     if not static:
         return dispatch.fallback(kernel, why_not_static, force=force)
     return dispatch.choose(kernel, force=force, **config)
+
+
+def pnorm_last(d: Any, p: float) -> Any:
+    """The p-norm over the last axis of non-negative ``d`` (``|x - y|``), as torch's cdist/pdist:
+    p=0 counts non-zeros, p=inf takes the max (0 for an empty axis)."""
+    if p == 0:
+        return jnp.sum((d != 0).astype(d.dtype), axis=-1)
+    if p == float("inf"):
+        return jnp.max(d, axis=-1, initial=0)
+    if p == 1:
+        return jnp.sum(d, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(d * d, axis=-1))
+    return jnp.sum(d ** p, axis=-1) ** (1.0 / p)

@@ -208,12 +208,13 @@ def _int_pow(base, exp):
     return jnp.where(exp < 0, neg, acc)
 
 
-@lowering(aten.pow.Tensor_Tensor)
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def lower_pow_tensor_tensor(ctx, self, exponent):
     """pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor
 
-    Floats: ``pow``. Integers: exact square-and-multiply (a ``fori_loop`` over the
-    exponent's bits) with torch's rules for negative exponents.
+    Also pow.Scalar (``scalar ** tensor``). Floats: ``pow``. Integers: exact
+    square-and-multiply (a ``fori_loop`` over the exponent's bits) with torch's rules
+    for negative exponents.
     """
     a, b, dt = operands(ctx, self, exponent)
     if is_integer(dt):
@@ -242,18 +243,6 @@ def lower_pow_tensor_scalar(ctx, self, exponent):
     f = fast.get(exponent) if not isinstance(exponent, bool) else None
     out = f(x) if f is not None else jnp.power(x, jnp.asarray(exponent, x.dtype))
     return out.astype(dt)
-
-
-@lowering(aten.pow.Scalar)
-def lower_pow_scalar(ctx, self, exponent):
-    """pow.Scalar(Scalar self, Tensor exponent) -> Tensor
-
-    ``scalar ** tensor``: ``pow`` on floats, exact integer power on integers.
-    """
-    a, b, dt = operands(ctx, self, exponent)
-    if is_integer(dt):
-        return _int_pow(a, b).astype(dt)
-    return jnp.power(a, b).astype(dt)
 
 
 @lowering(aten.atan2.default)

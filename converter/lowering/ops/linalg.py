@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import opmath_dtype
+from converter.lowering.helpers import opmath_dtype, pnorm_last
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -107,14 +107,4 @@ def lower__cdist_forward_default(ctx, x1, x2, p, compute_mode):
     dtype = ctx.out_dtype or x1.dtype
     acc = opmath_dtype(dtype)
     d = jnp.abs(x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :])
-    if p == 0:
-        out = jnp.sum((d != 0).astype(acc), axis=-1)
-    elif p == float("inf"):
-        out = jnp.max(d, axis=-1, initial=0.0)
-    elif p == 1:
-        out = jnp.sum(d, axis=-1)
-    elif p == 2:
-        out = jnp.sqrt(jnp.sum(d * d, axis=-1))
-    else:
-        out = jnp.sum(d ** p, axis=-1) ** (1.0 / p)
-    return out.astype(dtype)
+    return pnorm_last(d, p).astype(dtype)

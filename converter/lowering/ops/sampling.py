@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import masked_vjp, opmath_dtype
+from converter.lowering.helpers import masked_vjp, opmath_dtype, pnorm_last
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -203,17 +203,7 @@ def lower__pdist_forward_default(ctx, self, p=2.0):
     acc = opmath_dtype(self.dtype)
     x = self.astype(acc)
     diff = jnp.abs(x[jnp.asarray(i)] - x[jnp.asarray(j)])
-    if p == 0:
-        dist = jnp.sum((diff != 0).astype(acc), axis=-1)
-    elif p == float("inf"):
-        dist = jnp.max(diff, axis=-1, initial=0)
-    elif p == 1:
-        dist = jnp.sum(diff, axis=-1)
-    elif p == 2:
-        dist = jnp.sqrt(jnp.sum(diff * diff, axis=-1))
-    else:
-        dist = jnp.sum(diff ** p, axis=-1) ** (1 / p)
-    return dist.astype(self.dtype)
+    return pnorm_last(diff, p).astype(self.dtype)
 
 
 
