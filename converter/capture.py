@@ -42,6 +42,11 @@ PRESERVED_OPS: tuple = (
     aten.replication_pad1d.default,
     aten.replication_pad2d.default,
     aten.replication_pad3d.default,
+    # kept whole: torch's decomposition traces a Python loop per layer (most of a small RNN's capture time)
+    aten.lstm.input,
+    aten.gru.input,
+    aten.rnn_tanh.input,
+    aten.rnn_relu.input,
 )
 
 

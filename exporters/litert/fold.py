@@ -61,6 +61,7 @@ NUMPY_RULES: dict[str, Callable[..., Any]] = {
     "transpose": lambda x, *, permutation, **_: np.transpose(x, permutation),
     "rev": lambda x, *, dimensions, **_: np.flip(x, tuple(dimensions)),
     "concatenate": lambda *xs, dimension, **_: np.concatenate(xs, axis=dimension),
+    "stack": lambda *xs, axis, **_: np.stack(xs, axis=axis),
 }
 
 

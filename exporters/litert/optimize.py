@@ -16,7 +16,9 @@
 * ``ADD(MUL(gate, zeros), y)`` with a LOGISTIC / TANH gate (an LSTM's first step, ``f·c0``
   with a zero initial state) → ``y``;
 * SLICE of a RESHAPE that only adds / drops size-1 dims → RESHAPE of a SLICE (so the
-  RESHAPEs around a GRU's gate split merge away).
+  RESHAPEs around a GRU's gate split merge away);
+* SLICE of a CONCATENATION that stays inside one operand → SLICE of that operand, or the
+  operand itself when it takes all of it (``torch.stack`` then indexing, an RNN's ``h_n[k]``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def optimize(graph: Graph) -> None:
         changed = False
         for fn in (_fold_affine, _fuse_activation, _hoist_scalar_mul, _mean, _merge_scalar_mul, _merge_reshape,
                    _merge_transpose, _drop_broadcast, _split_linear, _fold_scale_through_layout,
-                   _zero_product, _slice_before_reshape):
+                   _zero_product, _slice_before_reshape, _slice_of_concat):
             users = graph.consumers()
             producers = graph.producers()
             for op in list(graph.ops):
@@ -432,4 +434,35 @@ def _slice_before_reshape(graph: Graph, op: Op, users: dict, producers: dict) ->
     reshape = Op("RESHAPE", [part, Tensor(shape.shape, shape.shape, shape.dtype, f"{y.name}_shape", shape)], [y])
     at = graph.ops.index(op)
     graph.ops[at:at + 1] = [new_slice, reshape]
+    return True
+
+
+def _slice_of_concat(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
+    """``SLICE(CONCATENATION(a, b, …))`` inside one operand → a SLICE of that operand (none when whole)."""
+    if op.code != "SLICE" or not op.inputs[1].is_const or not op.inputs[2].is_const:
+        return False
+    cat = producers.get(op.inputs[0])
+    y = op.outputs[0]
+    if cat is None or cat.code != "CONCATENATION" or cat.options.get("fusedActivationFunction", 0) \
+            or y.dynamic or any(t.dynamic for t in cat.inputs):
+        return False
+    rank = len(y.shape)
+    axis = int(cat.options.get("axis", 0)) % rank
+    begin, size = [int(v) for v in op.inputs[1].data], [int(v) for v in op.inputs[2].data]
+    size = [d - b if s == -1 else s for s, b, d in zip(size, begin, op.inputs[0].shape)]
+    start = 0
+    for part in cat.inputs:
+        extent = int(part.shape[axis])
+        if start <= begin[axis] and begin[axis] + size[axis] <= start + extent:
+            break
+        start += extent
+    else:
+        return False
+    begin[axis] -= start
+    if begin == [0] * rank and size == [int(d) for d in part.shape] and y not in graph.outputs \
+            and part not in graph.inputs:
+        _bypass(graph, op, part)
+        return True
+    b_arr = np.asarray(begin, np.int32)
+    op.inputs = [part, Tensor(b_arr.shape, b_arr.shape, b_arr.dtype, f"{y.name}_begin", b_arr), op.inputs[2]]
     return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -147,3 +148,33 @@ def test_torch_group_norm_affine_and_packed_qkv_attention():
     # FULLY_CONNECTEDs (no SLICE), the query scale folds into Q's weights (MUL: d², w·rsqrt, d·r)
     assert art.ops["SLICE"] == 0 and art.ops["MEAN"] == 2, dict(art.ops)
     assert art.ops["FULLY_CONNECTED"] == 2 + 3 + 1 and art.ops["MUL"] == 3, dict(art.ops)
+
+
+class StatefulLSTM(nn.Module):
+    """Sequence-first bidirectional LSTM with projections, fed its initial state."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(3, 5, num_layers=2, proj_size=2, bidirectional=True)
+
+    def forward(self, x, h0, c0):
+        y, (h, c) = self.rnn(x, (h0, c0))
+        return y, h, c
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attributes self.rnn._flat_weights:UserWarning")
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN:UserWarning")
+def test_torch_lstm_kept_whole_runs_with_dynamic_batch():
+    torch.manual_seed(0)
+    model = StatefulLSTM().eval()
+    args = (torch.randn(4, 2, 3), torch.randn(4, 2, 2), torch.randn(4, 2, 5))
+    batch = Dim("batch", max=8)
+    art = build(lowered(model, args, {"x": {1: batch}, "h0": {1: batch}, "c0": {1: batch}}))
+    for b in (2, 5):
+        x, h0, c0 = torch.randn(4, b, 3), torch.randn(4, b, 2), torch.randn(4, b, 5)
+        with torch.no_grad():
+            want = outputs(model(x, h0, c0))
+        got = outputs(art(x, h0, c0))
+        assert len(got) == 3 and all(rel_error(g, w) <= REL_TOL for g, w in zip(got, want)), b
+    # the reverse direction walks the steps backwards instead of reversing the sequence
+    assert art.ops["REVERSE_V2"] == 0 and art.ops["TRANSPOSE"] == 0, dict(art.ops)

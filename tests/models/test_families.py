@@ -66,8 +66,11 @@ LITERT_OPS = {
     "unet": {"TRANSPOSE": 2, "TRANSPOSE_CONV": 1, "RESIZE_BILINEAR": 1, "RESHAPE": 0, "MEAN": 8},
     # packed QKV split into three FULLY_CONNECTEDs, query scale and LayerNorm's ones / zeros gone
     "transformer_encoder": {"SLICE": 0, "FULLY_CONNECTED": 13, "MUL": 8},
-    "lstm": {"LOGISTIC": 34, "MUL": 34},  # the first steps' f·c0 with a zero c0 is gone
-    "gru": {"RESHAPE": 5, "SLICE": 80},  # gate slices taken before the unit-dim RESHAPEs, which merge
+    # kept whole by capture: batch-first steps sliced in place (no TRANSPOSE), gates by one SPLIT_V,
+    # the first steps' f·c0 with a zero c0 gone
+    "lstm": {"LOGISTIC": 34, "MUL": 34, "TRANSPOSE": 0, "SPLIT_V": 12, "SLICE": 12},
+    # the reverse direction walks the steps backwards (no REVERSE_V2); h_n[0], h_n[1] read the finals
+    "gru": {"TRANSPOSE": 0, "REVERSE_V2": 0, "RESHAPE": 2, "SLICE": 12, "CONCATENATION": 1},
     "mingpt": {"GATHER": 1, "STABLEHLO_SORT": 0},  # positions are constant: their lookup folds
     "llama": {"SELECT_V2": 0, "SOFTMAX": 2},  # the folded causal mask is an ADD (XNNPACK keeps it)
 }

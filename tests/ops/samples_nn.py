@@ -288,18 +288,29 @@ def _rnn(kind, **kw):
     return fn
 
 
-# nn.LSTM/GRU/RNN have no ATen op after core-ATen decomposition: torch unrolls the time
-# loop into linear + sigmoid/tanh + split/cat per step, covered by those ops' lowerings.
+# capture keeps nn.LSTM/GRU/RNN whole (aten.lstm.input, …); the rows unroll the time loop.
+def _rnn_info(name, kind, op, shapes, **kw):
+    return OpInfo(name, _rnn(kind, **kw), (op,),
+                  lambda dt: [Sample(tuple(make(s, dt, seed=i) for i, s in enumerate(shapes)))],
+                  tol={F32: (1e-5, 1e-5)})
+
+
 RNN = [
-    OpInfo("lstm", _rnn("LSTM", input_size=3, hidden_size=4, num_layers=2, bidirectional=True, batch_first=True),
-           (aten.linear.default, aten.sigmoid.default, aten.tanh.default),
-           lambda dt: [Sample((make((2, 5, 3), dt),))], tol={F32: (1e-5, 1e-5)}),
-    OpInfo("lstm_state", _rnn("LSTM", input_size=3, hidden_size=4),
-           (aten.linear.default, aten.sigmoid.default, aten.tanh.default),
-           lambda dt: [Sample((make((4, 2, 3), dt), make((1, 2, 4), dt), make((1, 2, 4), dt)))]),
-    OpInfo("gru", _rnn("GRU", input_size=3, hidden_size=4, num_layers=2, bidirectional=True, batch_first=True),
-           (aten.linear.default, aten.sigmoid.default, aten.tanh.default),
-           lambda dt: [Sample((make((2, 5, 3), dt),))], tol={F32: (1e-5, 1e-5)}),
+    _rnn_info("lstm", "LSTM", aten.lstm.input, [(2, 5, 3)], input_size=3, hidden_size=4, num_layers=2,
+              bidirectional=True, batch_first=True),
+    _rnn_info("lstm_state", "LSTM", aten.lstm.input, [(4, 2, 3), (1, 2, 4), (1, 2, 4)], input_size=3, hidden_size=4),
+    _rnn_info("lstm_proj_nobias", "LSTM", aten.lstm.input, [(3, 1, 3), (2, 1, 2), (2, 1, 4)], input_size=3,
+              hidden_size=4, proj_size=2, bias=False, bidirectional=True),
+    _rnn_info("lstm_eval_dropout", "LSTM", aten.lstm.input, [(1, 1, 3)], input_size=3, hidden_size=4,
+              num_layers=3, dropout=0.5, batch_first=True),
+    _rnn_info("gru", "GRU", aten.gru.input, [(2, 5, 3)], input_size=3, hidden_size=4, num_layers=2,
+              bidirectional=True, batch_first=True),
+    _rnn_info("gru_state_nobias", "GRU", aten.gru.input, [(4, 2, 3), (2, 2, 4)], input_size=3, hidden_size=4,
+              num_layers=2, bias=False),
+    _rnn_info("rnn_tanh", "RNN", aten.rnn_tanh.input, [(3, 4, 2), (2, 3, 5)], input_size=2, hidden_size=5,
+              bidirectional=True, batch_first=True),
+    _rnn_info("rnn_relu", "RNN", aten.rnn_relu.input, [(4, 2, 3)], input_size=3, hidden_size=4, num_layers=2,
+              nonlinearity="relu"),
 ]
 
 OPS = LINALG + CONV + POOL + NORM + ATTENTION + EMBEDDING + UPSAMPLE + RNN

@@ -175,3 +175,23 @@ def test_sdpa_attention_dropout():
     kept = scaled > 0.5
     torch.testing.assert_close(scaled[kept], torch.ones(int(kept.sum())))
     assert bool((scaled[~kept] == 0).all()) and abs(kept.float().mean() - 0.75) < 0.03
+
+
+def _rnn_dropout(x, w):
+    # two 1-unit ReLU layers passing their input through: dropout shows in the output as is
+    params = [w, w * 0, w, w * 0]
+    hx = torch.zeros(2, x.shape[1], 1)
+    train = aten.rnn_relu.input(x, hx, params, False, 2, 0.25, True, False, False)[0]
+    evaluated = aten.rnn_relu.input(x, hx, params, False, 2, 0.25, False, False, False)[0]
+    return train, evaluated
+
+
+def test_rnn_layers_dropout_between_layers_in_train_mode():
+    run, ops = _compiled(_rnn_dropout, (torch.ones(1, N, 1), torch.ones(1, 1)))
+    assert aten.rnn_relu.input in ops
+    train, evaluated = run(0)
+    kept = train != 0
+    torch.testing.assert_close(train[kept], torch.full((int(kept.sum()),), 1 / 0.75))
+    assert abs(kept.float().mean() - 0.75) < 0.03
+    assert torch.equal(evaluated, torch.ones(1, N, 1))
+    assert not torch.equal(run(1)[0], train)  # the program's rng argument draws the mask

@@ -179,8 +179,20 @@ def lower_transpose(em: Emitter, eqn: Any, x: Val) -> Val:
 @rule(lax.concatenate_p)
 def lower_concatenate(em: Emitter, eqn: Any, *xs: Val) -> Val:
     """concatenate → CONCATENATION along the physical axis of the shared layout."""
+    return concat(em, list(xs), eqn.params["dimension"], out_aval(eqn))
+
+
+@rule(lax_internal.stack_p)
+def lower_stack(em: Emitter, eqn: Any, *xs: Val) -> Val:
+    """stack → each operand gains its unit dim (layout kept), then CONCATENATION on it."""
     aval = out_aval(eqn)
-    dim = eqn.params["dimension"]
+    dim = eqn.params["axis"]
+    unit = tuple(aval.shape[:dim]) + (1,) + tuple(aval.shape[dim + 1:])
+    return concat(em, [reshape_to(em, x, unit) for x in xs], dim, aval)
+
+
+def concat(em: Emitter, xs: list, dim: int, aval: Any) -> Val:
+    """CONCATENATION of ``xs`` along logical ``dim`` into ``aval``."""
     rank = len(aval.shape)
     perm = em.choose_perm(list(xs), rank)
     parts = [em.tensor_of(x, perm, expand=True) for x in xs if not (is_static(x.shape[dim]) and x.shape[dim] == 0)]

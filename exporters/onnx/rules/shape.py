@@ -86,6 +86,16 @@ def lower_concatenate(g: OnnxGraph, eqn: Any, *xs: Val) -> Val:
                  aval.dtype)
 
 
+@rule(lax_internal.stack_p)
+def lower_stack(g: OnnxGraph, eqn: Any, *xs: Val) -> Val:
+    """stack → Unsqueeze(axis) of each operand, then Concat(axis)."""
+    aval = out_aval(eqn)
+    axis = int(eqn.params["axis"])
+    axes = g.const(np.asarray([axis], dtype=np.int64))
+    parts = [g.op("Unsqueeze", [g.tensor(x), axes]) for x in xs]
+    return g.val(g.op("Concat", parts, axis=axis), aval.shape, aval.dtype)
+
+
 @rule(lax.slice_p)
 def lower_slice(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     """slice → Slice(starts, ends, axes, steps) over the sliced axes."""

@@ -1,0 +1,164 @@
+"""Whole recurrent layers: ``lstm`` / ``gru`` / ``rnn_tanh`` / ``rnn_relu`` (kept whole by capture).
+
+torch.export would decompose ``nn.LSTM``/``nn.GRU``/``nn.RNN`` into one traced Python
+loop per layer, which costs more than the rest of a small model's conversion; the
+capture keeps the op (``converter.capture.PRESERVED_OPS``) and these rows emit the
+same computation straight into JAX:
+
+* per layer and direction, one input projection for the whole sequence (the
+  composite ``aten.linear``: LiteRT FULLY_CONNECTED with fused bias);
+* per time step, the hidden projection (``aten.linear`` again) plus the step's
+  slice of the input projection, then the cell's gates.
+
+Sequences keep the caller's layout: with ``batch_first`` the time axis stays axis 1
+(steps are sliced and concatenated there), so no transpose is emitted for it; a
+reverse direction walks the steps backwards instead of flipping the sequence. The
+time loop is unrolled: torch.export specializes the sequence length of these ops
+(their fake kernel loops over it), so it is always static here; the batch may be
+dynamic.
+In train mode, ``dropout`` drops the outputs of every layer but the last, as
+PyTorch's CPU kernel does, with keys from ``ctx.next_key()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.lowering import registry
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+
+def _linear(ctx: Any, x: Any, w: Any, b: Any) -> Any:
+    """``x @ w.T + b`` as the ``aten.linear`` row (a composite where the target keeps one)."""
+    return registry.apply(registry.lookup(aten.linear.default, ctx.target), ctx, (x, w, b), {})
+
+
+def _lstm_cell(ctx, xp, state, w):
+    h, c = state
+    i, f, g, o = jnp.split(_linear(ctx, h, w["hh"], w["b_hh"]) + xp, 4, axis=-1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    if w["hr"] is not None:
+        h = _linear(ctx, h, w["hr"], None)
+    return h, (h, c)
+
+
+def _gru_cell(ctx, xp, state, w):
+    (h,) = state
+    ir, iz, i_n = jnp.split(xp, 3, axis=-1)
+    hr, hz, h_n = jnp.split(_linear(ctx, h, w["hh"], w["b_hh"]), 3, axis=-1)
+    r, z = jax.nn.sigmoid(hr + ir), jax.nn.sigmoid(hz + iz)
+    n = jnp.tanh(i_n + h_n * r)
+    h = (h - n) * z + n
+    return h, (h,)
+
+
+def _simple_cell(act: Callable) -> Callable:
+    def cell(ctx, xp, state, w):
+        h = act(_linear(ctx, state[0], w["hh"], w["b_hh"]) + xp)
+        return h, (h,)
+    return cell
+
+
+def _weights(params: list, index: int, has_biases: bool, proj: bool) -> dict:
+    """Layer-direction ``index``'s ``{ih, hh, b_ih, b_hh, hr}`` from torch's flat parameter list.
+
+    Each group is ``w_ih, w_hh`` (``, b_ih, b_hh`` with biases) (``, w_hr`` with projections).
+    """
+    per = (4 if has_biases else 2) + (1 if proj else 0)
+    group = params[index * per:(index + 1) * per]
+    b_ih, b_hh = (group[2], group[3]) if has_biases else (None, None)
+    return {"ih": group[0], "hh": group[1], "b_ih": b_ih, "b_hh": b_hh, "hr": group[-1] if proj else None}
+
+
+def _unrolled(ctx, cell, xp, state, w, axis: int, reverse: bool):
+    steps = xp.shape[axis]
+    outs: list = [None] * steps
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        x_t = jax.lax.slice_in_dim(xp, t, t + 1, axis=axis)
+        out, state = cell(ctx, x_t, state, w)
+        outs[t] = out
+    return jnp.concatenate(outs, axis=axis), state
+
+
+def _layers(ctx, cell, input, states, params, has_biases, num_layers, dropout, train, bidirectional,
+            batch_first, proj=False):
+    """Run ``num_layers`` (× 2 directions) of ``cell``; returns the output and each state's finals."""
+    axis = 1 if batch_first else 0
+    directions = 2 if bidirectional else 1
+    finals: list[list] = [[] for _ in states]
+    x = input
+    for layer in range(num_layers):
+        outs = []
+        for d in range(directions):
+            w = _weights(params, layer * directions + d, has_biases, proj)
+            xp = _linear(ctx, x, w["ih"], w["b_ih"])
+            k = layer * directions + d
+            state = tuple(jnp.moveaxis(jax.lax.slice_in_dim(s, k, k + 1, axis=0), 0, axis) for s in states)
+            out, state = _unrolled(ctx, cell, xp, state, w, axis, reverse=d == 1)
+            outs.append(out)
+            for k, s in enumerate(state):
+                finals[k].append(jnp.squeeze(s, axis))
+        x = outs[0] if directions == 1 else jnp.concatenate(outs, axis=-1)
+        if train and dropout > 0 and layer < num_layers - 1:
+            keep = jax.random.bernoulli(ctx.next_key(), 1.0 - dropout, x.shape) if dropout < 1 else False
+            x = jnp.where(keep, x / jnp.asarray(max(1.0 - dropout, 1e-30), x.dtype), jnp.zeros((), x.dtype))
+    return x, [jnp.stack(f, 0) for f in finals]
+
+
+@lowering(aten.lstm.input)
+def lower_lstm_input(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)
+
+    ``nn.LSTM`` (with ``proj_size`` when ``h0`` is narrower than ``c0``). Gates
+    ``i, f, g, o`` of ``x W_ihᵀ + b_ih + h W_hhᵀ + b_hh``; ``c' = σ(f) c + σ(i) tanh(g)``,
+    ``h' = σ(o) tanh(c')`` (then ``h' W_hrᵀ``). Returns ``(output, h_n, c_n)``.
+    """  # noqa: E501 (the first line is the exact schema)
+    h0, c0 = hx
+    out, (h_n, c_n) = _layers(ctx, _lstm_cell, input, (h0, c0), params, has_biases, num_layers, dropout, train,
+                              bidirectional, batch_first, proj=h0.shape[-1] != c0.shape[-1])
+    return out, h_n, c_n
+
+
+@lowering(aten.gru.input)
+def lower_gru_input(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+
+    ``nn.GRU``: ``r, z = σ(x_r + h_r), σ(x_z + h_z)``, ``n = tanh(x_n + r h_n)`` (each
+    projection with its bias), ``h' = (h - n) z + n``. Returns ``(output, h_n)``.
+    """  # noqa: E501 (the first line is the exact schema)
+    out, (h_n,) = _layers(ctx, _gru_cell, input, (hx,), params, has_biases, num_layers, dropout, train,
+                          bidirectional, batch_first)
+    return out, h_n
+
+
+@lowering(aten.rnn_tanh.input)
+def lower_rnn_tanh_input(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                         batch_first):
+    """rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+
+    ``nn.RNN(nonlinearity="tanh")``: ``h' = tanh(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh)``.
+    Returns ``(output, h_n)``.
+    """  # noqa: E501 (the first line is the exact schema)
+    out, (h_n,) = _layers(ctx, _simple_cell(jnp.tanh), input, (hx,), params, has_biases, num_layers, dropout,
+                          train, bidirectional, batch_first)
+    return out, h_n
+
+
+@lowering(aten.rnn_relu.input)
+def lower_rnn_relu_input(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                         batch_first):
+    """rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+
+    ``nn.RNN(nonlinearity="relu")``: ``h' = relu(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh)``.
+    Returns ``(output, h_n)``.
+    """  # noqa: E501 (the first line is the exact schema)
+    out, (h_n,) = _layers(ctx, _simple_cell(jax.nn.relu), input, (hx,), params, has_biases, num_layers, dropout,
+                          train, bidirectional, batch_first)
+    return out, h_n
