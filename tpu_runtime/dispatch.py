@@ -39,6 +39,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
+from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, _Slot, flatten
 from tpu_runtime.tensor import TpuTensor, alias, new_tensor
 from tpu_runtime.traced import traced_plan
@@ -102,6 +103,8 @@ def _classify(func: Any) -> tuple:
         return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
     if func in kernels.KERNELS:
         return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC, func in INDEXING_OPS, next(_TAGS))
+    if is_foreach(func):
+        return ("special", run_foreach)
     schema = func._schema
     first = schema.arguments[0] if schema.arguments else None
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:

@@ -1,0 +1,65 @@
+"""``torch._foreach_*`` on tpu tensors: foreach optimizers and direct calls, against CPU."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.runtime.conftest import batch, tiny_mlp, train_steps
+
+
+@pytest.mark.parametrize("optim,kwargs", [
+    (torch.optim.AdamW, {"lr": 0.05, "foreach": True}),
+    (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01, "foreach": True}),
+], ids=["adamw", "sgd"])
+def test_foreach_optimizer_steps_match_cpu(optim, kwargs):
+    model = tiny_mlp()
+    ref = copy.deepcopy(model)
+    x, y = batch()
+    model.to("tpu")
+    got = train_steps(model, optim(model.parameters(), **kwargs), x.to("tpu"), y.to("tpu"), 3)
+    want = train_steps(ref, optim(ref.parameters(), **kwargs), x, y, 3)
+    assert got == pytest.approx(want, rel=1e-5)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+def _lists(seed: int = 0) -> tuple[list, list]:
+    g = torch.Generator().manual_seed(seed)
+    cpu = [torch.randn(3, 4, generator=g), torch.randn(5, generator=g), torch.randn(2, 2, 2, generator=g)]
+    return cpu, [t.to("tpu") for t in cpu]
+
+
+def test_foreach_calls_match_cpu():
+    (a, ta), (b, tb), (c, tc) = _lists(0), _lists(1), _lists(2)
+    for x, y in zip(torch._foreach_add(ta, tb, alpha=2.0), torch._foreach_add(a, b, alpha=2.0)):
+        torch.testing.assert_close(x.cpu(), y)
+    for x, y in zip(torch._foreach_norm(ta), torch._foreach_norm(a)):
+        torch.testing.assert_close(x.cpu(), y)
+    torch._foreach_mul_(ta, 0.5)
+    torch._foreach_mul_(a, 0.5)
+    scalars = torch.tensor([0.1, -2.0, 3.0])
+    torch._foreach_addcdiv_(ta, tb, [t.abs() + 1 for t in tc], scalars)
+    torch._foreach_addcdiv_(a, b, [t.abs() + 1 for t in c], scalars)
+    torch._foreach_lerp_(ta, tc, 0.25)
+    torch._foreach_lerp_(a, c, 0.25)
+    for x, y in zip(ta, a):
+        assert x.device.type == "tpu"
+        torch.testing.assert_close(x.cpu(), y)
+
+
+def test_clip_grad_norm_foreach_matches_cpu():
+    cpu, tpu = _lists(3)
+    params = [torch.nn.Parameter(torch.zeros_like(t)) for t in cpu]
+    tparams = [torch.nn.Parameter(torch.zeros_like(t)) for t in tpu]
+    for p, g in zip(params, cpu):
+        p.grad = g.clone()
+    for p, g in zip(tparams, tpu):
+        p.grad = g.clone()
+    want = torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
+    got = torch.nn.utils.clip_grad_norm_(tparams, 0.5, foreach=True)
+    torch.testing.assert_close(got.cpu(), want)
+    for p, q in zip(tparams, params):
+        torch.testing.assert_close(p.grad.cpu(), q.grad)
