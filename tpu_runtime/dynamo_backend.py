@@ -22,15 +22,18 @@ import itertools
 from typing import Any, Callable
 
 import jax
+import numpy as np
 import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from converter.capture import PRESERVED_OPS
 from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
+from tpu_runtime import rng
+from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
-from tpu_runtime.module import to_jax, to_torch
+from tpu_runtime.module import host_array, to_jax, to_torch
 from tpu_runtime.tensor import DEVICE, TpuTensor, wrap
 from tpu_runtime.values import materialize
 
@@ -71,29 +74,39 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     on_tpu = any(isinstance(a, torch.Tensor) and a.device == DEVICE for a in example_inputs)
     out_fn = _to_tpu if on_tpu else to_torch
     graph_id = next(_GRAPH_IDS)  # graphs with equal code may close over different constants
-    seed = [0]
+    # random ops draw from the device generator (torch.manual_seed reproduces them); a graph
+    # without any takes a constant, so it leaves the generator's counter alone
+    draws = any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+                for n in gm.graph.nodes if n.op == "call_function")
+    no_draw = np.zeros(2, np.uint32)
+    # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch before
+    # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
+    host = device == jax.devices()[0] and not on_tpu
 
     def run(args: list) -> list:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         statics = tuple(a if not isinstance(a, torch.Tensor) else None for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
-        with jax.enable_x64(True):
-            arrays = [_array(t, device) for t in tensors]
-            key = jax.random.key_data(jax.random.key(seed[0]))
-            seed[0] += 1
+        prev = swap_on()  # x64, without a context manager's cost
+        try:
+            arrays = [host_array(t) if host and not isinstance(t, (TpuTensor, TpuPayload)) else _array(t, device)
+                      for t in tensors]
+            key = rng.next_input() if draws else no_draw
             fn = CACHE.lookup(sig)
             if fn is None:
 
                 def traced(k: Any, *xs: Any) -> tuple:
                     it = iter(xs)
                     full = [next(it) if s is None else s for s in statics]
-                    return run_graph_module(gm, tuple(full), rng=jax.random.wrap_key_data(k))
+                    return run_graph_module(gm, tuple(full), rng=jax.random.fold_in(jax.random.key(k[0]), k[1]))
 
                 outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}")
             else:
                 outs = fn(key, *arrays)
-        args.clear()
-        return [out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o for o in outs]
+            args.clear()
+            return [out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o for o in outs]
+        finally:
+            restore(prev)
 
     run._boxed_call = True  # AOTAutograd's boxed calling convention: args list is consumed
     return run

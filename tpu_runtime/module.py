@@ -50,6 +50,20 @@ def to_jax(t: Any, device: Any = None) -> jax.Array:
     return jax.device_put(arr, device)
 
 
+def host_array(t: Any) -> np.ndarray:
+    """A torch tensor or array-like as a NumPy array to pass straight into a jitted call.
+
+    A view of the tensor's memory where possible (bfloat16 through an int16 view): the
+    callers convert every output back to torch before returning, which waits for the
+    computation, so the call has read its inputs before torch can write to them. Passing
+    NumPy to the jitted call costs ~10 µs an input against ~130 µs for ``jax.device_put``.
+    """
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu().contiguous()
+        return t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    return np.asarray(t)
+
+
 def to_torch(a: Any) -> torch.Tensor:
     """A JAX array → a CPU torch tensor (bfloat16 kept)."""
     arr = np.asarray(a)
@@ -92,10 +106,13 @@ class TpuModule:
         """Run the model; returns torch tensors in the model's output structure."""
         flat = self._flat_inputs(args, kwargs)
         with jax.enable_x64(True):
-            inputs = [to_jax(x, self.device) for x in flat]
+            default = self.device == jax.devices()[0]  # NumPy inputs land on the default device
+            inputs = [host_array(x) if default else to_jax(x, self.device) for x in flat]
             key = np.uint32((self._seed + self._calls) % 2**32)  # a host scalar: the PRNG key is built in-graph
             self._calls += 1
             outs, muts = self._run(key, inputs)
+            if not outs:  # nothing below waits for the call: it must finish reading the inputs now
+                jax.block_until_ready(muts)
         self.state.update(muts)
         result = [to_torch(o) for o in outs]
         return torch.utils._pytree.tree_unflatten(result, self._out_spec)
@@ -142,4 +159,4 @@ def build(program: LoweredProgram, **options: Any) -> TpuModule:
     return TpuModule(program, **options)
 
 
-__all__ = ["TpuModule", "CompileStats", "build", "to_jax", "to_torch", "to_jax_dtype", "to_torch_dtype"]
+__all__ = ["TpuModule", "CompileStats", "build", "host_array", "to_jax", "to_torch", "to_jax_dtype", "to_torch_dtype"]

@@ -32,7 +32,7 @@ def _no_host_round_trip(monkeypatch) -> None:
     def refuse(*_a, **_k):
         raise AssertionError("host round trip")
 
-    for name in ("to_jax", "to_torch"):
+    for name in ("to_jax", "to_torch", "host_array"):
         monkeypatch.setattr(dynamo_backend, name, refuse)
     monkeypatch.setattr(values, "array_to_torch", refuse)
 
@@ -77,3 +77,21 @@ def test_compile_tpu_graph_break_gradients_match_cpu():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_tpu_cpu_tensors_dropout_follows_torch_manual_seed():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Dropout(0.5), torch.nn.Linear(64, 4)).train()
+    compiled = torch.compile(model, backend="tpu")
+    x = torch.randn(16, 8)
+
+    def draw(seed):
+        torch.manual_seed(seed)
+        return compiled(x)
+
+    a, b, c = draw(1), draw(1), draw(2)
+    assert a.device.type == "cpu"
+    torch.testing.assert_close(a, b)   # the device generator, seeded by torch.manual_seed
+    assert not torch.equal(a, c)
+    model.eval()
+    torch.testing.assert_close(torch.compile(model, backend="tpu")(x), model(x), rtol=1e-5, atol=1e-6)
