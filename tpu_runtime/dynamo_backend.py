@@ -58,6 +58,11 @@ def _array(t: torch.Tensor, device: Any) -> jax.Array:
     return to_jax(t, device)
 
 
+def _scalar(a: Any) -> Any:
+    """A graph output that stands for a SymInt/SymFloat, as the python number AOTAutograd expects."""
+    return np.asarray(a).item() if hasattr(a, "dtype") else a
+
+
 def _to_tpu(a: jax.Array) -> TpuTensor:
     return wrap(a, (tuple(a.shape), to_torch_dtype(a.dtype)))
 
@@ -79,6 +84,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     draws = any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
                 for n in gm.graph.nodes if n.op == "call_function")
     no_draw = np.zeros(2, np.uint32)
+    # outputs that are sizes (a symbolic batch saved for backward) go back as python numbers
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    scalars = [isinstance(getattr(a, "meta", {}).get("val"), (int, float, torch.SymInt, torch.SymFloat))
+               for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
     # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch before
     # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
     host = device == jax.devices()[0] and not on_tpu
@@ -104,7 +113,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             else:
                 outs = fn(key, *arrays)
             args.clear()
-            return [out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o for o in outs]
+            return [_scalar(o) if sym else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
+                    for o, sym in zip(outs, scalars)]
         finally:
             restore(prev)
 

@@ -95,3 +95,18 @@ def test_compile_tpu_cpu_tensors_dropout_follows_torch_manual_seed():
     assert not torch.equal(a, c)
     model.eval()
     torch.testing.assert_close(torch.compile(model, backend="tpu")(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_compile_tpu_dynamic_batch_training_saves_sizes_as_numbers():
+    # with dynamic=True AOTAutograd saves the symbolic batch for backward: it must come back a number
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4)).train()
+    compiled = torch.compile(model, backend="tpu", dynamic=True)
+    for b in (6, 3):
+        y = compiled(torch.randn(b, 8))
+        y.sum().backward()
+        assert y.shape == (b, 4) and model[0].weight.grad is not None
+        model.zero_grad()
+    model.eval()
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
