@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="LiteRT: fp16 weights, or int8 dynamic-range (weight-only, per-channel) quantization")
     c.add_argument("--strict", action="store_true", help="use torch.export strict tracing")
 
-    i = sub.add_parser("inspect", help="describe a .tflite file or a StableHLO directory")
+    i = sub.add_parser("inspect", help="describe a .tflite file, an .onnx file or a StableHLO directory")
     i.add_argument("path")
 
     v = sub.add_parser("validate", help="check every target against PyTorch and write reports")
@@ -109,6 +109,11 @@ def _inspect(args: argparse.Namespace) -> int:
             for s in sig[kind]:
                 print(f"  {kind[:-1]:6} {s['name']:12} {s['dtype']:9} {s['shape']}")
         print(f"  weights: {len(sig['weights'])} tensors")
+        return EXIT_OK
+    if path.suffix.lower() == ".onnx":
+        from exporters.onnx.inspect import inspect_onnx
+
+        print(inspect_onnx(path))
         return EXIT_OK
     from exporters.litert.inspect import inspect_file
 

@@ -103,3 +103,29 @@ def test_validate_runs_the_onnx_target(mlp_onnx):
     assert report.passed, report.to_markdown()
     (result,) = report.targets
     assert result.target == "onnx" and result.precision == "fp32"
+
+
+def test_inspect_onnx_file_and_cli(mlp_onnx, tmp_path, capsys):
+    from exporters.onnx.inspect import inspect_onnx
+
+    _, _, art = mlp_onnx
+    path = art.save(tmp_path / "m.onnx")
+    text = inspect_onnx(path)
+    assert f"ai.onnx {OPSET}" in text and "Gelu ×1" in text and "onnxruntime CPU: loads" in text, text
+    assert main(["inspect", str(path)]) == 0
+    assert "input" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content", [b"", b"not a model at all", b"\x08\x07\x12\x04junk" * 3])
+def test_inspect_onnx_corrupt_file_one_line_error(tmp_path, content, capsys):
+    from converter.errors import ExportError
+    from exporters.onnx.inspect import inspect_onnx
+
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(ExportError) as e:
+        inspect_onnx(path)
+    assert "\n" not in str(e.value) and "bad.onnx" in str(e.value)
+    assert main(["inspect", str(path)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err
