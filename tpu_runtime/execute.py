@@ -1,7 +1,7 @@
 """Running one table op (or runtime kernel) call: the per-op hot path of every eager mode.
 
 :func:`run_op` finds the call's :class:`~tpu_runtime.plans.OpPlan` (built once per call
-signature), gathers its inputs (tensor values, uploaded CPU scalars, dynamic python
+signature), gathers its inputs (tensor values, CPU tensors as NumPy, dynamic python
 floats) and hands them to the current eager mode's executor, then wraps the outputs
 in new tpu tensors (or returns views sharing the input's storage for view ops).
 :func:`_run` is the same for the dispatcher's cached ``op`` routes, with the steps
@@ -25,7 +25,7 @@ from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef
 from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, rebuild
 from tpu_runtime.tensor import TpuTensor, wrap
-from tpu_runtime.values import convert_plan, make_view, read, upload, write
+from tpu_runtime.values import convert_plan, host_operand, make_view, read, write
 
 #: Plan key → plan (``None``: a decomposition that cannot be traced into one plan).
 _PLANS: dict[tuple, OpPlan | None] = {}
@@ -98,7 +98,7 @@ def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:
 
 
 def _values(plan: OpPlan, ins: list) -> list:
-    """The executor's inputs for ``ins``: tensor values, uploaded CPU scalars, dynamic floats."""
+    """The executor's inputs for ``ins``: tensor values, CPU tensors as NumPy, dynamic floats."""
     values = []
     for x in ins:
         if type(x) is TpuTensor and not x._chain:  # the common case, inlined: a base tensor's value
@@ -110,7 +110,7 @@ def _values(plan: OpPlan, ins: list) -> list:
         elif isinstance(x, TpuTensor):
             values.append(read(x))
         elif isinstance(x, torch.Tensor):
-            values.append(upload(x))
+            values.append(host_operand(x))
         elif _MODE[0].raw_floats:  # a dynamic python float, kept as one: fused eager makes it a graph input
             values.append(x)
         else:  # a dynamic python float, as a device scalar
