@@ -138,27 +138,30 @@ def lower_gru_input(ctx, input, hx, params, has_biases, num_layers, dropout, tra
     return out, h_n
 
 
-@lowering(aten.rnn_tanh.input)
-def lower_rnn_tanh_input(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
-                         batch_first):
-    """rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+def _simple_rnn(name: str, act: Callable, doc: str) -> Callable:
+    """The lowering of ``nn.RNN`` with the nonlinearity ``act`` (``rnn_tanh`` / ``rnn_relu``)."""
+
+    def lower(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        out, (h_n,) = _layers(ctx, _simple_cell(act), input, (hx,), params, has_biases, num_layers, dropout,
+                              train, bidirectional, batch_first)
+        return out, h_n
+
+    lower.__name__ = lower.__qualname__ = name
+    lower.__doc__ = doc
+    return lower
+
+
+_SIMPLE_SCHEMA = ("(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, "
+                  "bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)")
+lower_rnn_tanh_input = lowering(aten.rnn_tanh.input)(_simple_rnn(
+    "lower_rnn_tanh_input", jnp.tanh, f"""rnn_tanh.input{_SIMPLE_SCHEMA}
 
     ``nn.RNN(nonlinearity="tanh")``: ``h' = tanh(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh)``.
     Returns ``(output, h_n)``.
-    """  # noqa: E501 (the first line is the exact schema)
-    out, (h_n,) = _layers(ctx, _simple_cell(jnp.tanh), input, (hx,), params, has_biases, num_layers, dropout,
-                          train, bidirectional, batch_first)
-    return out, h_n
-
-
-@lowering(aten.rnn_relu.input)
-def lower_rnn_relu_input(ctx, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
-                         batch_first):
-    """rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+    """))
+lower_rnn_relu_input = lowering(aten.rnn_relu.input)(_simple_rnn(
+    "lower_rnn_relu_input", jax.nn.relu, f"""rnn_relu.input{_SIMPLE_SCHEMA}
 
     ``nn.RNN(nonlinearity="relu")``: ``h' = relu(x W_ihᵀ + b_ih + h W_hhᵀ + b_hh)``.
     Returns ``(output, h_n)``.
-    """  # noqa: E501 (the first line is the exact schema)
-    out, (h_n,) = _layers(ctx, _simple_cell(jax.nn.relu), input, (hx,), params, has_biases, num_layers, dropout,
-                          train, bidirectional, batch_first)
-    return out, h_n
+    """))
