@@ -25,6 +25,8 @@ from converter.errors import InputError
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram
 from tpu_runtime.cache import CACHE
+from tpu_runtime.tensor import TpuTensor, wrap
+from tpu_runtime.values import materialize
 
 _MODULE_IDS = itertools.count()
 
@@ -72,8 +74,15 @@ def to_torch(a: Any) -> torch.Tensor:
     return torch.from_numpy(np.array(arr, copy=True))
 
 
+def _device_value(t: TpuTensor, device: Any) -> jax.Array:
+    """The JAX array behind a tpu tensor, on ``device``."""
+    value = materialize(t)
+    return value if device == jax.devices()[0] else jax.device_put(value, device)
+
+
 class TpuModule:
-    """A converted model running on ``jax.devices()[0]``: torch tensors in, torch tensors out."""
+    """A converted model running on ``jax.devices()[0]``: torch tensors in, torch tensors out
+    (on the ``tpu`` device when the inputs are, else on the CPU)."""
 
     def __init__(self, program: LoweredProgram, *, device: Any = None, seed: int = 0, **_options: Any):
         self.program = program
@@ -105,16 +114,19 @@ class TpuModule:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model; returns torch tensors in the model's output structure."""
         flat = self._flat_inputs(args, kwargs)
+        on_tpu = any(isinstance(x, TpuTensor) for x in flat)
         with jax.enable_x64(True):
             default = self.device == jax.devices()[0]  # NumPy inputs land on the default device
-            inputs = [host_array(x) if default else to_jax(x, self.device) for x in flat]
+            inputs = [_device_value(x, self.device) if isinstance(x, TpuTensor)
+                      else host_array(x) if default else to_jax(x, self.device) for x in flat]
             key = np.uint32((self._seed + self._calls) % 2**32)  # a host scalar: the PRNG key is built in-graph
             self._calls += 1
             outs, muts = self._run(key, inputs)
             if not outs:  # nothing below waits for the call: it must finish reading the inputs now
                 jax.block_until_ready(muts)
         self.state.update(muts)
-        result = [to_torch(o) for o in outs]
+        # tpu tensors in, tpu tensors out (no host round trip); otherwise CPU tensors
+        result = [wrap(o, (tuple(o.shape), to_torch_dtype(o.dtype))) if on_tpu else to_torch(o) for o in outs]
         return torch.utils._pytree.tree_unflatten(result, self._out_spec)
 
     def _run(self, key: Any, inputs: list[Any]) -> tuple:

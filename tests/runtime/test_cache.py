@@ -107,3 +107,24 @@ def test_convert_target_tpu_module_uses_the_shared_cache():
     after = tpu_runtime.cache_stats()
     assert after.hits - mid.hits == 1
     assert (tpu.stats.requests, tpu.stats.hits, tpu.stats.misses) == (3, 1, 2)
+
+
+def test_convert_target_tpu_module_keeps_tpu_inputs_on_the_device(monkeypatch):
+    from converter import convert
+    from tpu_runtime import module
+
+    model = tiny_mlp()
+    x, _ = batch()
+    tpu = convert(model, (x,), target="tpu")
+    want = model(x)
+    torch.testing.assert_close(tpu(x), want, rtol=1e-5, atol=1e-6)  # CPU in, CPU out
+
+    def refuse(*_a, **_k):
+        raise AssertionError("host round trip")
+
+    for name in ("to_jax", "to_torch", "host_array"):
+        monkeypatch.setattr(module, name, refuse)
+    got = tpu(x.to("tpu"))                                             # tpu in, tpu out, no host copy
+    assert got.device.type == "tpu"
+    monkeypatch.undo()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
