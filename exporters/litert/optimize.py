@@ -3,7 +3,8 @@
 * fold a per-channel ADD/SUB/MUL constant after CONV_2D / CONV_3D / DEPTHWISE_CONV_2D /
   FULLY_CONNECTED / TRANSPOSE_CONV into its weights and bias (bias add, BatchNorm);
 * fuse RELU / RELU6 / RELU_N1_TO_1 (and ``MINIMUM(RELU(x), 6)``) into the producer's
-  ``fusedActivationFunction``;
+  ``fusedActivationFunction``; a transposed conv's crop (a SLICE keeping the channels) lets
+  both its bias / BatchNorm and its activation through;
 * SUM followed by a multiply by 1/N → MEAN; consecutive scalar multiplies merge and
   vanish when their product is 1 (AVERAGE_POOL_2D × k² ÷ k²);
 * RESHAPE of RESHAPE → one RESHAPE; TRANSPOSE of TRANSPOSE → one (or none);
@@ -32,10 +33,10 @@ ACT = schema.ActivationFunctionType
 _ACTS = {"RELU": ACT.RELU, "RELU6": ACT.RELU6, "RELU_N1_TO_1": ACT.RELU_N1_TO_1}
 #: Ops whose fused activation both the reference kernels and XNNPACK honour.
 _FUSES_ACT = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV",
-              "TRANSPOSE_CONV", "MAX_POOL_2D", "AVERAGE_POOL_2D"}
+              "TRANSPOSE_CONV", "MAX_POOL_2D", "AVERAGE_POOL_2D", "CONV_3D_TRANSPOSE"}
 #: op → (index of weights input, output-channel axis of the weights, bias input index)
 _LINEAR = {"CONV_2D": (1, 0, 2), "DEPTHWISE_CONV_2D": (1, 3, 2), "FULLY_CONNECTED": (1, 0, 2),
-           "TRANSPOSE_CONV": (1, 0, 3), "CONV_3D": (1, 4, 2)}
+           "TRANSPOSE_CONV": (1, 0, 3), "CONV_3D": (1, 4, 2), "CONV_3D_TRANSPOSE": (1, 3, 3)}
 
 
 def optimize(graph: Graph) -> None:
@@ -103,6 +104,9 @@ def _fold_affine(graph: Graph, op: Op, users: dict, producers: dict) -> bool:
         return False
     y = op.outputs[0]
     nxt = _sole_user(graph, y, users)
+    if nxt is not None and _crops_only(nxt):  # a transposed conv's crop: per-channel constants pass through it
+        y = nxt.outputs[0]
+        nxt = _sole_user(graph, y, users)
     if nxt is None or nxt.code not in ("ADD", "SUB", "MUL") or nxt.options.get("fusedActivationFunction", 0):
         return False
     c = _const_operand(nxt, y)
@@ -151,6 +155,15 @@ def _fuse_activation(graph: Graph, op: Op, users: dict, producers: dict) -> bool
         return False
     x = op.inputs[0]
     src = producers.get(x)
+    if src is not None and _crops_only(src) and _sole_user(graph, x, users) is op:
+        # RELU(crop(y)) = crop(RELU(y)): the activation goes into y's producer, the crop stays
+        inner = producers.get(src.inputs[0])
+        if inner is not None and inner.code in _FUSES_ACT and _sole_user(graph, src.inputs[0], users) is src \
+                and inner.options.get("fusedActivationFunction", ACT.NONE) == ACT.NONE \
+                and np.dtype(x.dtype) == np.float32:
+            inner.options["fusedActivationFunction"] = _ACTS[op.code]
+            _bypass(graph, op, x)
+            return True
     if src is None or src.code not in _FUSES_ACT or _sole_user(graph, x, users) is not op:
         return False
     if src.options.get("fusedActivationFunction", ACT.NONE) != ACT.NONE or np.dtype(x.dtype) != np.float32:
@@ -160,6 +173,15 @@ def _fuse_activation(graph: Graph, op: Op, users: dict, producers: dict) -> bool
     src.options["fusedActivationFunction"] = _ACTS[op.code]
     _bypass(graph, op, x)
     return True
+
+
+def _crops_only(op: Op) -> bool:
+    """A SLICE with constant bounds that keeps the whole last (channel) axis."""
+    if op.code != "SLICE" or not op.inputs[1].is_const or not op.inputs[2].is_const:
+        return False
+    begin, size = [int(v) for v in op.inputs[1].data], [int(v) for v in op.inputs[2].data]
+    last = int(op.inputs[0].shape[-1])
+    return bool(begin) and begin[-1] == 0 and size[-1] in (-1, last)
 
 
 def _mean(graph: Graph, op: Op, users: dict, producers: dict) -> bool:

@@ -30,7 +30,8 @@ class EdgePads(nn.Module):
 
 
 class Convs(nn.Module):
-    """Conv3d (grouped, padded, strided) and grouped / dilated ConvTranspose2d."""
+    """Conv3d (grouped, padded, strided), grouped / dilated ConvTranspose2d, ConvTranspose3d
+    (cropped with ReLU, grouped, dilated)."""
 
     def __init__(self):
         super().__init__()
@@ -38,9 +39,12 @@ class Convs(nn.Module):
         self.c3b = nn.Conv3d(4, 2, (2, 3, 3), bias=False)
         self.t2 = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
         self.t2d = nn.ConvTranspose2d(4, 3, 3, stride=2, dilation=2)
+        self.t3 = nn.ConvTranspose3d(4, 6, 3, stride=(1, 2, 2), padding=1, output_padding=(0, 1, 1))
+        self.t3g = nn.ConvTranspose3d(4, 2, (2, 3, 3), stride=2, groups=2, dilation=(1, 2, 2), bias=False)
 
     def forward(self, v: torch.Tensor, x: torch.Tensor) -> tuple:
-        return torch.relu(self.c3(v)), self.c3b(v), self.t2(x), self.t2d(x)
+        return (torch.relu(self.c3(v)), self.c3b(v), self.t2(x), self.t2d(x), torch.relu(self.t3(v)),
+                self.t3g(v))
 
 
 class Bitwise(nn.Module):
@@ -62,7 +66,9 @@ MODELS = {
     "edge_pads": (EdgePads, lambda: (torch.randn(2, 3, 7, 8), torch.randn(2, 3, 6)),
                   {"SLICE": 17, "CONCATENATION": 8, "GATHER": 0, "MIRROR_PAD": 0, "TRANSPOSE": 3}),
     "convs": (Convs, lambda: (torch.randn(1, 4, 4, 6, 6), torch.randn(1, 4, 5, 5)),
-              {"CONV_3D": 3, "TRANSPOSE_CONV": 3, "SPLIT": 2}),
+              # t3's bias and ReLU go through its crop into CONV_3D_TRANSPOSE (the two ADDs are the
+              # biases of the grouped c3 and t2, after their CONCATENATION)
+              {"CONV_3D": 3, "TRANSPOSE_CONV": 3, "CONV_3D_TRANSPOSE": 3, "SPLIT": 3, "ADD": 2, "RELU": 0}),
     "bitwise": (Bitwise, lambda: (_int64s(3, 4), _int64s(3, 4).flip(0), torch.rand(3, 4) > 0.5),
                 {"BITCAST": 6, "RIGHT_SHIFT": 4, "BITWISE_XOR": 8, "LOGICAL_AND": 1, "LOGICAL_OR": 1}),
 }

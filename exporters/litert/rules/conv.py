@@ -1,5 +1,5 @@
 """Convolutions and pooling: conv_general_dilated → CONV_2D / DEPTHWISE_CONV_2D /
-TRANSPOSE_CONV (grouped: one per group + CONCATENATION) / CONV_3D,
+TRANSPOSE_CONV (grouped: one per group + CONCATENATION) / CONV_3D / CONV_3D_TRANSPOSE,
 reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D.
 
 Inputs are requested in NHWC (``perm`` puts batch, spatial, feature) and outputs
@@ -164,18 +164,57 @@ def _transpose_conv(em: Emitter, eqn: Any, x: Val, k: np.ndarray, strides: list,
                 for g, part in enumerate(parts)]
         out = em.emit("CONCATENATION", outs, full, dtype, axis=3)
         em.note("grouped transposed convolutions are split into one TRANSPOSE_CONV per group")
-    crop = [(kh - 1 - pads[0][0], kh - 1 - pads[0][1]), (kw - 1 - pads[1][0], kw - 1 - pads[1][1])]
+    out = _crop(em, out, full, [kh, kw], pads, dtype)
+    return _result(em, out, aval, out_spec[0], out_spec[1], out_spec[2:] if nsp == 2 else out_spec[2:])
+
+
+def _crop(em: Emitter, out: Any, full: list, ks: Sequence, pads: Sequence, dtype: Any) -> Any:
+    """Cut the VALID transposed-conv result ``out`` (``full``: N, spatial…, C) to the conv's
+    padding: ``k - 1 - pad`` off each side (a PAD first where that is negative)."""
+    crop = [(k - 1 - lo, k - 1 - hi) for k, (lo, hi) in zip(ks, pads)]
     if any(c < 0 for pair in crop for c in pair):
         grow = [[0, 0]] + [[max(-a, 0), max(-b, 0)] for a, b in crop] + [[0, 0]]
-        full = [full[0], full[1] + sum(grow[1]), full[2] + sum(grow[2]), cout]
+        full = [full[0]] + [n + sum(g) for n, g in zip(full[1:-1], grow[1:-1])] + [full[-1]]
         out = em.emit("PAD", [out, em.const(i32(grow))], full, dtype)
         crop = [(max(a, 0), max(b, 0)) for a, b in crop]
     if any(c for pair in crop for c in pair):
-        size = [full[0], full[1] - sum(crop[0]), full[2] - sum(crop[1]), cout]
-        begin = i32([0, crop[0][0], crop[1][0], 0])
+        size = [full[0]] + [n - sum(c) for n, c in zip(full[1:-1], crop)] + [full[-1]]
+        begin = i32([0] + [c[0] for c in crop] + [0])
         sz = i32([-1 if not is_static(size[0]) else size[0]] + size[1:])
         out = em.emit("SLICE", [out, em.const(begin), em.const(sz)], size, dtype)
-    return _result(em, out, aval, out_spec[0], out_spec[1], out_spec[2:] if nsp == 2 else out_spec[2:])
+    return out
+
+
+def _transpose_conv3d(em: Emitter, eqn: Any, x: Val, k: np.ndarray, ldil: list, rdil: list, pads: list,
+                      groups: int, lhs_spec: list, out_spec: list) -> Val:
+    """A fractionally strided 3-D conv → CONV_3D_TRANSPOSE (filter [d, h, w, out, in]) + crop/pad,
+    one per group; kernel dilation is applied to the weights."""
+    aval = out_aval(eqn)
+    dtype = np.dtype(aval.dtype)
+    if any(d != 1 for d in rdil):
+        dil = np.zeros(k.shape[:2] + tuple((n - 1) * d + 1 for n, d in zip(k.shape[2:], rdil)), k.dtype)
+        dil[:, :, ::rdil[0], ::rdil[1], ::rdil[2]] = k
+        k = dil
+    cout, cin_g = k.shape[:2]
+    perm = tuple([lhs_spec[0]] + lhs_spec[2:] + [lhs_spec[1]])
+    t = em.tensor_of(x, perm, expand=True)
+    dims = [x.shape[i] for i in perm]
+    og = cout // groups
+    full = [dims[0]] + [(n - 1) * s + kk for n, s, kk in zip(dims[1:4], ldil, k.shape[2:])] + [cout]
+    weights = np.ascontiguousarray(k[:, :, ::-1, ::-1, ::-1].transpose(2, 3, 4, 0, 1))  # (d, h, w, O, I/g)
+    opts = dict(padding=VALID, strideD=ldil[0], strideH=ldil[1], strideW=ldil[2])
+    parts = [t]
+    if groups > 1:
+        parts = [em.tensor(dims[:4] + [cin_g], dtype, "group") for _ in range(groups)]
+        em.op("SPLIT", [em.const(np.asarray(4, np.int32)), t], parts, numSplits=groups)
+        em.note("grouped 3-D transposed convolutions are split into one CONV_3D_TRANSPOSE per group")
+    outs = [em.emit("CONV_3D_TRANSPOSE", [em.shape_tensor(full[:4] + [og]), em.const(weights[..., g * og:(g + 1) * og, :]),
+                                          part, em.const(np.zeros(og, dtype))], full[:4] + [og], dtype,
+                    "Conv3DOptions", **opts) for g, part in enumerate(parts)]
+    out = outs[0] if groups == 1 else em.emit("CONCATENATION", outs, full, dtype, axis=4)
+    out = _crop(em, out, full, k.shape[2:], pads, dtype)
+    out_perm = tuple([out_spec[0]] + out_spec[2:] + [out_spec[1]])
+    return Val(aval.shape, aval.dtype, tensor=out, perm=out_perm)
 
 
 def _conv3d(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
@@ -184,13 +223,15 @@ def _conv3d(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
     p = eqn.params
     dn = p["dimension_numbers"]
     lhs_spec, rhs_spec, out_spec = list(dn.lhs_spec), list(dn.rhs_spec), list(dn.out_spec)
-    if any(d != 1 for d in p["lhs_dilation"]):
-        raise Unsupported("3-D transposed convolution")
     aval = out_aval(eqn)
     dtype = np.dtype(aval.dtype)
     groups = int(p["feature_group_count"])
     strides, rdil, pads = list(p["window_strides"]), list(p["rhs_dilation"]), list(p["padding"])
     k = np.transpose(w.full(), [rhs_spec[0], rhs_spec[1]] + rhs_spec[2:]).astype(dtype)  # (O, I/g, d, h, w)
+    if any(d != 1 for d in p["lhs_dilation"]):
+        if any(s != 1 for s in strides):
+            raise Unsupported("transposed convolution with window strides (a strided conv of a dilated input)")
+        return _transpose_conv3d(em, eqn, x, k, list(p["lhs_dilation"]), rdil, pads, groups, lhs_spec, out_spec)
     cout, cin_g = k.shape[:2]
     perm = tuple([lhs_spec[0]] + lhs_spec[2:] + [lhs_spec[1]])
     t = em.tensor_of(x, perm, expand=True)
