@@ -398,7 +398,7 @@ def _item_scale(x, t):
 
 
 CONVERT = [
-    OpInfo("_to_copy", lambda a, *dts: tuple(a.to(d) for d in dts), (aten._to_copy.default, aten._assert_tensor_metadata.default),
+    OpInfo("_to_copy", lambda a, *dts: tuple(a.to(d) for d in dts), (aten._to_copy.default,),
            lambda dt: [Sample((torch.tensor([-2.7, -0.5, -0.0, 0.5, 2.9, 100.7]), i32, i64, torch.bool, u8, bf16), name="from-float"),
                        Sample((special(), torch.bool), name="special-to-bool"),
                        Sample((make((2, 3), i64), f32, i32, torch.bool), name="from-int"),

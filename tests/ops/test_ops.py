@@ -126,6 +126,9 @@ UNTESTED_BY_OPINFO.update({op: _DECOMPOSED for op in (
     aten.embedding_dense_backward.default, aten.col2im.default, aten.sym_numel.default,
     aten.sym_stride.int, aten.sym_storage_offset.default,
 )})
+UNTESTED_BY_OPINFO[aten._assert_tensor_metadata.default] = (
+    "only torch.export's training IR has it (capture's one-pass trace does not); a check that lowers to "
+    "nothing, kept for programs that take the decomposition path")
 _DIRECT = "decomposed by torch.export; reached by eager dispatch and make_fx graphs: tests/ops/test_direct_ops.py"
 UNTESTED_BY_OPINFO.update({op: _DIRECT for op in (
     aten.fill.Scalar, aten.squeeze.dim,
