@@ -13,9 +13,11 @@ ratios ours / litert-torch of
   2-core machine; identical files come out at 1.00–1.01),
 
 and each side's max relative error against PyTorch fp32. Ratios < 1 favour us. The
-``control`` column times our file against a second Interpreter of the same file: when
-it is not within a few percent of 1.00 the machine is too noisy for the latency column
-(on a loaded 2-core box try ``--threads 1``).
+``control`` column times our file against a second Interpreter of the same file, before
+and after the latency pair (the worse of the two is shown); when it is more than 3% from
+1.00 the machine was disturbed and the model is measured again (``--retries``, default
+2). A control still off after that means the latency column is noise (on a loaded 2-core
+box try ``--threads 1``).
 
 litert-torch is optional (install it in a separate venv, PEERS.md); without it the
 script says so and reports our numbers alone.
@@ -46,6 +48,7 @@ from converter.api import convert  # noqa: E402
 from examples.models import FAMILIES  # noqa: E402
 
 THREADS = 2
+NOISY = 0.03  # a control (our file against itself) further than this from 1.00: the machine was disturbed
 DEFAULT_MODELS = "mlp,cnn,mobilenet,resnet,unet,vit,transformer_encoder,mingpt,lstm"
 
 
@@ -156,6 +159,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=THREADS, help="Interpreter and torch threads")
     parser.add_argument("--convert-runs", type=int, default=2,
                         help="conversions per model and converter; the fastest is reported (noise only adds time)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help=f"measure a model's latency again when a control is off by more than {NOISY:.0%}")
     parser.add_argument("--json", help="also write the results as JSON here")
     opts = parser.parse_args()
     THREADS = opts.threads
@@ -195,9 +200,15 @@ def main() -> None:
             except Exception as e:  # e.g. an op the interpreter refuses (STABLEHLO_SORT)
                 row["peer_error"] = f"interpreter: {str(e).strip().splitlines()[0][:120]}"
                 b = None
-        row["control_ratio"] = paired_latency_ratio(a, Runner(mine, args), opts.blocks)
-        if b is not None:
-            row["latency_ratio"] = paired_latency_ratio(a, b, opts.blocks)
+        for attempt in range(opts.retries + 1):  # again while a control says the machine was disturbed
+            before = paired_latency_ratio(a, Runner(mine, args), opts.blocks)
+            if b is not None:
+                row["latency_ratio"] = paired_latency_ratio(a, b, opts.blocks)
+            after = paired_latency_ratio(a, Runner(mine, args), opts.blocks)
+            row["control_ratio"] = max(before, after, key=lambda c: abs(c - 1))
+            row["attempts"] = attempt + 1
+            if abs(row["control_ratio"] - 1) <= NOISY:
+                break
             print(f"{name:<20} {t_mine / t_peer:>18.2f} {len(mine) / len(theirs):>15.2f} "
                   f"{row['latency_ratio']:>18.2f} {row['control_ratio']:>8.2f} {row['ours_rel_err']:>9.1e} "
                   f"{row['peer_rel_err']:>9.1e}")
