@@ -209,6 +209,7 @@ def main() -> None:
             row["attempts"] = attempt + 1
             if abs(row["control_ratio"] - 1) <= NOISY:
                 break
+        if b is not None:
             print(f"{name:<20} {t_mine / t_peer:>18.2f} {len(mine) / len(theirs):>15.2f} "
                   f"{row['latency_ratio']:>18.2f} {row['control_ratio']:>8.2f} {row['ours_rel_err']:>9.1e} "
                   f"{row['peer_rel_err']:>9.1e}")
