@@ -138,7 +138,12 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
     if not isinstance(sample_args, (tuple, list)):
         raise InputError(f"sample_args must be a tuple of inputs, got {type(sample_args).__name__}")
     try:
-        ep = _one_pass(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict) if decompose else None
+        ep = None
+        if decompose:
+            try:
+                ep = _one_pass(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict)
+            except Exception:  # torch.export's documented path below gives the error (or succeeds)
+                ep = None
         if ep is None:
             ep = torch.export.export(model, tuple(sample_args), sample_kwargs or None,
                                      dynamic_shapes=dynamic_shapes, strict=strict)
