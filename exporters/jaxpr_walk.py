@@ -43,6 +43,14 @@ def is_static(d: Any) -> bool:
     return isinstance(d, (int, np.integer))
 
 
+def same_dim(a: Any, b: Any) -> bool:
+    """Whether two dims (concrete or ``jax.export`` symbolic) are provably equal."""
+    try:
+        return bool(a == b)
+    except Exception:  # inconclusive symbolic comparison
+        return False
+
+
 class JaxprValue:
     """Base of the exporters' value classes: one jaxpr value, a constant or a tensor.
 

@@ -40,7 +40,7 @@ from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
-from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, _Slot, flatten
+from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
 from tpu_runtime.tensor import TpuTensor, alias, new_tensor
 from tpu_runtime.traced import traced_plan
 from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, write

@@ -27,15 +27,14 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from converter.capture import PRESERVED_OPS
-from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime import rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.module import host_array, to_jax, to_torch
-from tpu_runtime.tensor import DEVICE, TpuTensor, wrap
-from tpu_runtime.values import materialize
+from tpu_runtime.tensor import DEVICE, TpuTensor
+from tpu_runtime.values import array_to_tpu, materialize
 
 #: Compile statistics: the shared cache's counters (eager modes included).
 STATS = CACHE.stats
@@ -63,10 +62,6 @@ def _scalar(a: Any) -> Any:
     return np.asarray(a).item() if hasattr(a, "dtype") else a
 
 
-def _to_tpu(a: jax.Array) -> TpuTensor:
-    return wrap(a, (tuple(a.shape), to_torch_dtype(a.dtype)))
-
-
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """Compile one AOTAutograd graph (forward or backward) for the TPU runtime.
 
@@ -77,7 +72,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     check_supported(gm, "tpu")
     device = jax.devices()[0]
     on_tpu = any(isinstance(a, torch.Tensor) and a.device == DEVICE for a in example_inputs)
-    out_fn = _to_tpu if on_tpu else to_torch
+    out_fn = array_to_tpu if on_tpu else to_torch
     graph_id = next(_GRAPH_IDS)  # graphs with equal code may close over different constants
     # random ops draw from the device generator (torch.manual_seed reproduces them); a graph
     # without any takes a constant, so it leaves the generator's counter alone

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 
@@ -25,8 +24,8 @@ from converter.errors import InputError
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram
 from tpu_runtime.cache import CACHE
-from tpu_runtime.tensor import TpuTensor, wrap
-from tpu_runtime.values import materialize
+from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.values import array_to_torch, array_to_tpu, materialize, numpy_view
 
 _MODULE_IDS = itertools.count()
 
@@ -44,12 +43,7 @@ class CompileStats:
 
 def to_jax(t: Any, device: Any = None) -> jax.Array:
     """A torch tensor or array-like → a JAX array on ``device`` (bfloat16 kept)."""
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().contiguous()
-        arr = t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
-    else:
-        arr = np.asarray(t)
-    return jax.device_put(arr, device)
+    return jax.device_put(host_array(t), device)
 
 
 def host_array(t: Any) -> np.ndarray:
@@ -60,18 +54,11 @@ def host_array(t: Any) -> np.ndarray:
     computation, so the call has read its inputs before torch can write to them. Passing
     NumPy to the jitted call costs ~10 µs an input against ~130 µs for ``jax.device_put``.
     """
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().contiguous()
-        return t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
-    return np.asarray(t)
+    return numpy_view(t) if isinstance(t, torch.Tensor) else np.asarray(t)
 
 
-def to_torch(a: Any) -> torch.Tensor:
-    """A JAX array → a CPU torch tensor (bfloat16 kept)."""
-    arr = np.asarray(a)
-    if arr.dtype == jnp.bfloat16:
-        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.array(arr, copy=True))
+#: A JAX array → a CPU torch tensor (bfloat16 kept, data copied).
+to_torch = array_to_torch
 
 
 def _device_value(t: TpuTensor, device: Any) -> jax.Array:
@@ -126,7 +113,7 @@ class TpuModule:
                 jax.block_until_ready(muts)
         self.state.update(muts)
         # tpu tensors in, tpu tensors out (no host round trip); otherwise CPU tensors
-        result = [wrap(o, (tuple(o.shape), to_torch_dtype(o.dtype))) if on_tpu else to_torch(o) for o in outs]
+        result = [array_to_tpu(o) if on_tpu else to_torch(o) for o in outs]
         return torch.utils._pytree.tree_unflatten(result, self._out_spec)
 
     def _run(self, key: Any, inputs: list[Any]) -> tuple:

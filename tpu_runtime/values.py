@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from converter.lowering.dtypes import to_jax_dtype
+from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from tpu_runtime._x64 import x64
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef, concrete
 from tpu_runtime.plans import OpPlan, custom_plan
-from tpu_runtime.tensor import Storage, TpuTensor
+from tpu_runtime.tensor import Storage, TpuTensor, wrap
 
 _PLANS: dict[tuple, OpPlan] = {}
 CACHE.on_clear(_PLANS.clear)
@@ -167,17 +167,23 @@ def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:
 # --------------------------------------------------------------------------- host transfers
 
 
+def numpy_view(t: torch.Tensor) -> np.ndarray:
+    """A torch tensor's data as a NumPy array on the host (bfloat16 through an int16 view);
+    a view of its memory when it already is a contiguous CPU tensor."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    return t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
 def upload(cpu: torch.Tensor) -> jax.Array:
     """A CPU tensor → a JAX array on the device (bfloat16 kept).
 
     The data is copied first: on a CPU backend ``device_put`` may alias the host
     buffer, and the torch tensor can be written to after the (lazy) upload.
     """
-    t = cpu.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    arr = t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
-    return jax.device_put(np.array(arr, copy=True, order="C"), _DEVICE)
+    return jax.device_put(host_operand(cpu), _DEVICE)
 
 
 def host_operand(cpu: torch.Tensor) -> np.ndarray:
@@ -185,11 +191,12 @@ def host_operand(cpu: torch.Tensor) -> np.ndarray:
     tensor) as a NumPy copy: the executable takes it like an array on the default device,
     at ~5 µs where :func:`upload`'s ``device_put`` costs ~150 µs. Copied, because the op
     may run later (fused eager) than torch writes to the tensor."""
-    t = cpu.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    arr = t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
-    return np.array(arr, copy=True, order="C")
+    return np.array(numpy_view(cpu), copy=True, order="C")
+
+
+def array_to_tpu(a: Any) -> TpuTensor:
+    """A JAX array → a tpu tensor holding it (no copy)."""
+    return wrap(a, (tuple(a.shape), to_torch_dtype(a.dtype)))
 
 
 def array_to_torch(a: Any) -> torch.Tensor:

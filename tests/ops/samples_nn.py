@@ -7,7 +7,7 @@ BatchNorm's train-mode buffer mutation through a real module in test_nn_modules.
 import torch
 import torch.nn.functional as F
 
-from tests.ops.op_db import ErrorSample, OpInfo, Sample, make
+from tests.ops.op_db import OpInfo, Sample, make
 
 aten = torch.ops.aten
 

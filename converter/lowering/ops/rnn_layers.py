@@ -17,7 +17,7 @@ time loop is unrolled: torch.export specializes the sequence length of these ops
 (their fake kernel loops over it), so it is always static here; the batch may be
 dynamic.
 In train mode, ``dropout`` drops the outputs of every layer but the last, as
-PyTorch's CPU kernel does, with keys from ``ctx.next_key()``.
+PyTorch's CPU kernel does (the ``native_dropout`` row).
 """
 
 from __future__ import annotations
@@ -34,9 +34,14 @@ from converter.lowering.registry import lowering
 aten = torch.ops.aten
 
 
+def _row(ctx: Any, op: Any, *args: Any) -> Any:
+    """``op``'s row of the table on ``args`` (emitted as a composite where the target keeps one)."""
+    return registry.apply(registry.lookup(op, ctx.target), ctx, args, {})
+
+
 def _linear(ctx: Any, x: Any, w: Any, b: Any) -> Any:
-    """``x @ w.T + b`` as the ``aten.linear`` row (a composite where the target keeps one)."""
-    return registry.apply(registry.lookup(aten.linear.default, ctx.target), ctx, (x, w, b), {})
+    """``x @ w.T + b`` as the ``aten.linear`` row (LiteRT: FULLY_CONNECTED)."""
+    return _row(ctx, aten.linear.default, x, w, b)
 
 
 def _lstm_cell(ctx, xp, state, w):
@@ -97,18 +102,17 @@ def _layers(ctx, cell, input, states, params, has_biases, num_layers, dropout, t
     for layer in range(num_layers):
         outs = []
         for d in range(directions):
-            w = _weights(params, layer * directions + d, has_biases, proj)
-            xp = _linear(ctx, x, w["ih"], w["b_ih"])
             k = layer * directions + d
+            w = _weights(params, k, has_biases, proj)
+            xp = _linear(ctx, x, w["ih"], w["b_ih"])
             state = tuple(jnp.moveaxis(jax.lax.slice_in_dim(s, k, k + 1, axis=0), 0, axis) for s in states)
             out, state = _unrolled(ctx, cell, xp, state, w, axis, reverse=d == 1)
             outs.append(out)
-            for k, s in enumerate(state):
-                finals[k].append(jnp.squeeze(s, axis))
+            for final, s in zip(finals, state):
+                final.append(jnp.squeeze(s, axis))
         x = outs[0] if directions == 1 else jnp.concatenate(outs, axis=-1)
         if train and dropout > 0 and layer < num_layers - 1:
-            keep = jax.random.bernoulli(ctx.next_key(), 1.0 - dropout, x.shape) if dropout < 1 else False
-            x = jnp.where(keep, x / jnp.asarray(max(1.0 - dropout, 1e-30), x.dtype), jnp.zeros((), x.dtype))
+            x = _row(ctx, aten.native_dropout.default, x, dropout, True)[0]
     return x, [jnp.stack(f, 0) for f in finals]
 
 

@@ -14,6 +14,7 @@ from jax._src.export import shape_poly
 from jax._src.lax import lax as lax_internal
 from jax.extend.core import primitives as lax
 
+from exporters.jaxpr_walk import same_dim as _same
 from exporters.litert.emitter import Emitter, Val, identity, is_static
 from exporters.litert.rules import Unsupported, out_aval, rule
 
@@ -71,13 +72,6 @@ def _unit_mapping(old: Sequence, new: Sequence) -> dict[int, int] | None:
     if len(a) != len(b) or any(not _same(old[i], new[j]) for i, j in zip(a, b)):
         return None
     return dict(zip(a, b))
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # inconclusive symbolic comparison
-        return False
 
 
 @rule(lax.reshape_p)

@@ -13,19 +13,13 @@ from typing import Any
 import numpy as np
 from jax.extend.core import primitives as lax
 
+from exporters.jaxpr_walk import same_dim as _same
 from exporters.onnx.graph import OnnxGraph, Val, is_static
 from exporters.onnx.rules import Unsupported, out_aval, rule
 from exporters.onnx.rules.linalg import _inverse, permuted
 
 _FILL_NOTE = ("gather/scatter indices must be in range: lax fills or drops out-of-range ones, "
               "ONNX Runtime rejects them")
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # inconclusive symbolic comparison
-        return False
 
 
 def _indices(g: OnnxGraph, idx: Val, perm: list[int]) -> str:

@@ -9,6 +9,7 @@ from jax._src.export import shape_poly
 from jax._src.lax import lax as lax_internal
 from jax.extend.core import primitives as lax
 
+from exporters.jaxpr_walk import same_dim as _same
 from exporters.onnx.graph import OnnxGraph, Val, is_static
 from exporters.onnx.rules import Unsupported, out_aval, rule
 from exporters.onnx.rules.elementwise import is_one
@@ -110,13 +111,6 @@ def lower_slice(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     ends = g.shape_tensor([limit[i] for i in axes])
     out = g.op("Slice", [g.tensor(x), starts, ends, g.i64(axes), g.i64([int(strides[i]) for i in axes])])
     return g.val(out, aval.shape, aval.dtype)
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # inconclusive symbolic comparison
-        return False
 
 
 @rule(lax.rev_p)
