@@ -33,3 +33,16 @@ def test_direct_op_matches_torch(op, fn, args):
     with jax.enable_x64(True):
         got = jax.jit(lambda *xs: run_graph_module(gm, xs))(*[to_jax(a) for a in args])
     assert_close(to_torch(got[0]), expected, 1e-6, 1e-6, what=str(op))
+
+
+def test_factory_rows_honour_dtype_without_recorded_output():
+    # eager dispatch may call a row with no recorded output meta: the requested dtype decides
+    from converter.lowering import registry
+    from converter.lowering.context import LoweringContext
+
+    ctx = LoweringContext()
+    with jax.enable_x64(True):
+        zeros = registry.lookup(aten.zeros.default).fn(ctx, [2, 3], dtype=torch.int64)
+        ones = registry.lookup(aten.ones.default).fn(ctx, [2], dtype=None)
+        like = registry.lookup(aten.zeros_like.default).fn(ctx, jax.numpy.ones(3, jax.numpy.int32), dtype=torch.float16)
+    assert [str(a.dtype) for a in (zeros, ones, like)] == ["int64", "float32", "float16"]

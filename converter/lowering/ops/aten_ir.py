@@ -23,6 +23,13 @@ from converter.lowering.registry import lowering
 aten = torch.ops.aten
 
 
+def _dtype(ctx, dtype, default):
+    """A factory's result dtype: the recorded one, else the requested one, else ``default``."""
+    if ctx.out_dtype is not None:
+        return ctx.out_dtype
+    return to_jax_dtype(dtype) if dtype is not None else default
+
+
 @lowering(aten.transpose.int)
 def lower_transpose_int(ctx, self, dim0, dim1):
     """transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)
@@ -87,7 +94,7 @@ def lower_zeros_default(ctx, size, *, dtype=None, layout=None, device=None, pin_
 
     ``full`` of 0 in the result dtype.
     """  # noqa: E501 (the first line is the exact schema)
-    return jnp.zeros(tuple(size), ctx.out_dtype or jnp.float32)
+    return jnp.zeros(tuple(size), _dtype(ctx, dtype, to_jax_dtype(torch.get_default_dtype())))
 
 
 @lowering(aten.ones.default)
@@ -96,7 +103,7 @@ def lower_ones_default(ctx, size, *, dtype=None, layout=None, device=None, pin_m
 
     ``full`` of 1 in the result dtype.
     """  # noqa: E501 (the first line is the exact schema)
-    return jnp.ones(tuple(size), ctx.out_dtype or jnp.float32)
+    return jnp.ones(tuple(size), _dtype(ctx, dtype, to_jax_dtype(torch.get_default_dtype())))
 
 
 @lowering(aten.zeros_like.default)
@@ -106,7 +113,7 @@ def lower_zeros_like_default(ctx, self, *, dtype=None, layout=None, device=None,
 
     ``full`` of 0 with ``self``'s shape.
     """  # noqa: E501 (the first line is the exact schema)
-    return jnp.zeros(self.shape, ctx.out_dtype or self.dtype)
+    return jnp.zeros(self.shape, _dtype(ctx, dtype, self.dtype))
 
 
 @lowering(aten.new_ones.default)
@@ -115,7 +122,7 @@ def lower_new_ones_default(ctx, self, size, *, dtype=None, layout=None, device=N
 
     ``full`` of 1 (``self``'s dtype unless one is given).
     """  # noqa: E501 (the first line is the exact schema)
-    return jnp.ones(tuple(size), ctx.out_dtype or (to_jax_dtype(dtype) if dtype is not None else self.dtype))
+    return jnp.ones(tuple(size), _dtype(ctx, dtype, self.dtype))
 
 
 @lowering(aten.stack.default)
