@@ -32,7 +32,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.errors import UnsupportedOpError
 from converter.lowering import registry
-from tpu_runtime import fastpath, kernels
+from tpu_runtime import fastpath, kernels, optim_kernels
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -85,6 +85,8 @@ def _route(func: Any, args: tuple, kwargs: dict) -> Any:
         return route[1](func, args, kwargs)
     if kind == "inplace":
         return _inplace(route[1], args, kwargs)
+    if kind == "inplace_lists":
+        return _inplace_lists(route[1], route[2], route[3], args, kwargs)
     if kind == "out":
         return _out(route[1], route[2], args, kwargs)
     if kind == "decomp":
@@ -109,6 +111,10 @@ def _classify(func: Any) -> tuple:
     first = schema.arguments[0] if schema.arguments else None
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
         functional = _functional_of_inplace(func)
+        if functional is not None and isinstance(first.type, torch.ListType):
+            mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None
+                            and a.alias_info.is_write)
+            return ("inplace_lists", functional, mutated, optim_kernels.UNCHANGED.get(functional))
         if functional is not None:
             return ("inplace", functional)
     outs = [a.name for a in schema.arguments if a.is_out]
@@ -216,6 +222,21 @@ def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
         return self
     _assign(self, result)
     return self
+
+
+def _inplace_lists(functional: Any, mutated: tuple, unchanged: Callable | None, args: tuple, kwargs: dict) -> None:
+    """An in-place op over tensor lists (``_fused_adam_``): its functional twin returns one
+    list per mutated argument, in order; each element is written into its tensor (except
+    the arguments ``unchanged(args, kwargs)`` names)."""
+    results = _route(functional, args, kwargs)
+    skip = unchanged(args, kwargs) if unchanged is not None else ()
+    for pos, outs in zip(mutated, results):
+        if pos in skip:
+            continue
+        for dst, src in zip(args[pos], outs):
+            if dst is not src:
+                _assign(dst, src)
+    return None
 
 
 def _assign(dst: TpuTensor, src: TpuTensor) -> None:

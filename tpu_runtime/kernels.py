@@ -22,6 +22,7 @@ import torch
 
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
+from tpu_runtime import optim_kernels
 
 aten = torch.ops.aten
 
@@ -132,5 +133,8 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward_meta,
 }
 
+KERNELS.update(optim_kernels.KERNELS)
+META_FUNCTIONS.update(optim_kernels.META_FUNCTIONS)
+
 #: Kernels whose python-float arguments are traced inputs rather than key parts.
-DYNAMIC = frozenset({aten.addcmul.default, aten.addcdiv.default, aten.lerp.Scalar})
+DYNAMIC = frozenset({aten.addcmul.default, aten.addcdiv.default, aten.lerp.Scalar, *optim_kernels.KERNELS})

@@ -1,0 +1,165 @@
+"""Fused optimizer steps: ``torch.optim.Adam/AdamW/SGD(..., fused=True)`` on tpu tensors.
+
+A fused optimizer issues one ``aten._fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_``
+call per device and dtype, over lists of every parameter and its state. The
+dispatcher routes it to the functional twin (``_fused_adam.default`` …), whose
+kernel here updates every tensor in one plan: strict eager runs the whole optimizer
+step as one executable, fused eager records it as one node. The outputs are
+written back into the argument lists the in-place op mutates.
+
+The arithmetic follows PyTorch's CPU fused kernels (``FusedAdamKernel.cpp``,
+``FusedSGDKernel.cpp``): step-size scalars in float64, the element-wise update in
+the parameter's dtype (float32 for float16/bfloat16), ``grad_scale`` divides the
+gradients (and the unscaled gradients are stored back), and ``found_inf == 1``
+leaves every tensor as it was. Python floats (``lr``, betas, ``eps``, weight decay)
+are traced inputs, so an LR scheduler does not recompile the step; "weight decay
+is zero" is therefore decided on the device, with the same result as skipping it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import torch
+
+aten = torch.ops.aten
+
+
+def _calc_dtype(x: Any) -> Any:
+    return jnp.float32 if x.dtype in (jnp.float16, jnp.bfloat16) else x.dtype
+
+
+def _f64(x: Any) -> Any:
+    return jnp.asarray(x, jnp.float64)
+
+
+def _skip(found_inf: Any, old: Any, new: Any) -> Any:
+    """``new``, or ``old`` where the step was skipped (``found_inf == 1``)."""
+    return new if found_inf is None else jnp.where(jnp.reshape(found_inf, ()) == 1, old, new)
+
+
+def _adam(self: list, grads: list, exp_avgs: list, exp_avg_sqs: list, max_exp_avg_sqs: list, state_steps: list,
+          lr: Any, beta1: Any, beta2: Any, weight_decay: Any, eps: Any, amsgrad: bool, maximize: bool,
+          grad_scale: Any, found_inf: Any, decoupled: bool) -> tuple:
+    outs: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    b1, b2, wd, lr64 = _f64(beta1), _f64(beta2), _f64(weight_decay), _f64(lr)
+    for i, (p, g, m, v) in enumerate(zip(self, grads, exp_avgs, exp_avg_sqs)):
+        step = _f64(state_steps[i])
+        bc1 = 1 - b1 ** step
+        bc2_sqrt = jnp.sqrt(1 - b2 ** step)
+        dt = _calc_dtype(p)
+
+        def c(x: Any) -> Any:
+            return jnp.asarray(x).astype(dt)
+
+        pc, gc, mc, vc = c(p), c(g), c(m), c(v)
+        if grad_scale is not None:
+            gc = gc / c(jnp.reshape(grad_scale, ()))
+        g_stored = gc
+        if maximize:
+            gc = -gc
+        if decoupled:
+            pc = jnp.where(wd != 0, pc - pc * c(lr64 * wd), pc)
+        else:
+            gc = jnp.where(wd != 0, gc + pc * c(wd), gc)
+        mc = mc * c(b1) + gc * c(1 - b1)
+        vc = vc * c(b2) + gc * gc * c(1 - b2)
+        if amsgrad:
+            mx = jnp.maximum(c(max_exp_avg_sqs[i]), vc)
+            denom = jnp.sqrt(mx) / c(bc2_sqrt) + c(eps)
+        else:
+            denom = jnp.sqrt(vc) / c(bc2_sqrt) + c(eps)
+        pc = pc - c(lr64 / bc1) * mc / denom
+        news = [pc, g_stored, mc, vc] + ([mx] if amsgrad else [])
+        olds = [p, g, m, v] + ([max_exp_avg_sqs[i]] if amsgrad else [])
+        for out, old, new in zip(outs, olds, news):
+            out.append(_skip(found_inf, old, new.astype(old.dtype)))
+    return outs
+
+
+def fused_adam(ctx: Any, self: list, grads: list, exp_avgs: list, exp_avg_sqs: list, max_exp_avg_sqs: list,
+               state_steps: list, *, lr: Any, beta1: float, beta2: float, weight_decay: float, eps: float,
+               amsgrad: bool, maximize: bool, grad_scale: Any = None, found_inf: Any = None) -> tuple:
+    """_fused_adam(Tensor[] self, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] max_exp_avg_sqs, Tensor[] state_steps, *, float lr, float beta1, float beta2, float weight_decay, float eps, bool amsgrad, bool maximize, Tensor? grad_scale=None, Tensor? found_inf=None) -> (Tensor[] self_out, Tensor[] grads_out, Tensor[] exp_avgs_out, Tensor[] exp_avg_sqs_out, Tensor[] max_exp_avg_sqs_out)
+
+    Adam with L2 weight decay added to the gradient (also the ``tensor_lr`` overload).
+    """
+    return _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2,
+                 weight_decay, eps, amsgrad, maximize, grad_scale, found_inf, decoupled=False)
+
+
+def fused_adamw(ctx: Any, self: list, grads: list, exp_avgs: list, exp_avg_sqs: list, max_exp_avg_sqs: list,
+                state_steps: list, *, lr: Any, beta1: float, beta2: float, weight_decay: float, eps: float,
+                amsgrad: bool, maximize: bool, grad_scale: Any = None, found_inf: Any = None) -> tuple:
+    """_fused_adamw(Tensor[] self, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] max_exp_avg_sqs, Tensor[] state_steps, *, float lr, float beta1, float beta2, float weight_decay, float eps, bool amsgrad, bool maximize, Tensor? grad_scale=None, Tensor? found_inf=None) -> (Tensor[] self_out, Tensor[] grads_out, Tensor[] exp_avgs_out, Tensor[] exp_avg_sqs_out, Tensor[] max_exp_avg_sqs_out)
+
+    AdamW: decoupled weight decay (``p -= p * lr * weight_decay``) before the Adam update.
+    """
+    return _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2,
+                 weight_decay, eps, amsgrad, maximize, grad_scale, found_inf, decoupled=True)
+
+
+def fused_sgd(ctx: Any, self: list, grads: list, momentum_buffer_list: list, *, weight_decay: float,
+              momentum: float, lr: Any, dampening: float, nesterov: bool, maximize: bool, is_first_step: bool,
+              grad_scale: Any = None, found_inf: Any = None) -> tuple:
+    """_fused_sgd(Tensor[] self, Tensor[] grads, Tensor[] momentum_buffer_list, *, float weight_decay, float momentum, float lr, float dampening, bool nesterov, bool maximize, bool is_first_step, Tensor? grad_scale=None, Tensor? found_inf=None) -> (Tensor[] self_out, Tensor[] grads_out, Tensor[] momentum_buffer_list_out)
+
+    SGD with optional momentum (an empty ``momentum_buffer_list`` means none), dampening
+    and Nesterov; on the first step the momentum buffer is the gradient.
+    """
+    outs: tuple[list, list, list] = ([], [], [])
+    wd, mom, damp, lr64 = _f64(weight_decay), _f64(momentum), _f64(dampening), _f64(lr)
+    for i, (p, g) in enumerate(zip(self, grads)):
+        dt = _calc_dtype(p)
+
+        def c(x: Any) -> Any:
+            return jnp.asarray(x).astype(dt)
+
+        pc, gc = c(p), c(g)
+        if grad_scale is not None:
+            gc = gc / c(jnp.reshape(grad_scale, ()))
+        g_stored = gc
+        if maximize:
+            gc = -gc
+        gc = jnp.where(wd != 0, gc + pc * c(wd), gc)
+        news, olds = [None, g_stored], [p, g]
+        if momentum_buffer_list:
+            buf = gc if is_first_step else c(momentum_buffer_list[i]) * c(mom) + gc * c(1 - damp)
+            gc = gc + buf * c(mom) if nesterov else buf
+            news.append(buf)
+            olds.append(momentum_buffer_list[i])
+        news[0] = pc - gc * c(lr64)
+        for out, old, new in zip(outs, olds, news):
+            out.append(_skip(found_inf, old, new.astype(old.dtype)))
+    return outs
+
+
+def _fused_sgd_meta(self: list, grads: list, momentum_buffer_list: list, **kwargs: Any) -> tuple:
+    return ([torch.empty_like(t) for t in self], [torch.empty_like(t) for t in grads],
+            [torch.empty_like(t) for t in momentum_buffer_list])
+
+
+#: Kernels by functional op; the dispatcher writes their outputs back for the in-place ops.
+KERNELS = {
+    aten._fused_adam.default: fused_adam,
+    aten._fused_adam.tensor_lr: fused_adam,
+    aten._fused_adamw.default: fused_adamw,
+    aten._fused_adamw.tensor_lr: fused_adamw,
+    aten._fused_sgd.default: fused_sgd,
+    aten._fused_sgd.tensor_lr: fused_sgd,
+}
+
+def _grads_unless_scaled(args: tuple, kwargs: dict) -> tuple:
+    """The mutated arguments a step leaves as they were: ``grads`` (position 1) without ``grad_scale``."""
+    return (1,) if kwargs.get("grad_scale") is None else ()
+
+
+#: Functional op → which mutated argument positions come back unchanged for a call (not written back:
+#: a gradient is often a view, and writing it through its view chain would cost a scatter).
+UNCHANGED = {op: _grads_unless_scaled for op in KERNELS}
+
+#: Output shapes where torch has no meta kernel.
+META_FUNCTIONS = {aten._fused_sgd.default: _fused_sgd_meta, aten._fused_sgd.tensor_lr: _fused_sgd_meta}
+
+__all__ = ["fused_adam", "fused_adamw", "fused_sgd", "KERNELS", "META_FUNCTIONS", "UNCHANGED"]
