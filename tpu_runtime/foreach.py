@@ -1,20 +1,34 @@
-"""``torch._foreach_*`` ops on tpu tensors: the per-tensor op on each element.
+"""``torch._foreach_*`` ops on tpu tensors: the per-tensor op on each element, in one plan.
 
 Optimizers built with ``foreach=True`` (and ``clip_grad_norm_(foreach=True)``, and
 user code calling ``torch._foreach_add_`` …) issue one ``aten._foreach_<op>[_]``
-call over lists of tensors. The runtime runs the matching per-tensor op on each
+call over lists of tensors. Its meaning is the matching per-tensor op on each
 element (``_foreach_mul_.Scalar(params, s)`` → ``mul_(p, s)`` for every ``p``):
 list arguments are split, scalars and single tensors are shared, a ``scalars``
-tensor (``_foreach_addcdiv_.Tensor``) becomes one python value per element. Each
-element then takes the ordinary route (its lowering, its cache entry, the current
-eager mode), so a foreach step computes exactly what the single-tensor step does.
+tensor (``_foreach_addcdiv_.Tensor``) gives one value per element.
+
+The whole call is one :class:`~tpu_runtime.plans.OpPlan` (one executable in strict
+eager, one node in fused eager) whose function applies the per-tensor op's row of
+the lowering table (or runtime kernel) to every element; an in-place variant runs
+its functional twin and writes each result back. Python floats are traced inputs
+where the per-tensor op takes them so (``add``/``mul``/``addcdiv``…: an optimizer's
+per-step scalars do not recompile). A call that cannot be planned (no functional
+twin, no row for the per-tensor op, a shape torch cannot infer) runs element by
+element instead, each element taking the ordinary route.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from converter.errors import UnsupportedOpError
+from converter.lowering import registry
+from converter.lowering.context import LoweringContext
+from converter.lowering.interpreter import conform
 
 aten = torch.ops.aten
 
@@ -31,26 +45,70 @@ def is_foreach(func: Any) -> bool:
     return func._schema.name.startswith("aten::_foreach_")
 
 
+#: foreach overload → ``(functional overload, per-tensor op, floats dynamic, takes a CPU ``scalars``
+#: tensor)``, or ``None``: run
+#: element by element (resolved on the first call).
+_ROUTES: dict[Any, tuple | None] = {}
+#: functional overload's plan key → plan, or ``None`` when this signature cannot be one plan.
+_UNPLANNED = object()
+
+
 def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Run ``func`` (an ``aten._foreach_*`` overload) element by element.
+    """Run ``func`` (an ``aten._foreach_*`` overload): as one plan when possible, else element by element.
 
     Returns ``None`` for the in-place variants (their schema returns nothing) and the
     list of per-element results otherwise.
     """
+    from tpu_runtime.execute import _PLANS, _execute
+    from tpu_runtime.plans import build_plan, flatten
+
     name = func._schema.name.split("::_foreach_", 1)[1]
+    route = _ROUTES.get(func, _UNPLANNED)
+    if route is _UNPLANNED:
+        route = _ROUTES[func] = _route(func, name, args, kwargs)
+    if route is not None:
+        functional, element_op, dyn, indexing = route
+        key, ins = flatten(functional, args, kwargs, dyn, indexing)
+        plan = _PLANS.get(key, _UNPLANNED)
+        if plan is _UNPLANNED:
+            try:
+                plan = build_plan(functional, key, args, kwargs, _kernel(functional, name, element_op), dyn=dyn)
+            except Exception:  # e.g. a shape torch cannot infer: element by element, which says what is wrong
+                plan = None
+            _PLANS[key] = plan
+        if plan is not None:
+            results = _execute(plan, ins)
+            if functional is func:
+                return results
+            from tpu_runtime.dispatch import _assign
+
+            for dst, src in zip(args[0], results):
+                _assign(dst, src)
+            return None
+    return _elementwise(func, name, args, kwargs)
+
+
+def _elementwise(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+    """Each element through the ordinary route (``packet(*element_args)``)."""
     inplace = name.endswith("_")
     base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
     packet = getattr(aten, base + "_" if inplace else base)
+    results = [packet(*pos, **kw) for pos, kw in _elements(func, base, args, kwargs)]
+    return None if inplace else results
+
+
+def _elements(func: Any, base: str, args: tuple, kwargs: dict) -> list[tuple[list, dict]]:
+    """The per-tensor op's ``(args, kwargs)`` for each element of a foreach call (tensors or JAX values)."""
     schema = func._schema.arguments
     bound = [(a, args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
              for i, a in enumerate(schema) if i < len(args) or a.name in kwargs]
     lists = [v for a, v in bound if _is_list(a) and isinstance(v, (list, tuple))]
     n = len(lists[0]) if lists else 0
-    results = []
+    calls = []
     for i in range(n):
         pos, kw = [], {}
         for a, v in bound:
-            if _is_list(a) or (a.name == "scalars" and isinstance(v, torch.Tensor)):
+            if _is_list(a) or (a.name == "scalars" and not isinstance(v, (float, int))):
                 v = v[i].item() if isinstance(v, torch.Tensor) else v[i]
             if base in _VALUE_OPS and a.name in ("scalar", "scalars"):
                 kw["value"] = v
@@ -58,8 +116,94 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
                 kw[a.name] = v
             else:
                 pos.append(v)
-        results.append(packet(*pos, **kw))
-    return None if inplace else results
+        calls.append((pos, kw))
+    return calls
+
+
+class _Resolve(TorchDispatchMode):
+    """Records the overload a per-tensor call on meta tensors dispatches to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def _route(func: Any, name: str, args: tuple, kwargs: dict) -> tuple | None:
+    """The :data:`_ROUTES` entry of a foreach overload (resolved on this call's first element)."""
+    from tpu_runtime import kernels
+    from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, META_FUNCTIONS
+
+    inplace = name.endswith("_")
+    functional = func
+    if inplace:
+        packet = getattr(aten, "_foreach_" + name[:-1], None)
+        if packet is None or func._overloadname not in packet.overloads():
+            return None
+        functional = getattr(packet, func._overloadname)
+    base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
+    calls = _elements(func, base, args, kwargs)
+    if not calls:
+        return None
+    pos, kw = calls[0]
+    meta = [torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+            for v in pos]
+    mkw = {k: torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+           for k, v in kw.items()}
+    try:
+        with _Resolve() as mode:
+            getattr(aten, base)(*meta, **mkw)
+    except Exception:
+        return None
+    ops = [op for op in mode.ops if op._schema.name == "aten::" + base]
+    if len(ops) != 1:  # the per-tensor op decomposes: element by element
+        return None
+    op = ops[0]
+    if _row(op) is None and op not in kernels.KERNELS:
+        return None
+    args_schema = functional._schema.arguments
+    scalars = [i for i, a in enumerate(args_schema) if a.name == "scalars" and isinstance(a.type, torch.TensorType)]
+    if scalars:  # torch's meta kernel wants that tensor on the CPU
+        META_FUNCTIONS[functional] = functools.partial(_meta_with_cpu_scalars, functional, scalars[0])
+    return functional, op, op in DYNAMIC_FLOAT_OPS or op in kernels.DYNAMIC, bool(scalars)
+
+
+def _meta_with_cpu_scalars(functional: Any, index: int, *args: Any, **kwargs: Any) -> Any:
+    """``functional`` on meta tensors, its ``scalars`` tensor (argument ``index``) on the CPU."""
+    args = list(args)
+    if index < len(args):
+        args[index] = torch.empty(tuple(args[index].shape), dtype=args[index].dtype)
+    else:
+        kwargs["scalars"] = torch.empty(tuple(kwargs["scalars"].shape), dtype=kwargs["scalars"].dtype)
+    return functional(*args, **kwargs)
+
+
+def _row(op: Any) -> Any:
+    try:
+        return registry.lookup(op)
+    except UnsupportedOpError:
+        return None
+
+
+def _kernel(functional: Any, name: str, op: Any) -> Callable:
+    """The plan function of a foreach call: ``op``'s row (or runtime kernel) on every element."""
+    from tpu_runtime import kernels
+
+    row = _row(op)
+    base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
+
+    def kernel(ctx: Any, *args: Any, **kwargs: Any) -> list:
+        results = []
+        for i, (pos, kw) in enumerate(_elements(functional, base, args, kwargs)):
+            sub = LoweringContext(target=ctx.target, meta=ctx.meta[i])
+            out = registry.apply(row, sub, pos, kw) if row is not None else kernels.KERNELS[op](sub, *pos, **kw)
+            results.append(conform(out, ctx.meta[i]))
+        return results
+
+    return kernel
 
 
 def _is_list(arg: Any) -> bool:

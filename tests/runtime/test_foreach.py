@@ -63,3 +63,26 @@ def test_clip_grad_norm_foreach_matches_cpu():
     torch.testing.assert_close(got.cpu(), want)
     for p, q in zip(tparams, params):
         torch.testing.assert_close(p.grad.cpu(), q.grad)
+
+
+def test_a_foreach_call_is_one_node_of_the_fused_graph_and_a_new_scalar_reuses_it():
+    import tpu_runtime
+    from tpu_runtime.eager import fused
+
+    (a, ta), (b, tb) = _lists(4), _lists(5)
+    with tpu_runtime.set_eager_mode("fused"):
+        tpu_runtime.sync()
+        torch._foreach_addcdiv_(ta, tb, [t.abs() + 1 for t in tb], torch.tensor([0.5, 1.5, -1.0]))
+        names = [plan.name for plan, _ in fused.GRAPH.nodes]
+        tpu_runtime.sync()
+    assert names.count("aten._foreach_addcdiv.Tensor") == 1  # three tensors, one node
+    torch._foreach_addcdiv_(a, b, [t.abs() + 1 for t in b], torch.tensor([0.5, 1.5, -1.0]))
+    for x, y in zip(ta, a):
+        torch.testing.assert_close(x.cpu(), y)
+    torch._foreach_mul_(ta, 0.25)  # strict: compiles once …
+    with tpu_runtime.cache_only():
+        torch._foreach_mul_(ta, 0.75)  # … and a new python scalar is an input of the same executable
+    torch._foreach_mul_(a, 0.25)
+    torch._foreach_mul_(a, 0.75)
+    for x, y in zip(ta, a):
+        torch.testing.assert_close(x.cpu(), y)
