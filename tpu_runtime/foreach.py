@@ -65,6 +65,8 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
     name = func._schema.name.split("::_foreach_", 1)[1]
     route = _ROUTES.get(func, _UNPLANNED)
     if route is _UNPLANNED:
+        if not args or not args[0]:  # nothing to resolve the per-tensor op on (an empty list)
+            return _elementwise(func, name, args, kwargs)
         route = _ROUTES[func] = _route(func, name, args, kwargs)
     if route is not None:
         functional, element_op, dyn, indexing = route
