@@ -1,14 +1,14 @@
-"""Fused optimizer steps: ``torch.optim.Adam/AdamW/SGD(..., fused=True)`` on tpu tensors.
+"""Fused optimizer steps: ``torch.optim.Adam/AdamW/SGD/Adagrad(..., fused=True)`` on tpu tensors.
 
-A fused optimizer issues one ``aten._fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_``
-call per device and dtype, over lists of every parameter and its state. The
+A fused optimizer issues one ``aten._fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_`` /
+``_fused_adagrad_`` call per device and dtype, over lists of every parameter and its state. The
 dispatcher routes it to the functional twin (``_fused_adam.default`` …), whose
 kernel here updates every tensor in one plan: strict eager runs the whole optimizer
 step as one executable, fused eager records it as one node. The outputs are
 written back into the argument lists the in-place op mutates.
 
 The arithmetic follows PyTorch's CPU fused kernels (``FusedAdamKernel.cpp``,
-``FusedSGDKernel.cpp``): step-size scalars in float64, the element-wise update in
+``FusedSGDKernel.cpp``, ``FusedAdagradKernel.cpp``): step-size scalars in float64, the element-wise update in
 the parameter's dtype (float32 for float16/bfloat16), ``grad_scale`` divides the
 gradients (and the unscaled gradients are stored back), and ``found_inf == 1``
 leaves every tensor as it was. Python floats (``lr``, betas, ``eps``, weight decay)
@@ -18,6 +18,7 @@ is zero" is therefore decided on the device, with the same result as skipping it
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax.numpy as jnp
@@ -135,9 +136,43 @@ def fused_sgd(ctx: Any, self: list, grads: list, momentum_buffer_list: list, *, 
     return outs
 
 
-def _fused_sgd_meta(self: list, grads: list, momentum_buffer_list: list, **kwargs: Any) -> tuple:
-    return ([torch.empty_like(t) for t in self], [torch.empty_like(t) for t in grads],
-            [torch.empty_like(t) for t in momentum_buffer_list])
+def _adagrad(self: list, grads: list, state_sums: list, state_steps: list, lr: Any, lr_decay: Any,
+             weight_decay: Any, eps: Any, maximize: bool, grad_scale: Any, found_inf: Any, with_steps: bool) -> tuple:
+    outs: tuple[list, list, list, list] = ([], [], [], [])
+    wd, lr64, decay = _f64(weight_decay), _f64(lr), _f64(lr_decay)
+    for i, (p, g, acc) in enumerate(zip(self, grads, state_sums)):
+        clr = lr64 / (1 + (_f64(state_steps[i]) - 1) * decay)
+        dt = _calc_dtype(p)
+
+        def c(x: Any) -> Any:
+            return jnp.asarray(x).astype(dt)
+
+        pc, gc = c(p), c(g)
+        if grad_scale is not None:
+            gc = gc / c(jnp.reshape(grad_scale, ()))
+        g_stored = gc
+        if maximize:
+            gc = -gc
+        gc = jnp.where(wd != 0, gc + pc * c(wd), gc)
+        total = c(acc) + gc * gc
+        pc = pc - c(clr) * gc / (jnp.sqrt(total) + c(eps))
+        for out, old, new in zip(outs, (p, g, acc), (pc, g_stored, total)):
+            out.append(_skip(found_inf, old, new.astype(old.dtype)))
+        outs[3].append(state_steps[i])
+    return outs if with_steps else outs[:3]
+
+
+def fused_adagrad(ctx: Any, self: list, grads: list, state_sums: list, state_steps: list, *, lr: Any,
+                  lr_decay: float, weight_decay: float, eps: float, maximize: bool, grad_scale: Any = None,
+                  found_inf: Any = None) -> tuple:
+    """_fused_adagrad(Tensor[] self, Tensor[] grads, Tensor[] state_sums, Tensor[] state_steps, *, float lr, float lr_decay, float weight_decay, float eps, bool maximize, Tensor? grad_scale=None, Tensor? found_inf=None) -> (Tensor[] self_out, Tensor[] grads_out, Tensor[] state_sums_out, Tensor[] state_steps_out)
+
+    Adagrad: ``clr = lr / (1 + (step - 1) * lr_decay)``, ``sum += g²``,
+    ``p -= clr * g / (sqrt(sum) + eps)`` (the steps come back unchanged; the ``tensor_lr``
+    overload returns no steps).
+    """
+    return _adagrad(self, grads, state_sums, state_steps, lr, lr_decay, weight_decay, eps, maximize, grad_scale,
+                    found_inf, with_steps=len(ctx.meta) == 4)
 
 
 #: Kernels by functional op; the dispatcher writes their outputs back for the in-place ops.
@@ -148,18 +183,34 @@ KERNELS = {
     aten._fused_adamw.tensor_lr: fused_adamw,
     aten._fused_sgd.default: fused_sgd,
     aten._fused_sgd.tensor_lr: fused_sgd,
+    aten._fused_adagrad.default: fused_adagrad,
+    aten._fused_adagrad.tensor_lr: fused_adagrad,
 }
+
 
 def _grads_unless_scaled(args: tuple, kwargs: dict) -> tuple:
     """The mutated arguments a step leaves as they were: ``grads`` (position 1) without ``grad_scale``."""
     return (1,) if kwargs.get("grad_scale") is None else ()
 
 
+def _adagrad_unchanged(args: tuple, kwargs: dict) -> tuple:
+    """:func:`_grads_unless_scaled`, and Adagrad's step counters (position 3: torch increments
+    them before the call)."""
+    return _grads_unless_scaled(args, kwargs) + (3,)
+
+
 #: Functional op → which mutated argument positions come back unchanged for a call (not written back:
 #: a gradient is often a view, and writing it through its view chain would cost a scatter).
-UNCHANGED = {op: _grads_unless_scaled for op in KERNELS}
+UNCHANGED = {op: _adagrad_unchanged if "adagrad" in str(op) else _grads_unless_scaled for op in KERNELS}
 
-#: Output shapes where torch has no meta kernel.
-META_FUNCTIONS = {aten._fused_sgd.default: _fused_sgd_meta, aten._fused_sgd.tensor_lr: _fused_sgd_meta}
 
-__all__ = ["fused_adam", "fused_adamw", "fused_sgd", "KERNELS", "META_FUNCTIONS", "UNCHANGED"]
+def _lists_meta(n: int, *args: Any, **kwargs: Any) -> tuple:
+    """The outputs of a functional fused step on meta tensors: its first ``n`` list arguments, copied."""
+    return tuple([torch.empty_like(t) for t in args[i]] for i in range(n))
+
+
+#: Output shapes (torch has meta kernels for few of these functional ops).
+META_FUNCTIONS = {op: functools.partial(_lists_meta, len(op._schema.returns)) for op in KERNELS}
+
+
+__all__ = ["fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "KERNELS", "META_FUNCTIONS", "UNCHANGED"]

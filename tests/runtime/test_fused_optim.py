@@ -18,8 +18,11 @@ CASES = [
     (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
     (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9, "dampening": 0.2}),
     (torch.optim.SGD, {"lr": 0.05}),
+    (torch.optim.Adagrad, {"lr": 0.05, "lr_decay": 0.01, "weight_decay": 0.01}),
+    (torch.optim.AdamW, {"lr": torch.tensor(0.05)}),
 ]
-IDS = ["adamw", "adam-amsgrad", "adam-maximize", "sgd-nesterov", "sgd-dampening", "sgd-plain"]
+IDS = ["adamw", "adam-amsgrad", "adam-maximize", "sgd-nesterov", "sgd-dampening", "sgd-plain", "adagrad",
+       "adamw-tensor-lr"]
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
