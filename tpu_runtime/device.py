@@ -9,6 +9,7 @@ would do, from Python, with PyTorch's documented registration APIs:
   (``is_available``, ``manual_seed_all`` so ``torch.manual_seed`` seeds the device…);
 * a PrivateUse1 hooks object and device guard, which the autograd engine needs
   to run backward on the device;
+* ``torch.autocast("tpu")`` kernels on the AutocastPrivateUse1 key (:mod:`tpu_runtime.autocast`);
 * ``torch.library`` kernels on the PrivateUse1 key for the entry points that take
   no tpu tensor (``torch.empty(..., device="tpu")``, ``arange``, ``full``,
   ``rand``…): they create :class:`~tpu_runtime.tensor.TpuTensor` objects, whose
@@ -92,6 +93,9 @@ def register() -> None:
         op = getattr(getattr(torch.ops.aten, packet), overload or "default")
         lib.impl(name, functools.partial(_factory, op), "PrivateUse1")
     _STATE["library"] = lib
+    from tpu_runtime import autocast
+
+    _STATE["autocast"] = autocast.register()
     _STATE["registered"] = True
     jax.devices()  # initialize the JAX backend now, not inside the first op
 

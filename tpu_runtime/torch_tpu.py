@@ -3,7 +3,7 @@
 Registered by ``import tpu_runtime`` with ``torch._register_device_module``. PyTorch
 itself calls some of these: ``torch.manual_seed`` calls :func:`manual_seed_all`,
 the autograd engine and ``torch.device("tpu")`` use :func:`device_count` and
-:func:`current_device`.
+:func:`current_device`, ``torch.autocast("tpu")`` asks :func:`get_amp_supported_dtype`.
 """
 
 from __future__ import annotations
@@ -75,10 +75,15 @@ def seed() -> None:
     rng.manual_seed(int(torch.seed()))
 
 
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes ``torch.autocast("tpu", dtype=...)`` accepts (PyTorch's AMP asks the device module)."""
+    return [torch.bfloat16, torch.float16]
+
+
 def _is_in_bad_fork() -> bool:
     return False
 
 
 __all__ = ["is_available", "is_initialized", "device_count", "current_device", "set_device", "get_device_name",
-           "synchronize", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
+           "synchronize", "get_amp_supported_dtype", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
            "set_rng_state", "set_eager_mode", "get_eager_mode", "cache_stats", "cache_only", "set_cache_dir"]
