@@ -85,8 +85,8 @@ def _route(func: Any, args: tuple, kwargs: dict) -> Any:
         return route[1](func, args, kwargs)
     if kind == "inplace":
         return _inplace(route[1], args, kwargs)
-    if kind == "inplace_lists":
-        return _inplace_lists(route[1], route[2], route[3], args, kwargs)
+    if kind == "inplace_multi":
+        return _inplace_multi(route[1], route[2], route[3], route[4], args, kwargs)
     if kind == "out":
         return _out(route[1], route[2], args, kwargs)
     if kind == "decomp":
@@ -111,10 +111,10 @@ def _classify(func: Any) -> tuple:
     first = schema.arguments[0] if schema.arguments else None
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
         functional = _functional_of_inplace(func)
-        if functional is not None and isinstance(first.type, torch.ListType):
-            mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None
-                            and a.alias_info.is_write)
-            return ("inplace_lists", functional, mutated, optim_kernels.UNCHANGED.get(functional))
+        mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+        if functional is not None and (isinstance(first.type, torch.ListType) or len(mutated) > 1):
+            return ("inplace_multi", functional, mutated, optim_kernels.UNCHANGED.get(functional),
+                    bool(schema.returns))
         if functional is not None:
             return ("inplace", functional)
     outs = [a.name for a in schema.arguments if a.is_out]
@@ -224,19 +224,24 @@ def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     return self
 
 
-def _inplace_lists(functional: Any, mutated: tuple, unchanged: Callable | None, args: tuple, kwargs: dict) -> None:
-    """An in-place op over tensor lists (``_fused_adam_``): its functional twin returns one
-    list per mutated argument, in order; each element is written into its tensor (except
-    the arguments ``unchanged(args, kwargs)`` names)."""
+def _inplace_multi(functional: Any, mutated: tuple, unchanged: Callable | None, returns_self: bool, args: tuple,
+                   kwargs: dict) -> Any:
+    """An in-place op that mutates several arguments or tensor lists (``_fused_adam_``,
+    ``_amp_update_scale_``): its functional twin returns one result per mutated argument,
+    in order; each is written into its tensor (or list of tensors), except the arguments
+    ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
     results = _route(functional, args, kwargs)
     skip = unchanged(args, kwargs) if unchanged is not None else ()
     for pos, outs in zip(mutated, results):
         if pos in skip:
             continue
-        for dst, src in zip(args[pos], outs):
-            if dst is not src:
-                _assign(dst, src)
-    return None
+        if isinstance(args[pos], (list, tuple)):
+            for dst, src in zip(args[pos], outs):
+                if dst is not src:
+                    _assign(dst, src)
+        else:
+            _assign(args[pos], outs)
+    return args[0] if returns_self else None
 
 
 def _assign(dst: TpuTensor, src: TpuTensor) -> None:

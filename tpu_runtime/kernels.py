@@ -134,6 +134,7 @@ META_FUNCTIONS: dict[Any, Callable] = {
 }
 
 KERNELS.update(optim_kernels.KERNELS)
+KERNELS.update(optim_kernels.AMP_KERNELS)
 META_FUNCTIONS.update(optim_kernels.META_FUNCTIONS)
 
 #: Kernels whose python-float arguments are traced inputs rather than key parts.

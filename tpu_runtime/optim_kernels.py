@@ -1,4 +1,5 @@
-"""Fused optimizer steps: ``torch.optim.Adam/AdamW/SGD/Adagrad(..., fused=True)`` on tpu tensors.
+"""Fused optimizer steps (``torch.optim.Adam/AdamW/SGD/Adagrad(..., fused=True)``) and
+``torch.amp.GradScaler``'s ops on tpu tensors.
 
 A fused optimizer issues one ``aten._fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_`` /
 ``_fused_adagrad_`` call per device and dtype, over lists of every parameter and its state. The
@@ -175,6 +176,38 @@ def fused_adagrad(ctx: Any, self: list, grads: list, state_sums: list, state_ste
                     found_inf, with_steps=len(ctx.meta) == 4)
 
 
+def amp_unscale(ctx: Any, self: list, found_inf: Any, inv_scale: Any) -> tuple:
+    """_amp_foreach_non_finite_check_and_unscale(Tensor[] self, Tensor found_inf, Tensor inv_scale) -> (Tensor[] self_out, Tensor found_inf_out)
+
+    ``GradScaler.unscale_``: every gradient times ``inv_scale``; ``found_inf`` becomes 1
+    if any gradient holds an inf or NaN (it is left as it was otherwise).
+    """
+    scale = jnp.reshape(inv_scale, ()).astype(jnp.float32)
+    bad = jnp.zeros((), bool)
+    outs = []
+    for g in self:
+        bad = bad | ~jnp.all(jnp.isfinite(g))
+        outs.append((g.astype(jnp.float32) * scale).astype(g.dtype))
+    return outs, jnp.where(bad, jnp.ones_like(found_inf), found_inf)
+
+
+def amp_update_scale(ctx: Any, self: Any, growth_tracker: Any, found_inf: Any, scale_growth_factor: Any,
+                     scale_backoff_factor: Any, growth_interval: int) -> tuple:
+    """_amp_update_scale(Tensor self, Tensor growth_tracker, Tensor found_inf, float scale_growth_factor, float scale_backoff_factor, int growth_interval) -> (Tensor, Tensor growth_tracker_out)
+
+    ``GradScaler.update``: after an inf/NaN the scale backs off and the tracker resets;
+    after ``growth_interval`` clean steps in a row the scale grows (if it stays finite).
+    """
+    inf = jnp.reshape(found_inf, self.shape) > 0
+    grown = growth_tracker + 1
+    grow = grown >= growth_interval
+    bigger = self * jnp.asarray(scale_growth_factor, self.dtype)
+    scale = jnp.where(inf, self * jnp.asarray(scale_backoff_factor, self.dtype),
+                      jnp.where(grow & jnp.isfinite(bigger), bigger, self))
+    tracker = jnp.where(inf | grow, jnp.zeros_like(growth_tracker), grown)
+    return scale, tracker
+
+
 #: Kernels by functional op; the dispatcher writes their outputs back for the in-place ops.
 KERNELS = {
     aten._fused_adam.default: fused_adam,
@@ -185,6 +218,11 @@ KERNELS = {
     aten._fused_sgd.tensor_lr: fused_sgd,
     aten._fused_adagrad.default: fused_adagrad,
     aten._fused_adagrad.tensor_lr: fused_adagrad,
+}
+#: GradScaler's ops (torch has meta kernels for them).
+AMP_KERNELS = {
+    aten._amp_foreach_non_finite_check_and_unscale.default: amp_unscale,
+    aten._amp_update_scale.default: amp_update_scale,
 }
 
 
@@ -213,4 +251,4 @@ def _lists_meta(n: int, *args: Any, **kwargs: Any) -> tuple:
 META_FUNCTIONS = {op: functools.partial(_lists_meta, len(op._schema.returns)) for op in KERNELS}
 
 
-__all__ = ["fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "KERNELS", "META_FUNCTIONS", "UNCHANGED"]
+__all__ = ["fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "amp_unscale", "amp_update_scale", "KERNELS", "AMP_KERNELS", "META_FUNCTIONS", "UNCHANGED"]

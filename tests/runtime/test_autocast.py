@@ -74,3 +74,26 @@ def test_autocast_training_in_fused_eager_and_compiled_forward_match_cpu():
         ref = model(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float().cpu(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["adamw", "adamw-fused"])
+def test_grad_scaler_unscales_skips_overflow_and_updates_the_scale_as_on_cpu(fused):
+    torch.manual_seed(0)
+    base, x = torch.nn.Linear(8, 4), torch.randn(5, 8)
+    runs = {}
+    for device in ("cpu", "tpu"):
+        model = copy.deepcopy(base).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=fused)
+        scaler = torch.amp.GradScaler(device, init_scale=2.0 ** 16, growth_interval=2)
+        scales = []
+        for step in range(5):
+            with torch.autocast(device, dtype=torch.float16):
+                loss = model(x.to(device)).float().pow(2).mean() * (1e30 if step == 1 else 1.0)  # step 1 overflows
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        runs[device] = scales, model.weight.detach().cpu()
+    assert runs["tpu"][0] == runs["cpu"][0] and runs["cpu"][0][1] == 2.0 ** 15  # backed off, then grew
+    torch.testing.assert_close(runs["tpu"][1], runs["cpu"][1], rtol=1e-5, atol=1e-6)
