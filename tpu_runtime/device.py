@@ -96,6 +96,7 @@ def register() -> None:
     from tpu_runtime import autocast
 
     _STATE["autocast"] = autocast.register()
+
     _STATE["registered"] = True
     jax.devices()  # initialize the JAX backend now, not inside the first op
 

@@ -119,7 +119,11 @@ class TpuTensor(torch.Tensor):
         return new
 
     def __reduce_ex__(self, proto: int) -> tuple:
-        return _rebuild, (self.detach().cpu(), self.requires_grad)
+        # Pickled as PyTorch pickles any storage-less PrivateUse1 tensor: a CPU copy and torch's
+        # rebuild function, which honours ``torch.load(map_location=...)`` and is allowed by
+        # ``weights_only=True`` (a CPU-only process can load a tpu checkpoint with map_location="cpu").
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (self.detach().cpu(), self.dtype, str(DEVICE), self.requires_grad))
 
     # Declaring the flatten protocol makes ``nn.Module.to()`` / ``.half()`` swap parameters
     # in place (``torch.utils.swap_tensors``) instead of re-wrapping them: a parameter keeps
@@ -141,11 +145,6 @@ class TpuTensor(torch.Tensor):
         from tpu_runtime.compile_tensors import unflatten
 
         return unflatten(inner, outer_size, outer_stride)
-
-
-def _rebuild(cpu: torch.Tensor, requires_grad: bool) -> torch.Tensor:
-    """Unpickle a tpu tensor (pickled through a CPU copy)."""
-    return cpu.to(DEVICE).requires_grad_(requires_grad)
 
 
 def new_tensor(value: Any, shape: tuple, dtype: torch.dtype) -> TpuTensor:

@@ -69,3 +69,20 @@ def test_error_inside_backward_is_raised_not_fatal():
         Bad.apply(t).sum().backward()
     # the device still works afterwards
     assert (t.detach() + 1).sum().item() == 24.0
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_activation_checkpointing_matches_cpu(reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8))
+    x = torch.randn(4, 8)
+    grads = {}
+    for device in ("cpu", "tpu"):
+        m = copy.deepcopy(block).to(device)
+        xx = x.clone().to(device).requires_grad_()
+        checkpoint(m, xx, use_reentrant=reentrant).sum().backward()
+        grads[device] = (m[0].weight.grad.cpu(), xx.grad.cpu())
+    for a, b in zip(grads["tpu"], grads["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

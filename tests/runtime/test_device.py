@@ -148,6 +148,24 @@ def test_deepcopy_and_pickle():
     assert torch.equal(pickle.loads(pickle.dumps(t)).cpu(), torch.arange(3.0))
 
 
+def test_torch_save_and_load_of_a_tpu_checkpoint(tmp_path):
+    model = tiny_mlp().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3).to("tpu")).sum().backward()
+    opt.step()
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, tmp_path / "ckpt.pt")
+    ckpt = torch.load(tmp_path / "ckpt.pt")  # weights_only=True, torch's default
+    assert all(v.device.type == "tpu" for v in ckpt["model"].values())
+    restored = tiny_mlp().to("tpu")
+    restored.load_state_dict(ckpt["model"])
+    opt2 = torch.optim.AdamW(restored.parameters(), lr=0.1)
+    opt2.load_state_dict(ckpt["opt"])
+    assert torch.equal(restored[0].weight.cpu(), model[0].weight.cpu())
+    on_cpu = torch.load(tmp_path / "ckpt.pt", map_location="cpu")  # e.g. a machine without the device
+    assert all(v.device.type == "cpu" for v in on_cpu["model"].values())
+    assert torch.equal(on_cpu["model"]["0.weight"], model[0].weight.cpu())
+
+
 def test_unsupported_op_names_the_op_and_fallback_is_reported():
     t = torch.tensor([0.0, 1.0, 0.0, 2.0]).to("tpu")
     with pytest.raises(UnsupportedOpError, match=r"aten\.nonzero\.default.*set_cpu_fallback"):
