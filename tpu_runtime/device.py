@@ -9,6 +9,8 @@ would do, from Python, with PyTorch's documented registration APIs:
   (``is_available``, ``manual_seed_all`` so ``torch.manual_seed`` seeds the device…);
 * a PrivateUse1 hooks object and device guard, which the autograd engine needs
   to run backward on the device;
+* ``pin_memory`` for the tpu device (a plain CPU copy: nothing to pin for JAX), so
+  ``DataLoader(pin_memory=True)`` keeps working once tpu is the current accelerator;
 * ``torch.autocast("tpu")`` kernels on the AutocastPrivateUse1 key (:mod:`tpu_runtime.autocast`);
 * ``torch.library`` kernels on the PrivateUse1 key for the entry points that take
   no tpu tensor (``torch.empty(..., device="tpu")``, ``arange``, ``full``,
@@ -61,6 +63,32 @@ class _Guard(torch._C._acc.DeviceGuard):
         return torch._C._autograd.DeviceType.PrivateUse1
 
 
+def _pin_target(device: Any) -> bool:
+    """Whether a pin-memory call (``device`` given, or the current accelerator) is for the tpu device."""
+    if device is None:
+        acc = torch.accelerator.current_accelerator()
+        return acc is not None and acc.type == "tpu"
+    return torch.device(device).type == "tpu"
+
+
+_AFTER_BACKEND_SELECT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+
+
+def _pin_memory(keyset: Any, self: torch.Tensor, device: Any = None) -> torch.Tensor:
+    """``_pin_memory`` for the tpu device: a contiguous CPU copy (JAX copies from pageable
+    memory; there is no pinned allocator to ask). Any other device: PyTorch's own kernel."""
+    if _pin_target(device):
+        return self.clone(memory_format=torch.contiguous_format)
+    return torch.ops.aten._pin_memory.default.redispatch(keyset & _AFTER_BACKEND_SELECT, self, device)
+
+
+def _is_pinned(keyset: Any, self: torch.Tensor, device: Any = None) -> bool:
+    """``is_pinned`` for the tpu device: ``False`` (nothing is pinned for it). Otherwise PyTorch's kernel."""
+    if _pin_target(device):
+        return False
+    return torch.ops.aten.is_pinned.default.redispatch(keyset & _AFTER_BACKEND_SELECT, self, device)
+
+
 def _factory(op: Any, *args: Any, **kwargs: Any) -> Any:
     from tpu_runtime.dispatch import dispatch
 
@@ -92,6 +120,11 @@ def register() -> None:
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet), overload or "default")
         lib.impl(name, functools.partial(_factory, op), "PrivateUse1")
+    # ``x.pin_memory()`` / ``DataLoader(pin_memory=True)`` ask the current accelerator (tpu) for a pinned
+    # allocator, which a Python backend cannot provide: these two ops are answered at BackendSelect
+    # (every call passes it) for the tpu device and handed on unchanged for any other.
+    lib.impl("_pin_memory", _pin_memory, "BackendSelect", with_keyset=True)
+    lib.impl("is_pinned", _is_pinned, "BackendSelect", with_keyset=True)
     _STATE["library"] = lib
     from tpu_runtime import autocast
 

@@ -229,3 +229,13 @@ def test_multihead_attention_inference_fast_path():
         got, got_w = mha.to("tpu")(tx, tx, tx, key_padding_mask=pad.to("tpu"))
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-5, atol=1e-6)
+
+
+def test_pin_memory_and_a_pinning_dataloader_work_with_tpu_as_the_accelerator():
+    assert torch.accelerator.current_accelerator().type == "tpu"
+    x = torch.randn(3, 2)
+    pinned = x.pin_memory()  # would ask a pinned allocator no Python backend can provide
+    assert pinned is not x and torch.equal(pinned, x) and not x.is_pinned()
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
+    (batch,) = next(iter(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)))
+    assert torch.equal(batch.to("tpu", non_blocking=True).cpu(), torch.tensor([[0.0, 1.0], [2.0, 3.0]]))
