@@ -80,10 +80,86 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
 
 
+def memory_stats(device: Any = None) -> dict:
+    """The device's allocator statistics as JAX reports them (``bytes_in_use``,
+    ``peak_bytes_in_use``, ``bytes_limit``… on TPU and GPU), plus
+    ``allocated_bytes.all.current``: the bytes of every live array on the device."""
+    d = jax.devices()[0]
+    stats = dict(d.memory_stats() or {})
+    stats["allocated_bytes.all.current"] = sum(a.nbytes for a in jax.live_arrays() if d in a.devices())
+    return stats
+
+
+def memory_allocated(device: Any = None) -> int:
+    """Bytes held on the device: the allocator's ``bytes_in_use`` where JAX reports it, else the
+    bytes of every live array (JAX's CPU backend keeps no allocator statistics)."""
+    stats = memory_stats(device)
+    return int(stats.get("bytes_in_use", stats["allocated_bytes.all.current"]))
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    """Peak bytes held on the device (``peak_bytes_in_use``) where JAX reports it; else the current
+    :func:`memory_allocated` (no peak is kept without an allocator)."""
+    stats = memory_stats(device)
+    return int(stats.get("peak_bytes_in_use", stats.get("bytes_in_use", stats["allocated_bytes.all.current"])))
+
+
+def memory_reserved(device: Any = None) -> int:
+    """Bytes the allocator holds (``bytes_reserved`` / ``pool_bytes``), else :func:`memory_allocated`."""
+    stats = memory_stats(device)
+    return int(stats.get("bytes_reserved", stats.get("pool_bytes", memory_allocated(device))))
+
+
+def empty_cache() -> None:
+    """Run pending work; JAX frees device buffers as soon as their arrays die, so there is no
+    cache of freed blocks to release."""
+    sync()
+
+
+class Event:
+    """``torch.cuda.Event`` for the tpu device: :meth:`record` waits for pending work (the
+    device runs one stream) and takes a host timestamp, so :meth:`elapsed_time` between two
+    recorded events measures the device work in between."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        self.enable_timing = enable_timing
+        self._time: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        """Mark this point: everything issued before it has finished."""
+        import time
+
+        synchronize()
+        self._time = time.perf_counter()
+
+    def query(self) -> bool:
+        """Whether the work before :meth:`record` has finished (recording waits for it)."""
+        return self._time is not None
+
+    def synchronize(self) -> None:
+        """Wait for the work before :meth:`record` (already done by :meth:`record`)."""
+
+    def wait(self, stream: Any = None) -> None:
+        """Make later work wait for this event (there is one stream: nothing to do)."""
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        """Milliseconds from this event to ``end_event``.
+
+        Raises:
+            RuntimeError: an event was created without ``enable_timing=True`` or not recorded.
+        """
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time")
+        if self._time is None or end_event._time is None:
+            raise RuntimeError("Both events must be recorded before calling elapsed_time()")
+        return (end_event._time - self._time) * 1e3
+
+
 def _is_in_bad_fork() -> bool:
     return False
 
 
 __all__ = ["is_available", "is_initialized", "device_count", "current_device", "set_device", "get_device_name",
-           "synchronize", "get_amp_supported_dtype", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
+           "synchronize", "get_amp_supported_dtype", "memory_stats", "memory_allocated", "max_memory_allocated",
+           "memory_reserved", "empty_cache", "Event", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
            "set_rng_state", "set_eager_mode", "get_eager_mode", "cache_stats", "cache_only", "set_cache_dir"]

@@ -239,3 +239,24 @@ def test_pin_memory_and_a_pinning_dataloader_work_with_tpu_as_the_accelerator():
     data = torch.utils.data.TensorDataset(torch.arange(8.0).reshape(4, 2))
     (batch,) = next(iter(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)))
     assert torch.equal(batch.to("tpu", non_blocking=True).cpu(), torch.tensor([[0.0, 1.0], [2.0, 3.0]]))
+
+
+def test_torch_tpu_memory_statistics_and_timing_events():
+    import gc
+
+    gc.collect()  # nothing left over from earlier tests is freed while we count
+    before = torch.tpu.memory_allocated()
+    x = torch.zeros(256, 256).to("tpu")  # 256 KiB of float32
+    assert torch.tpu.memory_allocated() - before >= 256 * 256 * 4
+    assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated() > 0
+    assert "allocated_bytes.all.current" in torch.tpu.memory_stats()
+    del x
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_allocated() <= before + 1024
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    start.record()
+    (torch.ones(64, 64).to("tpu") @ torch.ones(64, 64).to("tpu")).sum()
+    end.record()
+    assert end.query() and start.elapsed_time(end) >= 0.0
+    with pytest.raises(RuntimeError, match="enable_timing"):
+        torch.tpu.Event().elapsed_time(end)
