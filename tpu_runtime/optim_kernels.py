@@ -41,6 +41,26 @@ def _skip(found_inf: Any, old: Any, new: Any) -> Any:
     return new if found_inf is None else jnp.where(jnp.reshape(found_inf, ()) == 1, old, new)
 
 
+def _gradient(p: Any, g: Any, grad_scale: Any, maximize: bool) -> tuple:
+    """``(c, p, g_stored, g)``: ``c`` casts to ``p``'s compute dtype; ``p`` in it; the gradient
+    unscaled by ``grad_scale`` (what the step stores back); the gradient to step with
+    (negated for ``maximize``)."""
+    dt = _calc_dtype(p)
+
+    def c(x: Any) -> Any:
+        return jnp.asarray(x).astype(dt)
+
+    gc = c(g)
+    if grad_scale is not None:
+        gc = gc / c(jnp.reshape(grad_scale, ()))
+    return c, c(p), gc, (-gc if maximize else gc)
+
+
+def _l2(g: Any, p: Any, wd: Any, c: Any) -> Any:
+    """``g + wd * p``, or ``g`` itself when ``wd`` is zero (decided on the device)."""
+    return jnp.where(wd != 0, g + p * c(wd), g)
+
+
 def _adam(self: list, grads: list, exp_avgs: list, exp_avg_sqs: list, max_exp_avg_sqs: list, state_steps: list,
           lr: Any, beta1: Any, beta2: Any, weight_decay: Any, eps: Any, amsgrad: bool, maximize: bool,
           grad_scale: Any, found_inf: Any, decoupled: bool) -> tuple:
@@ -50,21 +70,12 @@ def _adam(self: list, grads: list, exp_avgs: list, exp_avg_sqs: list, max_exp_av
         step = _f64(state_steps[i])
         bc1 = 1 - b1 ** step
         bc2_sqrt = jnp.sqrt(1 - b2 ** step)
-        dt = _calc_dtype(p)
-
-        def c(x: Any) -> Any:
-            return jnp.asarray(x).astype(dt)
-
-        pc, gc, mc, vc = c(p), c(g), c(m), c(v)
-        if grad_scale is not None:
-            gc = gc / c(jnp.reshape(grad_scale, ()))
-        g_stored = gc
-        if maximize:
-            gc = -gc
+        c, pc, g_stored, gc = _gradient(p, g, grad_scale, maximize)
+        mc, vc = c(m), c(v)
         if decoupled:
             pc = jnp.where(wd != 0, pc - pc * c(lr64 * wd), pc)
         else:
-            gc = jnp.where(wd != 0, gc + pc * c(wd), gc)
+            gc = _l2(gc, pc, wd, c)
         mc = mc * c(b1) + gc * c(1 - b1)
         vc = vc * c(b2) + gc * gc * c(1 - b2)
         if amsgrad:
@@ -113,18 +124,8 @@ def fused_sgd(ctx: Any, self: list, grads: list, momentum_buffer_list: list, *, 
     outs: tuple[list, list, list] = ([], [], [])
     wd, mom, damp, lr64 = _f64(weight_decay), _f64(momentum), _f64(dampening), _f64(lr)
     for i, (p, g) in enumerate(zip(self, grads)):
-        dt = _calc_dtype(p)
-
-        def c(x: Any) -> Any:
-            return jnp.asarray(x).astype(dt)
-
-        pc, gc = c(p), c(g)
-        if grad_scale is not None:
-            gc = gc / c(jnp.reshape(grad_scale, ()))
-        g_stored = gc
-        if maximize:
-            gc = -gc
-        gc = jnp.where(wd != 0, gc + pc * c(wd), gc)
+        c, pc, g_stored, gc = _gradient(p, g, grad_scale, maximize)
+        gc = _l2(gc, pc, wd, c)
         news, olds = [None, g_stored], [p, g]
         if momentum_buffer_list:
             buf = gc if is_first_step else c(momentum_buffer_list[i]) * c(mom) + gc * c(1 - damp)
@@ -143,18 +144,8 @@ def _adagrad(self: list, grads: list, state_sums: list, state_steps: list, lr: A
     wd, lr64, decay = _f64(weight_decay), _f64(lr), _f64(lr_decay)
     for i, (p, g, acc) in enumerate(zip(self, grads, state_sums)):
         clr = lr64 / (1 + (_f64(state_steps[i]) - 1) * decay)
-        dt = _calc_dtype(p)
-
-        def c(x: Any) -> Any:
-            return jnp.asarray(x).astype(dt)
-
-        pc, gc = c(p), c(g)
-        if grad_scale is not None:
-            gc = gc / c(jnp.reshape(grad_scale, ()))
-        g_stored = gc
-        if maximize:
-            gc = -gc
-        gc = jnp.where(wd != 0, gc + pc * c(wd), gc)
+        c, pc, g_stored, gc = _gradient(p, g, grad_scale, maximize)
+        gc = _l2(gc, pc, wd, c)
         total = c(acc) + gc * gc
         pc = pc - c(clr) * gc / (jnp.sqrt(total) + c(eps))
         for out, old, new in zip(outs, (p, g, acc), (pc, g_stored, total)):
