@@ -155,11 +155,70 @@ class Event:
         return (end_event._time - self._time) * 1e3
 
 
+class Stream:
+    """``torch.cuda.Stream`` for the tpu device. The runtime issues all work in order on one
+    stream (JAX's), so every stream object stands for it: synchronizing one waits for all
+    pending work, and waiting on another stream or event has nothing to order."""
+
+    def __init__(self, device: Any = None, priority: int = 0):
+        self.priority = priority
+
+    @property
+    def device(self) -> torch.device:
+        """``tpu:0``."""
+        return torch.device("tpu", 0)
+
+    def synchronize(self) -> None:
+        """Wait for every pending op."""
+        synchronize()
+
+    def query(self) -> bool:
+        """Whether all work is done (runs it: pending fused ops have no other way to finish)."""
+        synchronize()
+        return True
+
+    def wait_stream(self, stream: "Stream") -> None:
+        """Order after ``stream`` (the same stream: nothing to do)."""
+
+    def wait_event(self, event: "Event") -> None:
+        """Order after ``event`` (one stream: nothing to do)."""
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        """Record ``event`` (or a new one) here and return it."""
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+_STREAM = Stream()
+
+
+def current_stream(device: Any = None) -> Stream:
+    """The stream work is issued on (there is one)."""
+    return _STREAM
+
+
+def default_stream(device: Any = None) -> Stream:
+    """The default stream (the only one)."""
+    return _STREAM
+
+
+def stream(s: Stream | None) -> Stream:
+    """``with torch.tpu.stream(s):`` — work inside goes to the one stream as always."""
+    return s if s is not None else _STREAM
+
+
 def _is_in_bad_fork() -> bool:
     return False
 
 
 __all__ = ["is_available", "is_initialized", "device_count", "current_device", "set_device", "get_device_name",
            "synchronize", "get_amp_supported_dtype", "memory_stats", "memory_allocated", "max_memory_allocated",
-           "memory_reserved", "empty_cache", "Event", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
+           "memory_reserved", "empty_cache", "Event", "Stream", "current_stream", "default_stream", "stream", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
            "set_rng_state", "set_eager_mode", "get_eager_mode", "cache_stats", "cache_only", "set_cache_dir"]

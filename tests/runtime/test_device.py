@@ -260,3 +260,15 @@ def test_torch_tpu_memory_statistics_and_timing_events():
     assert end.query() and start.elapsed_time(end) >= 0.0
     with pytest.raises(RuntimeError, match="enable_timing"):
         torch.tpu.Event().elapsed_time(end)
+
+
+def test_torch_tpu_streams_order_work_on_the_one_stream():
+    s = torch.tpu.Stream()
+    with torch.tpu.stream(s):
+        y = torch.ones(3).to("tpu") * 2
+    torch.tpu.current_stream().wait_stream(s)
+    event = s.record_event()
+    torch.tpu.default_stream().wait_event(event)
+    assert s.query() and event.query()
+    s.synchronize()
+    assert torch.equal(y.cpu(), torch.full((3,), 2.0))
