@@ -111,7 +111,8 @@ def _classify(func: Any) -> tuple:
     first = schema.arguments[0] if schema.arguments else None
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
         functional = _functional_of_inplace(func)
-        mutated = tuple(i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write)
+        mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                        if a.alias_info is not None and a.alias_info.is_write)
         if functional is not None and (isinstance(first.type, torch.ListType) or len(mutated) > 1):
             return ("inplace_multi", functional, mutated, optim_kernels.UNCHANGED.get(functional),
                     bool(schema.returns))
@@ -224,7 +225,7 @@ def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     return self
 
 
-def _inplace_multi(functional: Any, mutated: tuple, unchanged: Callable | None, returns_self: bool, args: tuple,
+def _inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchanged: Callable | None, returns_self: bool, args: tuple,
                    kwargs: dict) -> Any:
     """An in-place op that mutates several arguments or tensor lists (``_fused_adam_``,
     ``_amp_update_scale_``): its functional twin returns one result per mutated argument,
@@ -232,15 +233,16 @@ def _inplace_multi(functional: Any, mutated: tuple, unchanged: Callable | None, 
     ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
     results = _route(functional, args, kwargs)
     skip = unchanged(args, kwargs) if unchanged is not None else ()
-    for pos, outs in zip(mutated, results):
+    for (pos, name), outs in zip(mutated, results):
         if pos in skip:
             continue
-        if isinstance(args[pos], (list, tuple)):
-            for dst, src in zip(args[pos], outs):
+        target = args[pos] if pos < len(args) else kwargs[name]
+        if isinstance(target, (list, tuple)):
+            for dst, src in zip(target, outs):
                 if dst is not src:
                     _assign(dst, src)
-        else:
-            _assign(args[pos], outs)
+        elif target is not None:
+            _assign(target, outs)
     return args[0] if returns_self else None
 
 
