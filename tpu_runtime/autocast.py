@@ -9,9 +9,11 @@ with CUDA's three policies:
 
 * **lower precision** (matrix products, convolutions, RNN cells, attention): floating
   inputs are cast to the autocast dtype;
-* **float32** (reductions, norms, losses, softmax, ``exp``/``log``/``pow``…, where
-  bfloat16/float16 lose too much): half-precision inputs are cast to float32;
-* **promote** (``cat``, ``stack``, ``addcmul``…, ops combining several inputs):
+* **float32** (sums, norms, losses, softmax, ``exp``/``log``/``pow``…, where
+  bfloat16/float16 lose too much): half-precision inputs are cast to float32 (CUDA's
+  "set/append dtype" ops, which compute in float32 without casting their input, give
+  the same float32 result);
+* **promote** (``addcmul``, ``dot``, ``index_put``…, ops combining several inputs):
   inputs are cast to the widest floating dtype among them.
 
 Every other op falls through the key unchanged. Only tpu tensors of float16,
@@ -31,30 +33,32 @@ _KEY = "AutocastPrivateUse1"
 _HALF = (torch.float16, torch.bfloat16)
 _CASTABLE = (torch.float16, torch.bfloat16, torch.float32)
 
+# PyTorch's lists for CUDA (``AT_FORALL_LOWER_PRECISION_FP``, ``AT_FORALL_FP32``,
+# ``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_PROMOTE`` in ``ATen/autocast_mode.h``).
 LOWER_PRECISION = (
-    "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul", "linear", "mv", "addmv", "addr", "dot", "vdot",
-    "einsum", "chain_matmul", "linalg_multi_dot", "prelu",
-    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
-    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
-    "scaled_dot_product_attention",
+    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
+    "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
+    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
 )
 FLOAT32 = (
     "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
-    "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm", "native_group_norm",
-    "batch_norm", "norm", "frobenius_norm", "nuclear_norm", "linalg_vector_norm", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "nll_loss_nd", "hinge_embedding_loss",
-    "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss",
+    "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm", "frobenius_norm",
+    "nuclear_norm", "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
+    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss",
     "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
-    "binary_cross_entropy_with_logits", "cross_entropy_loss", "dist", "pdist", "cdist", "renorm", "logsumexp",
-    "sum", "prod", "cumsum", "cumprod", "mean", "var", "std", "var_mean", "std_mean",
-    "softmax", "log_softmax", "_softmax", "_log_softmax",
-    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d",
-    "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_nearest_exact2d",
+    "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
+    "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d", "_upsample_nearest_exact2d",
+    "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+    "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa",
+    # CUDA's "fp32_set_opt_dtype" and "fp32_append_dtype" ops: float32 results for half inputs too.
+    "prod", "softmax", "log_softmax", "cumprod", "cumsum", "linalg_vector_norm", "linalg_matrix_norm", "sum",
+    "norm",
 )
 PROMOTE = (
-    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "linalg_cross", "grid_sampler", "index_put",
-    "scatter_add", "tensordot", "cat", "stack",
+    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put", "tensordot",
+    "scatter_add",
 )
 
 
