@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
-from converter.errors import UnsupportedOpError
 from converter.lowering import registry
 from tpu_runtime import fastpath, kernels, optim_kernels
 from tpu_runtime import tensor as tensor_module
@@ -101,7 +100,7 @@ def _classify(func: Any) -> tuple:
         functional = _functional_of_inplace(func)
         if functional is not None:
             return ("special", lambda f, a, k: _inplace_view(functional, a, k))
-    if _table_row(func) is not None:
+    if registry.find(func) is not None:
         return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
     if func in kernels.KERNELS:
         return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC, func in INDEXING_OPS, next(_TAGS))
@@ -152,13 +151,6 @@ def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int
     if out is NotImplemented:
         return missing(func, args, kwargs)
     return out
-
-
-def _table_row(func: Any) -> Any:
-    try:
-        return registry.lookup(func)
-    except UnsupportedOpError:
-        return None
 
 
 # --------------------------------------------------------------------------- in-place and out=
@@ -238,12 +230,17 @@ def _inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchan
             continue
         target = args[pos] if pos < len(args) else kwargs[name]
         if isinstance(target, (list, tuple)):
-            for dst, src in zip(target, outs):
-                if dst is not src:
-                    _assign(dst, src)
+            assign_each(target, outs)
         elif target is not None:
             _assign(target, outs)
     return args[0] if returns_self else None
+
+
+def assign_each(dsts: Any, srcs: Any) -> None:
+    """Write each tpu tensor of ``srcs`` into the tensor of ``dsts`` at its position."""
+    for dst, src in zip(dsts, srcs):
+        if dst is not src:
+            _assign(dst, src)
 
 
 def _assign(dst: TpuTensor, src: TpuTensor) -> None:

@@ -25,7 +25,6 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from converter.errors import UnsupportedOpError
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
 from converter.lowering.interpreter import conform
@@ -82,10 +81,9 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
             results = _execute(plan, ins)
             if functional is func:
                 return results
-            from tpu_runtime.dispatch import _assign
+            from tpu_runtime.dispatch import assign_each
 
-            for dst, src in zip(args[0], results):
-                _assign(dst, src)
+            assign_each(args[0], results)
             return None
     return _elementwise(func, name, args, kwargs)
 
@@ -164,7 +162,7 @@ def _route(func: Any, name: str, args: tuple, kwargs: dict) -> tuple | None:
     if len(ops) != 1:  # the per-tensor op decomposes: element by element
         return None
     op = ops[0]
-    if _row(op) is None and op not in kernels.KERNELS:
+    if registry.find(op) is None and op not in kernels.KERNELS:
         return None
     args_schema = functional._schema.arguments
     scalars = [i for i, a in enumerate(args_schema) if a.name == "scalars" and isinstance(a.type, torch.TensorType)]
@@ -183,18 +181,11 @@ def _meta_with_cpu_scalars(functional: Any, index: int, *args: Any, **kwargs: An
     return functional(*args, **kwargs)
 
 
-def _row(op: Any) -> Any:
-    try:
-        return registry.lookup(op)
-    except UnsupportedOpError:
-        return None
-
-
 def _kernel(functional: Any, name: str, op: Any) -> Callable:
     """The plan function of a foreach call: ``op``'s row (or runtime kernel) on every element."""
     from tpu_runtime import kernels
 
-    row = _row(op)
+    row = registry.find(op)
     base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
 
     def kernel(ctx: Any, *args: Any, **kwargs: Any) -> list:

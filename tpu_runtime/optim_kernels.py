@@ -230,7 +230,8 @@ def _adagrad_unchanged(args: tuple, kwargs: dict) -> tuple:
 
 #: Functional op → which mutated argument positions come back unchanged for a call (not written back:
 #: a gradient is often a view, and writing it through its view chain would cost a scatter).
-UNCHANGED = {op: _adagrad_unchanged if "adagrad" in str(op) else _grads_unless_scaled for op in KERNELS}
+UNCHANGED = {op: _grads_unless_scaled for op in KERNELS}
+UNCHANGED[aten._fused_adagrad.default] = UNCHANGED[aten._fused_adagrad.tensor_lr] = _adagrad_unchanged
 
 
 def _lists_meta(n: int, *args: Any, **kwargs: Any) -> tuple:

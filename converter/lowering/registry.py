@@ -104,6 +104,12 @@ def lookup(op: Any, target: str = "tpu", location: SourceLocation | None = None)
     raise UnsupportedOpError(name, target, location, nearest=nearest[:5])
 
 
+def find(op: Any) -> Lowering | None:
+    """The lowering of ``op``, or ``None`` (no error built: for callers that try other routes)."""
+    _ensure_loaded()
+    return _OVERRIDES.get(op) or _TABLE.get(op)
+
+
 def registered() -> dict[OpOverload, Lowering]:
     """A copy of the whole table (loads every family module first)."""
     _ensure_loaded()
