@@ -5,8 +5,10 @@ For each op overload the route is decided once and cached:
 1. a handful of ops the runtime implements itself: device transfers (``_to_copy``,
    ``copy_``), scalars (``item``), aliases (``detach``), view spellings that map
    onto table ops (``t``/``transpose`` → ``permute``, ``_unsafe_view`` → ``view``),
-   in-place view ops (``unsqueeze_``: the tensor becomes the view) and the fused
-   transformer inference fast paths (:mod:`tpu_runtime.fastpath`);
+   in-place view ops (``unsqueeze_``: the tensor becomes the view), the fused
+   transformer inference fast paths (:mod:`tpu_runtime.fastpath`) and the ops with a
+   data-dependent output shape (:mod:`tpu_runtime.dynamic`; boolean-mask indexing is
+   routed there from the indexing ops' table rows);
 2. ops with a row in the lowering table, or a runtime kernel built from rows
    (:mod:`tpu_runtime.kernels`): an :class:`~tpu_runtime.plans.OpPlan` run by the
    current eager mode (:mod:`tpu_runtime.execute`, the per-op hot path). View ops (``view``, ``slice``, ``permute``…) return views
@@ -31,7 +33,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from tpu_runtime import fastpath, kernels, optim_kernels
+from tpu_runtime import dynamic, fastpath, kernels, optim_kernels
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -74,6 +76,8 @@ def _route(func: Any, args: tuple, kwargs: dict) -> Any:
         route = _ROUTES[id(func)] = _classify(func) + (func,)
     kind = route[0]
     if kind == "op":
+        if route[3] and dynamic.needs_masks(func, args):  # x[mask]: the mask becomes indices (a sync)
+            return dynamic.masked_indexing(func, args, kwargs)
         try:
             return _run(func, args, kwargs, route)
         except ShapeInferenceError:
@@ -200,7 +204,8 @@ def _functional_of_out(func: Any, outs: list) -> Any:
 def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     self = args[0]
     route = _ROUTES.get(id(functional))
-    if type(self) is TpuTensor and route is not None and route[0] == "op" and route[-1] is functional:
+    if (type(self) is TpuTensor and route is not None and route[0] == "op" and route[-1] is functional
+            and not (route[3] and dynamic.needs_masks(functional, args))):
         try:  # the common case: the result goes into ``self`` without a wrapper tensor in between
             out = _run(functional, args, kwargs, route, self)
         except ShapeInferenceError:
@@ -397,6 +402,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten.squeeze.dim: _squeeze,
     aten._fused_sdp_choice.default: _sdp_choice,
     **fastpath.HANDLERS,
+    **dynamic.HANDLERS,
 }
 
 

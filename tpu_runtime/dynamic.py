@@ -1,0 +1,265 @@
+"""Ops whose output shape depends on the data, in eager mode.
+
+``nonzero`` (and ``argwhere``, ``torch.where(cond)``), ``masked_select``, boolean-mask
+indexing (``x[mask]``, ``x[mask] = values``), ``unique`` (plain, ``dim=``,
+``unique_consecutive``), ``bincount`` and ``repeat_interleave`` with tensor repeats
+cannot be compiled for a shape known in advance, and the lowering table (shared
+with the exporters, which have no data) refuses them. The runtime has the data, so
+it resolves the length first: a small plan computes it on the device and its value
+is read back — a sync point, as ``.item()`` is (fused eager runs its pending graph
+first). The op then runs as a static-shape plan for that length: the table's own
+row where one exists (``nonzero_static``, ``index.Tensor`` / ``index_put`` with
+integer indices, ``repeat_interleave(output_size=)``), else a kernel here built on
+``jnp.unique``/``jnp.bincount`` with a ``size``.
+
+Each distinct length is its own plan (compiled once, then cached), as any op on a
+new shape is. A boolean mask that lives on the CPU needs no sync (its ``nonzero``
+runs on the CPU, and indexing ops take CPU index tensors).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from tpu_runtime.cache import CACHE
+from tpu_runtime.execute import _execute, run_op
+from tpu_runtime.plans import OpPlan, custom_plan
+from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.values import materialize
+
+aten = torch.ops.aten
+_MASKS = (torch.bool, torch.uint8)
+_PLANS: dict[tuple, OpPlan] = {}
+CACHE.on_clear(_PLANS.clear)
+
+
+def _plan(key: tuple, name: str, fn: Callable, out_specs: tuple) -> OpPlan:
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = custom_plan(key, name, fn, out_specs)
+    return plan
+
+
+def _length(name: str, fn: Callable, *xs: TpuTensor, static: tuple = ()) -> int:
+    """``fn(*values)`` (an integer scalar) computed on the device and read back: a sync point.
+
+    ``static`` holds the python values ``fn`` closes over (part of the plan's key).
+    """
+    key = ("length", name, tuple(x._spec for x in xs), static)
+    plan = _plan(key, f"{name} (output length)", lambda *v: (jnp.asarray(fn(*v), jnp.int64),),
+                 (((), torch.int64),))
+    return int(np.asarray(materialize(_execute(plan, list(xs)))))
+
+
+def _bound(func: Any, args: tuple, kwargs: dict) -> list:
+    """The call's arguments in schema order, defaults filled in."""
+    return [args[i] if i < len(args) else kwargs.get(a.name, a.default_value)
+            for i, a in enumerate(func._schema.arguments)]
+
+
+# --------------------------------------------------------------------------- nonzero, masks
+
+
+def _nonzero(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """nonzero(Tensor self) -> Tensor: ``nonzero_static`` with the counted size."""
+    x = args[0]
+    n = _length("nonzero", jnp.count_nonzero, x)
+    return run_op(aten.nonzero_static.default, (x,), {"size": n})
+
+
+def needs_masks(func: Any, args: tuple) -> bool:
+    """Whether an indexing call (``index.Tensor``, ``index_put``) has a boolean mask that the
+    table's static row cannot take: any mask of a read; a mask of a write of several values
+    (a write of one value is a ``select`` in the table)."""
+    indices = args[1]
+    for i in indices:
+        if i is not None and i.dtype in _MASKS:
+            return func is aten.index.Tensor or args[2].numel() != 1
+    return False
+
+
+def expand_masks(self: torch.Tensor, indices: list) -> list:
+    """``indices`` with each boolean mask replaced by the integer indices of its true
+    elements (one index tensor per masked dim), as torch itself expands them.
+
+    Raises:
+        IndexError: a mask's shape differs from the dims of ``self`` it indexes.
+    """
+    out, dim = [], 0
+    for i in indices:
+        if i is None or i.dtype not in _MASKS:
+            out.append(i)
+            dim += 1
+            continue
+        k = i.dim()
+        if k == 0 or tuple(i.shape) != tuple(self.shape[dim:dim + k]):
+            raise IndexError(f"The shape of the mask {list(i.shape)} at index {dim} does not match the shape of "
+                             f"the indexed tensor {list(self.shape)} at index {dim}"
+                             + (" (0-d boolean indices are not supported on the tpu device)" if k == 0 else ""))
+        out.extend(torch.nonzero(i).unbind(1))
+        dim += k
+    return out
+
+
+def masked_indexing(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``index.Tensor`` / ``index_put`` with boolean masks: the masks become integer indices."""
+    return run_op(func, (args[0], expand_masks(args[0], list(args[1]))) + tuple(args[2:]), kwargs)
+
+
+def _masked_select(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """masked_select(Tensor self, Tensor mask) -> Tensor: ``self[mask]`` after broadcasting both."""
+    self, mask = args[0], args[1]
+    if tuple(self.shape) != tuple(mask.shape):
+        self, mask = torch.broadcast_tensors(self, mask)
+    return masked_indexing(aten.index.Tensor, (self, [mask]), {})
+
+
+# --------------------------------------------------------------------------- unique
+
+
+def _distinct_rows(rows: Any) -> Any:
+    """The number of distinct rows of a 2-d array (NaNs are all distinct, as in torch)."""
+    if rows.shape[0] == 0:
+        return 0
+    order = jnp.lexsort(rows.T[::-1]) if rows.shape[1] > 1 else jnp.argsort(rows[:, 0])
+    s = rows[order]
+    return 1 + jnp.sum(jnp.any(s[1:] != s[:-1], axis=1))
+
+
+def _empty_long() -> Any:
+    return jnp.zeros((0,), jnp.int64)
+
+
+def _unique2(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """_unique2(Tensor self, bool sorted=True, bool return_inverse=False, bool return_counts=False)
+    -> (Tensor, Tensor, Tensor): sorted unique values (NaNs distinct), the inverse and counts
+    when asked for (empty otherwise, as on the CPU)."""
+    x, _, want_inverse, want_counts = _bound(func, args, kwargs)
+    n = _length("unique", lambda v: _distinct_rows(v.reshape(-1, 1)), x)
+    shape, dtype = x._spec
+
+    def fn(v: Any) -> tuple:
+        vals, inverse, counts = jnp.unique(v.reshape(-1), return_inverse=True, return_counts=True, size=n,
+                                           equal_nan=False)
+        return (vals, inverse.reshape(shape) if want_inverse else _empty_long(),
+                counts if want_counts else _empty_long())
+
+    specs = (((n,), dtype), (shape if want_inverse else (0,), torch.int64), ((n if want_counts else 0,), torch.int64))
+    plan = _plan(("unique", x._spec, n, want_inverse, want_counts), "aten._unique2", fn, specs)
+    return _execute(plan, [x])
+
+
+def _unique_dim(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False)
+    -> (Tensor, Tensor, Tensor): unique slices along ``dim``, sorted lexicographically (the
+    inverse and counts are always computed, as on the CPU)."""
+    x, dim = args[0], args[1]
+    shape, dtype = x._spec
+    d = dim % max(len(shape), 1)
+
+    def rows(v: Any) -> Any:
+        return jnp.moveaxis(v, d, 0).reshape(v.shape[d], -1)
+
+    n = _length("unique_dim", lambda v: _distinct_rows(rows(v)), x, static=(d,))
+
+    def fn(v: Any) -> tuple:
+        vals, inverse, counts = jnp.unique(v, return_inverse=True, return_counts=True, axis=d, size=n,
+                                           equal_nan=False)
+        return vals, inverse.reshape(-1), counts
+
+    out = tuple(n if i == d else s for i, s in enumerate(shape))
+    specs = ((out, dtype), ((shape[d],), torch.int64), ((n,), torch.int64))
+    return _execute(_plan(("unique_dim", x._spec, d, n), "aten.unique_dim", fn, specs), [x])
+
+
+def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None)
+    -> (Tensor, Tensor, Tensor): one element (or slice along ``dim``) per run of equal ones."""
+    x, want_inverse, want_counts, dim = _bound(func, args, kwargs)
+    shape, dtype = x._spec
+    d = None if dim is None else dim % max(len(shape), 1)
+
+    def rows(v: Any) -> Any:
+        return v.reshape(-1, 1) if d is None else jnp.moveaxis(v, d, 0).reshape(v.shape[d], -1)
+
+    def changes(v: Any) -> Any:
+        r = rows(v)
+        return jnp.concatenate([jnp.ones((min(r.shape[0], 1),), bool), jnp.any(r[1:] != r[:-1], axis=1)])
+
+    n = _length("unique_consecutive", lambda v: jnp.sum(changes(v)), x, static=(d,))
+    length = int(np.prod(shape)) if d is None else shape[d]
+
+    def fn(v: Any) -> tuple:
+        change = changes(v)
+        starts = jnp.nonzero(change, size=n)[0]
+        vals = v.reshape(-1)[starts] if d is None else jnp.take(v, starts, axis=d)
+        inverse = jnp.cumsum(change.astype(jnp.int64)) - 1
+        counts = jnp.diff(jnp.concatenate([starts, jnp.array([length])])).astype(jnp.int64)
+        inv_shape = shape if d is None else (length,)
+        return (vals, inverse.reshape(inv_shape) if want_inverse else _empty_long(),
+                counts if want_counts else _empty_long())
+
+    out = (n,) if d is None else tuple(n if i == d else s for i, s in enumerate(shape))
+    inv = (shape if d is None else (length,)) if want_inverse else (0,)
+    specs = ((out, dtype), (inv, torch.int64), ((n if want_counts else 0,), torch.int64))
+    plan = _plan(("unique_consecutive", x._spec, d, n, want_inverse, want_counts), "aten.unique_consecutive", fn,
+                 specs)
+    return _execute(plan, [x])
+
+
+# --------------------------------------------------------------------------- counts and repeats
+
+
+def _bincount(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor: length
+    ``max(self) + 1`` (at least ``minlength``); int64 counts, or summed weights (float32 for
+    float32 weights, else float64, as on the CPU)."""
+    x, weights, minlength = _bound(func, args, kwargs)
+    if x.dim() != 1 or x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and tuple(weights.shape) != tuple(x.shape):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    n = _length("bincount", lambda v: jnp.where(jnp.min(v, initial=0) < 0, -1,
+                                                  jnp.maximum(jnp.max(v, initial=-1) + 1, minlength)),
+                x, static=(int(minlength),))
+    if n < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is None:
+        plan = _plan(("bincount", x._spec, n), "aten.bincount", lambda v: (jnp.bincount(v, length=n),),
+                     (((n,), torch.int64),))
+        return _execute(plan, [x])
+    dtype = torch.float32 if weights.dtype == torch.float32 else torch.float64
+    jdt = jnp.float32 if dtype == torch.float32 else jnp.float64
+    plan = _plan(("bincount", x._spec, weights._spec, n), "aten.bincount",
+                 lambda v, w: (jnp.bincount(v, w.astype(jdt), length=n).astype(jdt),), (((n,), dtype),))
+    return _execute(plan, [x, weights])
+
+
+def _repeat_interleave(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor: the
+    table's row, given the output size (counted when the caller did not pass it)."""
+    if kwargs.get("output_size") is not None:
+        return run_op(func, args, kwargs)
+    repeats = args[0]
+    n = _length("repeat_interleave", lambda r: jnp.where(jnp.any(r < 0), -1, jnp.sum(r)), repeats)
+    if n < 0:
+        raise RuntimeError("repeats can not be negative")
+    return run_op(func, (repeats,), {**kwargs, "output_size": n})
+
+
+#: Dispatcher entries: ops with a data-dependent output shape.
+HANDLERS: dict[Any, Callable] = {
+    aten.nonzero.default: _nonzero,
+    aten.masked_select.default: _masked_select,
+    aten._unique2.default: _unique2,
+    aten.unique_dim.default: _unique_dim,
+    aten.unique_consecutive.default: _unique_consecutive,
+    aten.bincount.default: _bincount,
+    aten.repeat_interleave.Tensor: _repeat_interleave,
+}
+
+__all__ = ["HANDLERS", "needs_masks", "masked_indexing", "expand_masks"]
