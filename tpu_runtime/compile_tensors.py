@@ -29,6 +29,7 @@ import weakref
 from typing import Any
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -39,6 +40,8 @@ _MAKE = torch.Tensor._make_wrapper_subclass
 #: Tracing tensors alive now; while there is one, :func:`tracing_dispatch` is installed.
 _TRACING: weakref.WeakSet = weakref.WeakSet()
 _PLAIN: list = []  # the runtime's dispatcher while tracing_dispatch stands in for it
+_RESHAPES = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+                       torch.ops.aten._reshape_alias.default})
 
 
 class TpuPayload(torch.Tensor):
@@ -81,7 +84,7 @@ def payload(t: TpuTensor) -> torch.Tensor:
 def tracing_tensor(fake: torch.Tensor, outer_size: Any = None, outer_stride: Any = None) -> TpuTensor:
     """A tracing ``TpuTensor`` around the fake inner tensor ``fake`` (installs :func:`tracing_dispatch`)."""
     size = tuple(fake.shape if outer_size is None else outer_size)
-    stride = fake.stride() if outer_stride is None else outer_stride
+    stride = make_contiguous_strides_for(size) if outer_stride is None else outer_stride
     r = _MAKE(TpuTensor, size, strides=stride, dtype=fake.dtype, device=DEVICE, requires_grad=fake.requires_grad)
     r._fake = fake
     r._spec = (size, fake.dtype)
@@ -105,7 +108,16 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             raise RuntimeError(f"torch.compile(backend='tpu'): {func} mixes a traced tpu tensor with a concrete "
                                "one captured from outside the compiled function; pass it as an argument")
     unwrap = lambda x: x._fake if type(x) is TpuTensor else x  # noqa: E731
-    out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+    fake_args, fake_kwargs = tree_map(unwrap, args), tree_map(unwrap, kwargs)
+    try:
+        out = func(*fake_args, **fake_kwargs)
+    except (RuntimeError, ValueError):
+        if func not in _RESHAPES:
+            raise
+        # The outer tensor is contiguous (as every tpu tensor is) but its fake may not be (an
+        # expanded view): torch's reshape saw a viewable tensor and asked for a view, which on
+        # that layout PyTorch itself would have made a copy. Record that reshape.
+        out = torch.ops.aten.reshape.default(fake_args[0], fake_args[1])
     wrapped = tree_map(lambda x: tracing_tensor(x) if isinstance(x, torch.Tensor) and x.device == DEVICE else x, out)
     return return_and_correct_aliasing(func, args, kwargs, wrapped)
 

@@ -110,3 +110,24 @@ def test_compile_tpu_dynamic_batch_training_saves_sizes_as_numbers():
     model.eval()
     x = torch.randn(5, 8)
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def _kv_repeat(k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Llama's repeat_kv (an expanded view, then reshape) feeding a matmul with ``x``."""
+    b, h, s, d = k.shape
+    k = k[:, :, None].expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+    return (k @ x.transpose(-1, -2)).sum(1)
+
+
+@pytest.mark.parametrize("view", ["transpose", "column_slice", "expand"])
+def test_compile_tpu_takes_non_contiguous_views_and_reshapes_expanded_ones(view):
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(3)
+    base, k = torch.randn(4, 6, generator=g), torch.randn(1, 2, 3, 6, generator=g)
+    make = {"transpose": lambda t: t.t(), "column_slice": lambda t: t[:, 2:5],
+            "expand": lambda t: t[:1].expand(3, 6)}[view]
+    fn = torch.compile(lambda a, kk: (_kv_repeat(kk, a.reshape(-1, 6)[:3]) if view == "expand" else a * 2 + 1),
+                       backend="tpu")
+    got = fn(make(base.to("tpu")), k.to("tpu"))
+    want = _kv_repeat(k, make(base).reshape(-1, 6)[:3]) if view == "expand" else make(base) * 2 + 1
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
