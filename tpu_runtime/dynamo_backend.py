@@ -142,5 +142,25 @@ def _skip_runtime_frames() -> None:
 
 _skip_runtime_frames()
 
-#: The dynamo backend object (entry point ``tpu``).
-tpu_backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_decompositions())
+_DECOMPOSITIONS = _decompositions()
+_AOT = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_DECOMPOSITIONS)
+
+
+def _fma(a: Any, b: Any, c: Any) -> Any:
+    return a * b + c
+
+
+def _late_decompositions() -> None:
+    """Decompose ops that exist only once another part of torch has loaded: dynamo itself
+    rewrites ``addcmul_``/``addcdiv_``/``add_`` with a ``value``/tensor ``alpha`` (an optimizer
+    step) into inductor's ``prims.fma``, registered when ``torch._inductor`` is imported."""
+    fma = getattr(torch.ops.prims, "fma", None)
+    if fma is not None:
+        _DECOMPOSITIONS.setdefault(fma.default, _fma)
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
+    """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
+    :func:`compile_graph` for the forward and backward graphs."""
+    _late_decompositions()
+    return _AOT(gm, example_inputs, **kwargs)
