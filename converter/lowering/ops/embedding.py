@@ -89,6 +89,8 @@ def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, 
     meta = ctx.out_meta
     if isinstance(meta, (list, tuple)) and len(meta) == 4:
         empty = meta[1].shape[0] == 0
+        if mode != _MAX and meta[3].shape[0] == 0:  # torch's meta kernel (eager, torch.compile): no max_indices
+            max_indices = jnp.zeros((0,), jnp.int64)
     else:
         empty = mode == _SUM and not has_padding and weight.dtype in (jnp.float32, jnp.float64)
     offset2bag = jnp.zeros((0,), jnp.int64) if empty else jnp.clip(seg, 0, nb - 1)

@@ -1,0 +1,64 @@
+"""``nn.EmbeddingBag`` on the tpu device: forward and weight / per-sample-weight gradients against CPU."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import tpu_runtime
+
+_IDX = torch.tensor([1, 2, 4, 5, 4, 3, 7])
+_OFFSETS = torch.tensor([0, 3, 3, 5])  # the second bag is empty
+
+
+def _run(bag: torch.nn.EmbeddingBag, device: str, psw: torch.Tensor | None, last: bool):
+    offsets = torch.cat([_OFFSETS, torch.tensor([len(_IDX)])]) if last else _OFFSETS
+    w = None if psw is None else psw.detach().to(device).requires_grad_(True)
+    out = bag(_IDX.to(device), offsets.to(device), per_sample_weights=w)
+    (out.square().sum() + out.sum()).backward()
+    return out.detach().cpu(), bag.weight.grad.cpu(), None if w is None else w.grad.cpu()
+
+
+@pytest.mark.parametrize("mode,psw,padding_idx,last,eager", [
+    ("sum", False, None, False, "strict"),
+    ("sum", True, 4, True, "fused"),
+    ("mean", False, 4, False, "strict"),
+    ("mean", False, None, True, "fused"),
+    ("max", False, None, False, "strict"),
+    ("max", False, 4, True, "fused"),
+])
+def test_embedding_bag_forward_and_gradients_match_cpu(mode, psw, padding_idx, last, eager):
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 4, mode=mode, padding_idx=padding_idx, include_last_offset=last)
+    ref = copy.deepcopy(bag)
+    weights = torch.rand(len(_IDX)) if psw else None
+    with tpu_runtime.set_eager_mode(eager):
+        got = _run(bag.to("tpu"), "tpu", weights, last)
+    want = _run(ref, "cpu", weights, last)
+    for g, w in zip(got, want):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_scale_grad_by_freq_divides_by_each_rows_count(mode):
+    # Documented semantics (and nn.Embedding's): a row's gradient is divided by how often it
+    # occurs in the batch. (torch's CPU EmbeddingBag kernel gives 0.5 to row 5 here, which
+    # occurs once: it is not used as the reference.)
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 4, mode=mode, scale_grad_by_freq=True)
+    plain = copy.deepcopy(bag)
+    plain.scale_grad_by_freq = False
+    got = _run(bag.to("tpu"), "tpu", None, False)[1]
+    unscaled = _run(plain, "cpu", None, False)[1]
+    counts = torch.bincount(_IDX, minlength=10).clamp(min=1).unsqueeze(1)
+    torch.testing.assert_close(got, unscaled / counts, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_bag_sparse_gradient_is_refused_clearly():
+    bag = torch.nn.EmbeddingBag(10, 4, mode="sum", sparse=True).to("tpu")
+    out = bag(_IDX.to("tpu"), _OFFSETS.to("tpu"))
+    with pytest.raises(Exception, match="sparse=True"):
+        out.sum().backward()
