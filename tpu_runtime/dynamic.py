@@ -2,9 +2,9 @@
 
 ``nonzero`` (and ``argwhere``, ``torch.where(cond)``), ``masked_select``, boolean-mask
 indexing (``x[mask]``, ``x[mask] = values``), ``unique`` (plain, ``dim=``,
-``unique_consecutive``), ``bincount`` and ``repeat_interleave`` with tensor repeats
-cannot be compiled for a shape known in advance, and the lowering table (shared
-with the exporters, which have no data) refuses them. The runtime has the data, so
+``unique_consecutive``), ``bincount``, ``repeat_interleave`` with tensor repeats and
+``pack_padded_sequence`` cannot be compiled for a shape known in advance, and the
+lowering table (shared with the exporters, which have no data) refuses them. The runtime has the data, so
 it resolves the length first: a small plan computes it on the device and its value
 is read back — a sync point, as ``.item()`` is (fused eager runs its pending graph
 first). The op then runs as a static-shape plan for that length: the table's own
@@ -14,7 +14,8 @@ integer indices, ``repeat_interleave(output_size=)``), else a kernel here built 
 
 Each distinct length is its own plan (compiled once, then cached), as any op on a
 new shape is. A boolean mask that lives on the CPU needs no sync (its ``nonzero``
-runs on the CPU, and indexing ops take CPU index tensors).
+runs on the CPU, and indexing ops take CPU index tensors), nor do a packed sequence's
+lengths, which torch keeps on the CPU.
 """
 
 from __future__ import annotations
@@ -251,6 +252,30 @@ def _repeat_interleave(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
     return run_op(func, (repeats,), {**kwargs, "output_size": n})
 
 
+def _pack_padded_sequence(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """_pack_padded_sequence(Tensor input, Tensor lengths, bool batch_first) -> (Tensor, Tensor):
+    the time steps of each sequence, step by step, gathered by one index op (the lengths are a
+    CPU tensor, as torch requires: no sync). ``batch_sizes`` is a CPU tensor, as on CUDA."""
+    x, lengths, batch_first = _bound(func, args, kwargs)
+    if isinstance(lengths, TpuTensor) or lengths.dim() != 1:
+        raise RuntimeError("'lengths' argument should be a 1D CPU int64 tensor, but got 1D tpu Long tensor"
+                           if isinstance(lengths, TpuTensor) else "'lengths' argument should be a 1D tensor")
+    lens = lengths.to(torch.int64).tolist()
+    if batch_first:
+        x = x.transpose(0, 1)
+    steps, batch = x.shape[0], x.shape[1]
+    if len(lens) != batch:
+        raise RuntimeError(f"Expected `len(lengths)` to be equal to batch_size, but got {len(lens)} "
+                           f"(batch_size={batch})")
+    if not lens or lens[-1] <= 0 or max(lens) > steps or any(a < b for a, b in zip(lens, lens[1:])):
+        raise RuntimeError("`lengths` array must be sorted in decreasing order, positive and at most the "
+                           f"sequence length {steps}; got {lens}")
+    batch_sizes = torch.tensor([sum(n > t for n in lens) for t in range(lens[0])], dtype=torch.int64)
+    positions = torch.tensor([t * batch + b for t, size in enumerate(batch_sizes.tolist()) for b in range(size)],
+                             dtype=torch.int64)
+    return x.reshape((steps * batch,) + tuple(x.shape[2:]))[positions], batch_sizes
+
+
 #: Dispatcher entries: ops with a data-dependent output shape.
 HANDLERS: dict[Any, Callable] = {
     aten.nonzero.default: _nonzero,
@@ -260,6 +285,7 @@ HANDLERS: dict[Any, Callable] = {
     aten.unique_consecutive.default: _unique_consecutive,
     aten.bincount.default: _bincount,
     aten.repeat_interleave.Tensor: _repeat_interleave,
+    aten._pack_padded_sequence.default: _pack_padded_sequence,
 }
 
 __all__ = ["HANDLERS", "needs_masks", "masked_indexing", "expand_masks"]

@@ -108,3 +108,30 @@ def test_gru_cell_backward_is_the_vjp_of_the_forward():
     assert no_bias[3] is None and no_bias[4] is None
     for a, b in zip(no_bias[:3], got[:3]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind,batch_first,bidirectional,mode", [("LSTM", True, False, "fused"),
+                                                                  ("GRU", False, True, "fused")])
+def test_packed_sequences_forward_and_gradients_match_cpu(kind, batch_first, bidirectional, mode):
+    import tpu_runtime
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    torch.manual_seed(0)
+    rnn = getattr(torch.nn, kind)(3, 4, batch_first=batch_first, bidirectional=bidirectional)
+    ref = copy.deepcopy(rnn)
+    x = torch.randn(3, 4, 3) if batch_first else torch.randn(4, 3, 3)
+    lengths = torch.tensor([4, 2, 1])
+
+    def run(model, inp):
+        out, h = model(pack_padded_sequence(inp, lengths, batch_first=batch_first))
+        out, out_lengths = pad_packed_sequence(out, batch_first=batch_first)
+        (out.square().sum() + (h[0] if isinstance(h, tuple) else h).sum()).backward()
+        return out.detach().cpu(), out_lengths, inp.grad.cpu()
+
+    with tpu_runtime.set_eager_mode(mode):
+        got = run(rnn.to("tpu"), x.to("tpu").requires_grad_(True))
+    want = run(ref, x.clone().requires_grad_(True))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    for p, q in zip(rnn.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
