@@ -85,8 +85,21 @@ def transformer_encoder_layer_fwd(func: Any, args: tuple, kwargs: dict) -> Any:
     return norm(x + ffn(x), 2)
 
 
+def nested_tensor_from_mask_left_aligned(func: Any, args: tuple, kwargs: dict) -> bool:
+    """_nested_tensor_from_mask_left_aligned(Tensor t, Tensor mask) -> bool: ``False``.
+
+    ``nn.TransformerEncoder`` (eval, with a padding mask) asks whether it may pack the batch
+    into a nested tensor; the tpu device has no nested tensors, so the answer is no and the
+    encoder runs its padded path: PyTorch's own path in training mode or with
+    ``enable_nested_tensor=False`` (valid positions equal the nested path's; padded positions
+    hold the padded path's values where the nested path would give zeros).
+    """
+    return False
+
+
 #: Special handlers by op, for the dispatcher.
 HANDLERS = {
+    aten._nested_tensor_from_mask_left_aligned.default: nested_tensor_from_mask_left_aligned,
     aten._native_multi_head_attention.default: native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
 }

@@ -122,6 +122,10 @@ def _upsample_nearest_backward(g, output_size, input_size, scales_h=None, scales
     return aten.upsample_nearest2d_backward(g, output_size, input_size, scales_h, scales_w)
 
 
+def _upsample_bilinear_backward(g, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    return aten.upsample_bilinear2d_backward(g, output_size, input_size, align_corners, scales_h, scales_w)
+
+
 POOL = [
     OpInfo("convolution_backward", _conv_backward, (aten.convolution_backward.default,), _conv_samples,
            dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 1e-1)}),
@@ -154,6 +158,13 @@ POOL = [
                        Sample((make((2, 1, 4, 6), dt), [4, 6], [2, 1, 2, 2]), {"scales_h": 2.0, "scales_w": 3.0},
                               name="scales"),
                        Sample((make((1, 1, 2, 2), dt), [2, 2], [1, 1, 3, 3]), name="downsample")],
+           dtypes=(F32, BF16), tol=BF16_TOL),
+    OpInfo("upsample_bilinear2d_backward", _upsample_bilinear_backward, (aten.upsample_bilinear2d_backward.default,),
+           lambda dt: [Sample((make((1, 2, 5, 7), dt), [5, 7], [1, 2, 2, 3], False), name="nonint_scale"),
+                       Sample((make((2, 1, 4, 6), dt), [4, 6], [2, 1, 2, 2], True), name="align_corners"),
+                       Sample((make((2, 1, 4, 6), dt), [4, 6], [2, 1, 2, 2], False),
+                              {"scales_h": 2.0, "scales_w": 3.0}, name="scales"),
+                       Sample((make((1, 1, 2, 2), dt), [2, 2], [1, 1, 3, 3], False), name="downsample")],
            dtypes=(F32, BF16), tol=BF16_TOL),
 ]
 

@@ -137,6 +137,17 @@ def _any_samples(dt):
             Sample((make((3, 4), dt, low=-1, high=2),), {"dim": -1, "all": True}, name="all")]
 
 
+def _is_true(x, any=False):
+    return (torch.ops.aten._is_any_true if any else torch.ops.aten._is_all_true)(x)
+
+
+def _is_true_samples(dt):
+    ones, mixed = torch.ones(3, 4, dtype=dt), make((3, 4), dt, low=-1, high=2)
+    return [Sample((ones,), name="all_true"), Sample((mixed,), name="mixed"),
+            Sample((torch.zeros(2, 3, dtype=dt),), {"any": True}, name="any_none"),
+            Sample((mixed,), {"any": True}, name="any_mixed")]
+
+
 def _cumsum_samples(dt):
     return [Sample((make((3, 4), dt),), {"dim": 1}),
             Sample((make((2, 3, 4), dt),), {"dim": -1, "dtype": f64}, name="dtype"),
@@ -175,6 +186,8 @@ REDUCE = [
     OpInfo("var", _var, (aten.var.correction,), _var_samples, dtypes=(f32, bf16)),
     OpInfo("var_mean", _var, (aten.var_mean.correction,), lambda dt: _var_samples(dt, both=True)),
     OpInfo("any", _any, (aten.any.dim, aten.any.default, aten.any.dims), _any_samples, dtypes=(b8, i32, f32)),
+    OpInfo("is_all_true", _is_true, (aten._is_all_true.default, aten._is_any_true.default), _is_true_samples,
+           dtypes=(b8,)),
     OpInfo("cumsum", _call(torch.cumsum), (aten.cumsum.default,), _cumsum_samples, dtypes=(f32, i32, b8, bf16)),
     OpInfo("cumprod", _call(torch.cumprod), (aten.cumprod.default,), _cumprod_samples, dtypes=(f32, i64)),
     OpInfo("logcumsumexp", _call(torch.logcumsumexp), (aten.logcumsumexp.default,),

@@ -231,6 +231,22 @@ def test_multihead_attention_inference_fast_path():
     torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-5, atol=1e-6)
 
 
+def test_transformer_encoder_inference_with_a_padding_mask_takes_the_padded_path():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    padded = copy.deepcopy(enc)
+    padded.use_nested_tensor = False  # PyTorch's padded path, as with enable_nested_tensor=False
+    x = torch.randn(3, 5, 8)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[1, 3:], pad[2, 1:] = True, True
+    with torch.no_grad():
+        nested, want = enc(x, src_key_padding_mask=pad), padded(x, src_key_padding_mask=pad)
+        got = enc.to("tpu")(x.to("tpu"), src_key_padding_mask=pad.to("tpu")).cpu()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[~pad], nested[~pad], rtol=1e-5, atol=1e-5)  # every valid position
+
+
 def test_pin_memory_and_a_pinning_dataloader_work_with_tpu_as_the_accelerator():
     assert torch.accelerator.current_accelerator().type == "tpu"
     x = torch.randn(3, 2)

@@ -28,7 +28,7 @@ from converter.lowering.helpers import masked_vjp, opmath_dtype
 from converter.lowering.ops.conv import lower_convolution_default
 from converter.lowering.ops.pool import (lower__adaptive_avg_pool2d_default, lower_avg_pool2d_default,
                                          lower_avg_pool3d_default)
-from converter.lowering.ops.upsample import lower_upsample_nearest2d_default
+from converter.lowering.ops.upsample import bilinear_resize, lower_upsample_nearest2d_default
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -193,6 +193,25 @@ def lower_upsample_nearest2d_backward_default(ctx, grad_output, output_size, inp
 
     def up(x):
         return lower_upsample_nearest2d_default(sub, x, output_size, scales_h, scales_w)
+
+    acc = opmath_dtype(dtype)
+    g = masked_vjp(up, [jnp.zeros(tuple(input_size), acc)], [True], grad_output.astype(acc))[0]
+    return g.astype(dtype)
+
+
+@lowering(aten.upsample_bilinear2d_backward.default)
+def lower_upsample_bilinear2d_backward_default(ctx, grad_output, output_size, input_size, align_corners,
+                                               scales_h=None, scales_w=None):
+    """upsample_bilinear2d_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    ``jax.vjp`` of the upsample_bilinear2d lowering at a zero input of ``input_size``: each
+    output pixel's gradient is ``scatter``-added to its four sources with the forward's weights.
+    """
+    sub = _forward_ctx(ctx)
+    dtype = grad_output.dtype
+
+    def up(x):
+        return bilinear_resize(sub, x, list(output_size), [scales_h, scales_w], align_corners)
 
     acc = opmath_dtype(dtype)
     g = masked_vjp(up, [jnp.zeros(tuple(input_size), acc)], [True], grad_output.astype(acc))[0]

@@ -217,6 +217,25 @@ def lower_any_dim(ctx, self, dim=None, keepdim=False):
     return jnp.any(self != 0, axis=_axes(self, dim), keepdims=keepdim)
 
 
+@lowering(aten._is_all_true.default)
+def lower__is_all_true_default(ctx, self):
+    """_is_all_true(Tensor self) -> Tensor
+
+    A bool scalar: every element of the (bool) tensor is true (``reduce_and``);
+    torch.distributions' argument validation asks it.
+    """
+    return jnp.all(self != 0)
+
+
+@lowering(aten._is_any_true.default)
+def lower__is_any_true_default(ctx, self):
+    """_is_any_true(Tensor self) -> Tensor
+
+    A bool scalar: some element of the (bool) tensor is true (``reduce_or``).
+    """
+    return jnp.any(self != 0)
+
+
 def _cumulative(fn, x, d, out):
     if x.ndim == 0:
         return x.astype(out)

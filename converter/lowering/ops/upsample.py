@@ -160,7 +160,13 @@ def lower_upsample_bilinear2d_vec(ctx, input, output_size, align_corners, scale_
     else ``max((j + 0.5) * scale - 0.5, 0)``; float16/bfloat16 blend in float32.
     """
     out_sizes, scales = _sizes(ctx, input, output_size, scale_factors)
-    _require_static(ctx, list(input.shape[-2:]) + out_sizes)
+    return bilinear_resize(ctx, input, out_sizes, scales, align_corners)
+
+
+def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
+    """torch's bilinear resize of the last two dims to ``out_sizes`` (``scales``: the per-dim
+    scale factors torch was given, or None); also the forward of its backward's ``jax.vjp``."""
+    _require_static(ctx, list(input.shape[-2:]) + list(out_sizes))
     dtype = ctx.out_dtype or input.dtype
     acc = opmath_dtype(dtype)
     ft = _np_float(acc)
@@ -168,6 +174,7 @@ def lower_upsample_bilinear2d_vec(ctx, input, output_size, align_corners, scale_
     for ax, o, s in ((x.ndim - 1, out_sizes[1], scales[1]), (x.ndim - 2, out_sizes[0], scales[0])):
         x = _lerp(x, ax, x.shape[ax], o, s, align_corners, ft)
     return x.astype(dtype)
+
 
 
 def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool) -> np.ndarray:
