@@ -126,6 +126,31 @@ def _upsample_bilinear_backward(g, output_size, input_size, align_corners, scale
     return aten.upsample_bilinear2d_backward(g, output_size, input_size, align_corners, scales_h, scales_w)
 
 
+def _call_backward(name):
+    """``aten.<name>`` called with the sample's arguments (a backward op has no functional wrapper)."""
+    return lambda *args, **kwargs: getattr(aten, name)(*args, **kwargs)
+
+
+def _resize_backward_info(name, dims, linear):
+    """Samples of one resize backward op over ``dims`` spatial dims: upsampling by a non-integer
+    factor, by given scales, and downsampling (plus align_corners for the (bi)linear/cubic ones)."""
+    def samples(dt):
+        ins = [2, 3, 4][:dims]
+        outs = [5, 7, 6][:dims]
+        flag = [False] if linear else []
+        scale_names = ["scales"] if dims == 1 else ["scales_d", "scales_h", "scales_w"][3 - dims:]
+        out = [Sample((make((1, 2, *outs), dt), outs, [1, 2, *ins], *flag), name="up"),
+               Sample((make((2, 1, *[2 * i for i in ins]), dt), [2 * i for i in ins], [2, 1, *ins], *flag),
+                      dict(zip(scale_names, [2.0] * dims)), name="scales"),
+               Sample((make((1, 1, *[1] * dims), dt), [1] * dims, [1, 1, *ins], *flag), name="down")]
+        if linear:
+            out.append(Sample((make((1, 2, *outs), dt), outs, [1, 2, *ins], True), name="align_corners"))
+        return out
+
+    return OpInfo(name, _call_backward(name), (getattr(aten, name).default,), samples, dtypes=(F32, BF16),
+                  tol=BF16_TOL)
+
+
 POOL = [
     OpInfo("convolution_backward", _conv_backward, (aten.convolution_backward.default,), _conv_samples,
            dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 1e-1)}),
@@ -166,6 +191,14 @@ POOL = [
                               {"scales_h": 2.0, "scales_w": 3.0}, name="scales"),
                        Sample((make((1, 1, 2, 2), dt), [2, 2], [1, 1, 3, 3], False), name="downsample")],
            dtypes=(F32, BF16), tol=BF16_TOL),
+    _resize_backward_info("upsample_bicubic2d_backward", 2, linear=True),
+    _resize_backward_info("upsample_linear1d_backward", 1, linear=True),
+    _resize_backward_info("upsample_trilinear3d_backward", 3, linear=True),
+    _resize_backward_info("upsample_nearest1d_backward", 1, linear=False),
+    _resize_backward_info("upsample_nearest3d_backward", 3, linear=False),
+    _resize_backward_info("_upsample_nearest_exact1d_backward", 1, linear=False),
+    _resize_backward_info("_upsample_nearest_exact2d_backward", 2, linear=False),
+    _resize_backward_info("_upsample_nearest_exact3d_backward", 3, linear=False),
 ]
 
 

@@ -28,7 +28,8 @@ from converter.lowering.helpers import masked_vjp, opmath_dtype
 from converter.lowering.ops.conv import lower_convolution_default
 from converter.lowering.ops.pool import (lower__adaptive_avg_pool2d_default, lower_avg_pool2d_default,
                                          lower_avg_pool3d_default)
-from converter.lowering.ops.upsample import bilinear_resize, lower_upsample_nearest2d_default
+from converter.lowering.ops.upsample import (bicubic_resize, bilinear_resize, lower_upsample_nearest2d_default,
+                                             nearest_resize)
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -199,23 +200,114 @@ def lower_upsample_nearest2d_backward_default(ctx, grad_output, output_size, inp
     return g.astype(dtype)
 
 
+def _resize_backward(ctx, grad_output, input_size, resize):
+    """``jax.vjp`` of ``resize`` (a forward resize lowering) at a zero input of ``input_size``."""
+    dtype = grad_output.dtype
+    acc = opmath_dtype(dtype)
+    return masked_vjp(resize, [jnp.zeros(tuple(input_size), acc)], [True], grad_output.astype(acc))[0].astype(dtype)
+
+
 @lowering(aten.upsample_bilinear2d_backward.default)
 def lower_upsample_bilinear2d_backward_default(ctx, grad_output, output_size, input_size, align_corners,
                                                scales_h=None, scales_w=None):
     """upsample_bilinear2d_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
 
-    ``jax.vjp`` of the upsample_bilinear2d lowering at a zero input of ``input_size``: each
-    output pixel's gradient is ``scatter``-added to its four sources with the forward's weights.
+    ``jax.vjp`` of the bilinear resize at a zero input of ``input_size``: each output
+    pixel's gradient is ``scatter``-added to its four sources with the forward's weights.
     """
     sub = _forward_ctx(ctx)
-    dtype = grad_output.dtype
+    return _resize_backward(ctx, grad_output, input_size, lambda x: bilinear_resize(
+        sub, x, list(output_size), [scales_h, scales_w], align_corners))
 
-    def up(x):
-        return bilinear_resize(sub, x, list(output_size), [scales_h, scales_w], align_corners)
 
-    acc = opmath_dtype(dtype)
-    g = masked_vjp(up, [jnp.zeros(tuple(input_size), acc)], [True], grad_output.astype(acc))[0]
-    return g.astype(dtype)
+@lowering(aten.upsample_bicubic2d_backward.default)
+def lower_upsample_bicubic2d_backward_default(ctx, grad_output, output_size, input_size, align_corners,
+                                              scales_h=None, scales_w=None):
+    """upsample_bicubic2d_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    ``jax.vjp`` of the bicubic resize: each output pixel's gradient is ``scatter``-added to
+    its 4x4 (border-clamped) sources with the forward's cubic weights.
+    """
+    sub = _forward_ctx(ctx)
+    return _resize_backward(ctx, grad_output, input_size, lambda x: bicubic_resize(
+        sub, x, list(output_size), [scales_h, scales_w], align_corners))
+
+
+@lowering(aten.upsample_linear1d_backward.default)
+def lower_upsample_linear1d_backward_default(ctx, grad_output, output_size, input_size, align_corners, scales=None):
+    """upsample_linear1d_backward(Tensor grad_output, SymInt[1] output_size, SymInt[3] input_size, bool align_corners, float? scales=None) -> Tensor
+
+    As upsample_bilinear2d_backward over one spatial dim.
+    """
+    sub = _forward_ctx(ctx)
+    return _resize_backward(ctx, grad_output, input_size, lambda x: bilinear_resize(
+        sub, x, list(output_size), [scales], align_corners))
+
+
+@lowering(aten.upsample_trilinear3d_backward.default)
+def lower_upsample_trilinear3d_backward_default(ctx, grad_output, output_size, input_size, align_corners,
+                                                scales_d=None, scales_h=None, scales_w=None):
+    """upsample_trilinear3d_backward(Tensor grad_output, SymInt[3] output_size, SymInt[5] input_size, bool align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    As upsample_bilinear2d_backward over three spatial dims.
+    """
+    sub = _forward_ctx(ctx)
+    return _resize_backward(ctx, grad_output, input_size, lambda x: bilinear_resize(
+        sub, x, list(output_size), [scales_d, scales_h, scales_w], align_corners))
+
+
+def _nearest_backward(ctx, grad_output, output_size, input_size, scales, exact):
+    sub = _forward_ctx(ctx)
+    return _resize_backward(ctx, grad_output, input_size, lambda x: nearest_resize(
+        sub, x, list(output_size), scales, exact))
+
+
+@lowering(aten.upsample_nearest1d_backward.default)
+def lower_upsample_nearest1d_backward_default(ctx, grad_output, output_size, input_size, scales=None):
+    """upsample_nearest1d_backward(Tensor grad_output, SymInt[1] output_size, SymInt[3] input_size, float? scales=None) -> Tensor
+
+    ``jax.vjp`` of the nearest resize: a ``scatter``-add of each output element to its source.
+    """
+    return _nearest_backward(ctx, grad_output, output_size, input_size, [scales], False)
+
+
+@lowering(aten.upsample_nearest3d_backward.default)
+def lower_upsample_nearest3d_backward_default(ctx, grad_output, output_size, input_size, scales_d=None,
+                                              scales_h=None, scales_w=None):
+    """upsample_nearest3d_backward(Tensor grad_output, SymInt[3] output_size, SymInt[5] input_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    As upsample_nearest1d_backward over three spatial dims.
+    """
+    return _nearest_backward(ctx, grad_output, output_size, input_size, [scales_d, scales_h, scales_w], False)
+
+
+@lowering(aten._upsample_nearest_exact1d_backward.default)
+def lower__upsample_nearest_exact1d_backward_default(ctx, grad_output, output_size, input_size, scales=None):
+    """_upsample_nearest_exact1d_backward(Tensor grad_output, SymInt[1] output_size, SymInt[3] input_size, float? scales=None) -> Tensor
+
+    As upsample_nearest1d_backward with ``nearest-exact`` sources ``floor((j + 0.5) * scale)``.
+    """
+    return _nearest_backward(ctx, grad_output, output_size, input_size, [scales], True)
+
+
+@lowering(aten._upsample_nearest_exact2d_backward.default)
+def lower__upsample_nearest_exact2d_backward_default(ctx, grad_output, output_size, input_size, scales_h=None,
+                                                     scales_w=None):
+    """_upsample_nearest_exact2d_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    As _upsample_nearest_exact1d_backward over two spatial dims.
+    """
+    return _nearest_backward(ctx, grad_output, output_size, input_size, [scales_h, scales_w], True)
+
+
+@lowering(aten._upsample_nearest_exact3d_backward.default)
+def lower__upsample_nearest_exact3d_backward_default(ctx, grad_output, output_size, input_size, scales_d=None,
+                                                     scales_h=None, scales_w=None):
+    """_upsample_nearest_exact3d_backward(Tensor grad_output, SymInt[3] output_size, SymInt[5] input_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    As _upsample_nearest_exact1d_backward over three spatial dims.
+    """
+    return _nearest_backward(ctx, grad_output, output_size, input_size, [scales_d, scales_h, scales_w], True)
 
 
 # ----------------------------------------------------------------------------- normalization

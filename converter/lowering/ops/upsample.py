@@ -94,14 +94,29 @@ def _repeat_factor(in_size, out_size, scale):
     return k if k <= 2 or Fraction(float(np.float32(1.0 / k))) >= Fraction(1, k) else None
 
 
+def _nearest_exact_indices(in_size: int, out_size: int, scale) -> np.ndarray:
+    """torch's ``nearest_idx`` for mode ``nearest-exact``: ``floor((j + 0.5) * scale)`` (float32)."""
+    s = _scale(in_size, out_size, scale, np.float32)
+    j = np.arange(out_size, dtype=np.float32)
+    return np.minimum(np.floor((j + np.float32(0.5)) * s).astype(np.int64), in_size - 1)
+
+
 def _nearest(ctx, x, out_sizes, scales):
-    for ax, o, s in zip((x.ndim - 2, x.ndim - 1), out_sizes, scales):
-        k = _repeat_factor(x.shape[ax], o, s)
+    return nearest_resize(ctx, x, out_sizes, scales)
+
+
+def nearest_resize(ctx, x, out_sizes, scales, exact=False):
+    """torch's nearest (or ``nearest-exact``) resize of the last ``len(out_sizes)`` dims:
+    a ``repeat`` per dim with an integer factor (plain nearest), else a constant-index ``gather``."""
+    first = x.ndim - len(out_sizes)
+    for ax, o, s in zip(range(first, x.ndim), out_sizes, scales):
+        k = None if exact else _repeat_factor(x.shape[ax], o, s)
         if k is not None:
             x = x if k == 1 else jnp.repeat(x, k, axis=ax)  # broadcast + reshape
             continue
         _require_static(ctx, [x.shape[ax], o])
-        x = jnp.take(x, jnp.asarray(_nearest_indices(x.shape[ax], o, s)), axis=ax)
+        idx = (_nearest_exact_indices if exact else _nearest_indices)(x.shape[ax], o, s)
+        x = jnp.take(x, jnp.asarray(idx), axis=ax)
     return x
 
 
@@ -164,17 +179,57 @@ def lower_upsample_bilinear2d_vec(ctx, input, output_size, align_corners, scale_
 
 
 def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
-    """torch's bilinear resize of the last two dims to ``out_sizes`` (``scales``: the per-dim
-    scale factors torch was given, or None); also the forward of its backward's ``jax.vjp``."""
+    """torch's (bi/tri)linear resize of the last ``len(out_sizes)`` dims (``scales``: the
+    per-dim scale factors torch was given, or None), last dim first like torch's kernel;
+    also the forward of the backward rows' ``jax.vjp``."""
+    n = len(out_sizes)
+    _require_static(ctx, list(input.shape[-n:]) + list(out_sizes))
+    dtype = ctx.out_dtype or input.dtype
+    acc = opmath_dtype(dtype)
+    ft = _np_float(acc)
+    x = input.astype(acc)
+    for i in reversed(range(n)):
+        ax = x.ndim - n + i
+        x = _lerp(x, ax, x.shape[ax], out_sizes[i], scales[i], align_corners, ft)
+    return x.astype(dtype)
+
+
+
+def _cubic_taps(in_size: int, out_size: int, scale, align_corners: bool, ft):
+    """torch's bicubic taps (``upsample_bicubic2d``, A = -0.75): for each output position the
+    four clamped source indices and their weights, each an ``(4, out)`` array."""
+    s = _scale(in_size, out_size, scale, ft, align_corners)
+    j = np.arange(out_size).astype(ft)
+    src = s * j if align_corners else s * (j + ft(0.5)) - ft(0.5)  # no clamp at 0 for cubic
+    i0 = np.floor(src)
+    t = (src - i0).astype(ft)
+    a = ft(-0.75)
+
+    def near(x):  # |x| <= 1
+        return ((a + ft(2)) * x - (a + ft(3))) * x * x + ft(1)
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
+
+    weights = np.stack([far(t + ft(1)), near(t), near(ft(1) - t), far(ft(2) - t)]).astype(ft)
+    idx = np.clip(i0.astype(np.int64)[None, :] + np.arange(-1, 3)[:, None], 0, in_size - 1)
+    return idx, weights
+
+
+def bicubic_resize(ctx, input, out_sizes, scales, align_corners):
+    """torch's bicubic resize of the last two dims (separable 4-tap filters, width first, clamped
+    borders), in float32 for float16/bfloat16; the forward of its backward row's ``jax.vjp``."""
     _require_static(ctx, list(input.shape[-2:]) + list(out_sizes))
     dtype = ctx.out_dtype or input.dtype
     acc = opmath_dtype(dtype)
     ft = _np_float(acc)
     x = input.astype(acc)
-    for ax, o, s in ((x.ndim - 1, out_sizes[1], scales[1]), (x.ndim - 2, out_sizes[0], scales[0])):
-        x = _lerp(x, ax, x.shape[ax], o, s, align_corners, ft)
+    for ax, o, sc in ((x.ndim - 1, out_sizes[1], scales[1]), (x.ndim - 2, out_sizes[0], scales[0])):
+        idx, w = _cubic_taps(x.shape[ax], o, sc, align_corners, ft)
+        shape = [1] * x.ndim
+        shape[ax] = o
+        x = sum(jnp.take(x, jnp.asarray(idx[k]), axis=ax) * jnp.asarray(w[k], acc).reshape(shape) for k in range(4))
     return x.astype(dtype)
-
 
 
 def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool) -> np.ndarray:
