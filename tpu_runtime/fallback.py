@@ -107,9 +107,25 @@ def defer_backward_error(func: Any, args: tuple, kwargs: dict, error: Exception)
     if not _BACKWARD_ERRORS:
         torch.autograd.Variable._execution_engine.queue_callback(_raise_backward_error)
     _BACKWARD_ERRORS.append(error)
-    meta = out_meta(func, args, kwargs)[0]
+    try:
+        meta = out_meta(func, args, kwargs)[0]
+    except Exception:  # no meta kernel either (nothing may escape this thread): shaped like the input
+        meta = _like_input(func, args, kwargs)
     return torch.utils._pytree.tree_map(
         lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)
+
+
+def _like_input(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Stand-in outputs for an op without a meta kernel: each tensor output shaped like the
+    op's ``self``/``input`` argument (a backward op's gradient is), else like its first tensor."""
+    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    tensors = [v for v in named.values() if isinstance(v, torch.Tensor)]
+    like = named.get("self", named.get("input", tensors[0] if tensors else None))
+    if not isinstance(like, torch.Tensor):
+        like = torch.empty(0)
+    outs = [torch.empty(tuple(like.shape), dtype=like.dtype, device="meta") for r in func._schema.returns
+            if isinstance(r.type, torch.TensorType)]
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _raise_backward_error() -> None:

@@ -71,6 +71,16 @@ def test_error_inside_backward_is_raised_not_fatal():
     assert (t.detach() + 1).sum().item() == 24.0
 
 
+def test_backward_op_without_lowering_or_meta_kernel_raises_not_aborts():
+    # multi_margin_loss_backward has neither a row nor a meta kernel: the stand-in gradient
+    # that carries the error out of the device thread is shaped like the op's input
+    x = torch.randn(3, 4).to("tpu").requires_grad_()
+    loss = torch.nn.functional.multi_margin_loss(x, torch.tensor([1, 0, 3]).to("tpu"))
+    with pytest.raises(Exception, match="multi_margin_loss_backward"):
+        loss.backward()
+    assert (x.detach() * 0 + 1).sum().item() == 12.0
+
+
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 def test_activation_checkpointing_matches_cpu(reentrant):
     from torch.utils.checkpoint import checkpoint
