@@ -39,7 +39,7 @@ _STATE: dict[str, Any] = {"registered": False, "library": None}
 FACTORIES = (
     "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
     "full", "rand", "randn", "randint", "randint.low", "randperm", "scalar_tensor", "eye", "eye.m",
-    "_copy_from", "_copy_from_and_resize",
+    "_copy_from", "_copy_from_and_resize", "_efficientzerotensor",
 )
 
 

@@ -175,13 +175,19 @@ def _functional_of_inplace(func: Any) -> Any:
     packet = getattr(aten, name[:-1], None)
     if packet is None:
         return None
-    overload = func._overloadname
-    if overload in packet.overloads():
-        return getattr(packet, overload)
-    wanted = [a.name for a in func._schema.arguments]  # e.g. transpose_.default ~ transpose.int
-    for ov in packet.overloads():
+    # the same overload name with the same arguments; else the overload whose arguments match
+    # (transpose_.default ~ transpose.int; pow_.Scalar(Tensor self, Scalar exponent) ~
+    # pow.Tensor_Scalar, not pow.Scalar(Scalar self, Tensor exponent))
+    types = [str(a.type) for a in func._schema.arguments]
+    names = [a.name for a in func._schema.arguments]
+    overloads = packet.overloads()
+    if func._overloadname in overloads:
+        f = getattr(packet, func._overloadname)
+        if [str(a.type) for a in f._schema.arguments] == types:
+            return f
+    for ov in overloads:
         f = getattr(packet, ov)
-        if [a.name for a in f._schema.arguments] == wanted:
+        if [a.name for a in f._schema.arguments] == names and [str(a.type) for a in f._schema.arguments] == types:
             return f
     return None
 
@@ -386,6 +392,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten.alias.default: _alias,
     aten.lift_fresh.default: _alias,
     aten.empty.memory_format: _empty,
+    aten._efficientzerotensor.default: _empty,  # a storage never written reads as zeros
     aten.empty_strided.default: _empty,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,

@@ -151,6 +151,17 @@ def _resize_backward_info(name, dims, linear):
                   tol=BF16_TOL)
 
 
+def _cdist_backward(g, x1, x2, p):
+    return aten._cdist_backward(g, x1, x2, p, torch.cdist(x1, x2, p))
+
+
+def _cdist_samples(dt):
+    x1, x2 = make((2, 4, 3), dt, seed=1), make((2, 5, 3), dt, seed=2)
+    x2[0, 1] = x1[0, 2]  # a zero distance
+    g = make((2, 4, 5), dt, seed=3)
+    return [Sample((g, x1, x2, p), name=f"p{p}") for p in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf"))]
+
+
 POOL = [
     OpInfo("convolution_backward", _conv_backward, (aten.convolution_backward.default,), _conv_samples,
            dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 1e-1)}),
@@ -191,6 +202,26 @@ POOL = [
                               {"scales_h": 2.0, "scales_w": 3.0}, name="scales"),
                        Sample((make((1, 1, 2, 2), dt), [2, 2], [1, 1, 3, 3], False), name="downsample")],
            dtypes=(F32, BF16), tol=BF16_TOL),
+    OpInfo("shrink_backward", lambda g, x, lambd, hard=False: (aten.hardshrink_backward if hard else
+                                                                  aten.softshrink_backward)(g, x, lambd),
+           (aten.softshrink_backward.default, aten.hardshrink_backward.default),
+           lambda dt: [Sample((make((3, 4), dt), torch.tensor([[0.5, -0.5, 0.4, -0.6]] * 3, dtype=dt), 0.5)),
+                       Sample((make((3, 4), dt), torch.tensor([[0.5, -0.5, 0.4, -0.6]] * 3, dtype=dt), 0.5),
+                              {"hard": True}, name="hard")],
+           dtypes=(F32, BF16), tol=BF16_TOL),
+    OpInfo("replication_pad_backward", _call_backward("replication_pad2d_backward"),
+           (aten.replication_pad2d_backward.default,),
+           lambda dt: [Sample((make((2, 3, 6, 7), dt), make((2, 3, 4, 4), dt), [1, 2, 0, 2])),
+                       Sample((make((3, 7, 7), dt), make((3, 4, 4), dt), [2, 1, 3, 0]), name="unbatched")],
+           dtypes=(F32, BF16), tol=BF16_TOL),
+    OpInfo("replication_pad1d_backward", _call_backward("replication_pad1d_backward"),
+           (aten.replication_pad1d_backward.default,),
+           lambda dt: [Sample((make((2, 3, 8), dt), make((2, 3, 5), dt), [1, 2]))], dtypes=(F32, BF16), tol=BF16_TOL),
+    OpInfo("replication_pad3d_backward", _call_backward("replication_pad3d_backward"),
+           (aten.replication_pad3d_backward.default,),
+           lambda dt: [Sample((make((1, 2, 4, 5, 6), dt), make((1, 2, 3, 3, 3), dt), [1, 2, 0, 2, 1, 0]))]),
+    OpInfo("cdist_backward", _cdist_backward, (aten._cdist_backward.default,), _cdist_samples,
+           tol={F32: (1e-4, 1e-5)}),
     _resize_backward_info("upsample_bicubic2d_backward", 2, linear=True),
     _resize_backward_info("upsample_linear1d_backward", 1, linear=True),
     _resize_backward_info("upsample_trilinear3d_backward", 3, linear=True),

@@ -96,3 +96,24 @@ def test_activation_checkpointing_matches_cpu(reentrant):
         grads[device] = (m[0].weight.grad.cpu(), xx.grad.cpu())
     for a, b in zip(grads["tpu"], grads["cpu"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+_GRAD_CASES = {
+    "vector_norm_p3": lambda x: torch.linalg.vector_norm(x, 3),   # pow_.Scalar's functional twin
+    "sgn": lambda x: (x.sgn() * x).sum(),                          # _efficientzerotensor in backward
+    "digamma": lambda x: torch.digamma(x.abs() + 1).sum(),         # polygamma(1) in backward
+    "softshrink": lambda x: torch.nn.functional.softshrink(x).square().sum(),
+    "cdist": lambda x: torch.cdist(x, x.flip(0) * 2).sum(),
+    "replicate_pad": lambda x: torch.nn.functional.pad(x[None], (2, 1), mode="replicate").square().sum(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_GRAD_CASES))
+def test_gradients_of_less_common_ops_match_cpu(case):
+    fn = _GRAD_CASES[case]
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(5))
+    ref = x.clone().requires_grad_(True)
+    fn(ref).backward()
+    t = x.to("tpu").requires_grad_(True)
+    fn(t).backward()
+    torch.testing.assert_close(t.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)

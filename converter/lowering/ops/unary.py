@@ -305,6 +305,18 @@ def lower_digamma_default(ctx, self):
     return _float_unary(ctx, self, _digamma)
 
 
+@lowering(aten.polygamma.default)
+def lower_polygamma_default(ctx, n, self):
+    """polygamma(int n, Tensor self) -> Tensor
+
+    The n-th derivative of digamma: ``digamma`` for n = 0 (with torch's values at ±0),
+    else ``jax.scipy.special.polygamma`` (digamma's derivative in backward is polygamma(1)).
+    """
+    if n == 0:
+        return _float_unary(ctx, self, _digamma)
+    return _float_unary(ctx, self, lambda x: jax.scipy.special.polygamma(n, x))
+
+
 @lowering(aten.i0.default)
 def lower_i0_default(ctx, self):
     """i0(Tensor self) -> Tensor

@@ -1,0 +1,88 @@
+"""Backward rows of shrink activations, replication padding and ``cdist``.
+
+Eager training on the tpu device runs autograd's backward ops through this table
+(``torch.export`` graphs of inference never contain them). Each follows torch's
+own derivative: the shrink masks, the transpose of the edge padding (a ``jax.vjp``
+of the forward row at a zero input), and ``cdist``'s closed-form p-norm gradient
+with torch's conventions at zero distances.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import torch
+
+from converter.lowering.helpers import masked_vjp, opmath_dtype
+from converter.lowering.ops.pad import lower_replication_pad2d_default
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.softshrink_backward.default)
+def lower_softshrink_backward_default(ctx, grad_output, self, lambd):
+    """softshrink_backward(Tensor grad_output, Tensor self, Scalar lambd) -> Tensor
+
+    ``grad`` where ``|x| > lambd``, else 0 (a ``select``).
+    """
+    return jnp.where((self > lambd) | (self < -lambd), grad_output, jnp.zeros((), grad_output.dtype))
+
+
+@lowering(aten.hardshrink_backward.default)
+def lower_hardshrink_backward_default(ctx, grad_out, self, lambd):
+    """hardshrink_backward(Tensor grad_out, Tensor self, Scalar lambd) -> Tensor
+
+    ``grad`` outside ``[-lambd, lambd]``, else 0 (a ``select``).
+    """
+    inside = (self >= -lambd) & (self <= lambd)
+    return jnp.where(inside, jnp.zeros((), grad_out.dtype), grad_out)
+
+
+@lowering(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+          aten.replication_pad3d_backward.default)
+def lower_replication_pad2d_backward_default(ctx, grad_output, self, padding):
+    """replication_pad2d_backward(Tensor grad_output, Tensor self, SymInt[4] padding) -> Tensor
+
+    Also the 1d and 3d overloads. ``jax.vjp`` of the replication-pad row: each padded
+    element's gradient is ``scatter``-added to the edge element it copies.
+    """
+    dtype = grad_output.dtype
+    acc = opmath_dtype(dtype)
+
+    def pad(x):
+        return lower_replication_pad2d_default(ctx, x, padding)
+
+    g = masked_vjp(pad, [jnp.zeros(self.shape, acc)], [True], grad_output.astype(acc))[0]
+    return g.astype(dtype)
+
+
+@lowering(aten._cdist_backward.default)
+def lower__cdist_backward_default(ctx, grad, x1, x2, p, cdist):
+    """_cdist_backward(Tensor grad, Tensor x1, Tensor x2, float p, Tensor cdist) -> Tensor
+
+    The gradient with respect to ``x1`` of ``cdist = ||x1_i - x2_j||_p``: summed over ``j``,
+    ``grad * sign(d) * |d|^(p-1) / cdist^(p-1)`` (``d / cdist`` for p=2, ``sign(d)`` for p=1,
+    ``sign(d)`` at the maximising coordinate for p=inf, 0 for p=0), 0 where the distance
+    is 0 (and, for p < 1, where ``d`` is 0), as torch's kernel does.
+    """
+    dtype = grad.dtype
+    acc = opmath_dtype(dtype)
+    d = x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :]
+    dist = cdist.astype(acc)[..., None]
+    g = grad.astype(acc)[..., None]
+    zero = jnp.zeros((), acc)
+    if p == 0:
+        return jnp.zeros(x1.shape, dtype)
+    if p == 1:
+        term = jnp.sign(d)
+    elif p == 2:
+        term = jnp.where(dist == 0, zero, d / jnp.where(dist == 0, 1, dist))
+    elif math.isinf(p):
+        term = jnp.sign(d) * (jnp.abs(d) == dist)
+    else:
+        safe = jnp.where(dist == 0, 1, dist)
+        powd = jnp.where(d == 0, zero, jnp.abs(d) ** (p - 1)) if p < 1 else jnp.abs(d) ** (p - 1)
+        term = jnp.where(dist == 0, zero, jnp.sign(d) * powd / safe ** (p - 1))
+    return jnp.sum(g * term, axis=-2).astype(dtype)
