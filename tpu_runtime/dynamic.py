@@ -15,7 +15,8 @@ integer indices, ``repeat_interleave(output_size=)``), else a kernel here built 
 Each distinct length is its own plan (compiled once, then cached), as any op on a
 new shape is. A boolean mask that lives on the CPU needs no sync (its ``nonzero``
 runs on the CPU, and indexing ops take CPU index tensors), nor do a packed sequence's
-lengths, which torch keeps on the CPU.
+lengths, which torch keeps on the CPU. ``torch.linalg``'s error check of a factorization's
+``info`` is read back the same way (a sync point, as on CUDA).
 """
 
 from __future__ import annotations
@@ -276,6 +277,28 @@ def _pack_padded_sequence(func: Any, args: tuple, kwargs: dict) -> tuple:
     return x.reshape((steps * batch,) + tuple(x.shape[2:]))[positions], batch_sizes
 
 
+def _linalg_check_errors(func: Any, args: tuple, kwargs: dict) -> None:
+    """_linalg_check_errors(Tensor info, str api_name, *, bool is_matrix) -> ():
+    torch.linalg's check of a factorization's ``info``, read back (a sync point, as on CUDA),
+    raising torch's errors."""
+    info, api_name, is_matrix = _bound(func, args, kwargs)
+    codes = np.asarray(materialize(info)).reshape(-1)
+    bad = np.flatnonzero(codes)
+    if not bad.size:
+        return None
+    code, where = int(codes[bad[0]]), "" if is_matrix or codes.size == 1 else f" (Batch element {int(bad[0])})"
+    if code < 0:
+        raise RuntimeError(f"{api_name}{where}: Argument {-code} has illegal value.")
+    if "cholesky" in api_name:
+        raise torch.linalg.LinAlgError(
+            f"{api_name}{where}: The factorization could not be completed because the input is not "
+            f"positive-definite (the leading minor of order {code} is not positive-definite).")
+    raise torch.linalg.LinAlgError(
+        f"{api_name}{where}: The diagonal element {code} is zero, the "
+        f"{'inversion' if 'inv' in api_name else 'solve'} could not be completed because the input matrix is "
+        "singular.")
+
+
 #: Dispatcher entries: ops with a data-dependent output shape.
 HANDLERS: dict[Any, Callable] = {
     aten.nonzero.default: _nonzero,
@@ -286,6 +309,7 @@ HANDLERS: dict[Any, Callable] = {
     aten.bincount.default: _bincount,
     aten.repeat_interleave.Tensor: _repeat_interleave,
     aten._pack_padded_sequence.default: _pack_padded_sequence,
+    aten._linalg_check_errors.default: _linalg_check_errors,
 }
 
 __all__ = ["HANDLERS", "needs_masks", "masked_indexing", "expand_masks"]

@@ -1,0 +1,218 @@
+"""Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
+symmetric eigendecomposition, inverse, triangular solve.
+
+These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
+``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
+They lower to JAX's ``lax.linalg`` (LAPACK on CPU, XLA's own on TPU/GPU); LU pivots follow
+LAPACK's 1-based ``int32`` convention, as torch's do, so torch's backward formulas (which
+reuse the saved LU and pivots) run on them. The ``_ex`` variants' ``info`` is zero (a data-
+dependent error check cannot stop a compiled program: torch checks ``info`` outside the
+op, with ``_linalg_check_errors``) except where LAPACK's is cheap to give: a zero pivot
+(singular matrix) for inverse and solve, a failed order for Cholesky. Eigenvectors and singular vectors are unique only up to sign (or rotation
+within repeated values), as in torch.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+lax_linalg = jax.lax.linalg
+
+
+def _info(a):
+    return jnp.zeros(a.shape[:-2], jnp.int32)
+
+
+def _empty(dtype):
+    return jnp.zeros((0,), dtype)
+
+
+def _lu(a):
+    """``(LU, 0-based pivots)`` of square or rectangular matrices (partial pivoting)."""
+    lu, piv, _ = lax_linalg.lu(a)
+    return lu, piv
+
+
+def _lu_solve(lu, piv0, b, left=True, adjoint=False):
+    """``A X = B`` (``left``) or ``X A = B`` from ``A``'s LU; ``adjoint`` solves with ``A^H``."""
+    batch = jnp.broadcast_shapes(lu.shape[:-2], b.shape[:-2])
+    lu = jnp.broadcast_to(lu, batch + lu.shape[-2:])
+    piv0 = jnp.broadcast_to(piv0, batch + piv0.shape[-1:])
+    b = jnp.broadcast_to(b, batch + b.shape[-2:])
+    solve = jax.scipy.linalg.lu_solve
+    if left:
+        return solve((lu, piv0), b, trans=2 if adjoint else 0)
+    # X A = B  <=>  A^T X^T = B^T;  X A^H = B  <=>  A conj(X)^T = conj(B)^T
+    bt = jnp.swapaxes(b, -1, -2)
+    if adjoint:
+        return jnp.conj(jnp.swapaxes(solve((lu, piv0), jnp.conj(bt), trans=0), -1, -2))
+    return jnp.swapaxes(solve((lu, piv0), bt, trans=1), -1, -2)
+
+
+def _singular_info(lu):
+    """LAPACK's getrf ``info``: the 1-based index of the first zero on U's diagonal, else 0."""
+    zero = jnp.diagonal(lu, axis1=-2, axis2=-1) == 0
+    return jnp.where(jnp.any(zero, axis=-1), jnp.argmax(zero, axis=-1) + 1, 0).astype(jnp.int32)
+
+
+def _parity(piv0):
+    """``(-1)^(number of row swaps)`` of 0-based LAPACK pivots."""
+    swaps = jnp.sum(piv0 != jnp.arange(piv0.shape[-1], dtype=piv0.dtype), axis=-1)
+    return jnp.where(swaps % 2 == 0, 1, -1)
+
+
+@lowering(aten.linalg_lu_factor_ex.default)
+def lower_linalg_lu_factor_ex_default(ctx, A, *, pivot=True, check_errors=False):
+    """linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU, Tensor pivots, Tensor info)
+
+    ``lax.linalg.lu`` (partial pivoting); pivots 1-based ``int32`` as LAPACK's.
+    """
+    lu, piv = _lu(A)
+    return lu, (piv + 1).astype(jnp.int32), _singular_info(lu)
+
+
+@lowering(aten.linalg_lu_solve.default)
+def lower_linalg_lu_solve_default(ctx, LU, pivots, B, *, left=True, adjoint=False):
+    """linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint=False) -> Tensor
+
+    Row permutation from the pivots, then two triangular solves (``lax.linalg.lu_solve``).
+    """
+    return _lu_solve(LU, pivots.astype(jnp.int32) - 1, B.astype(LU.dtype), left, adjoint)
+
+
+@lowering(aten._linalg_solve_ex.default)
+def lower__linalg_solve_ex_default(ctx, A, B, *, left=True, check_errors=False):
+    """_linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor result, Tensor LU, Tensor pivots, Tensor info)
+
+    LU factorization, then the solve; ``B`` of one dim fewer than ``A`` (matching its batch)
+    is a batch of vectors, as in torch. Returns the LU and pivots for the backward.
+    """
+    lu, piv = _lu(A)
+    vector = B.ndim == 1 or (B.ndim == A.ndim - 1 and B.shape == A.shape[:-1])
+    b = B[..., None] if vector else B
+    x = _lu_solve(lu, piv, b.astype(A.dtype), left)
+    return (x[..., 0] if vector else x), lu, (piv + 1).astype(jnp.int32), _singular_info(lu)
+
+
+@lowering(aten._linalg_det.default)
+def lower__linalg_det_default(ctx, A):
+    """_linalg_det(Tensor A) -> (Tensor result, Tensor LU, Tensor pivots)
+
+    Product of the LU diagonal times the pivots' permutation sign. The LU returned is that
+    of ``A^T``, as torch's (its backward solves with it accordingly).
+    """
+    lu, piv = _lu(jnp.swapaxes(A, -1, -2))
+    det = jnp.prod(jnp.diagonal(lu, axis1=-2, axis2=-1), axis=-1) * _parity(piv).astype(A.dtype)
+    return det, lu, (piv + 1).astype(jnp.int32)
+
+
+@lowering(aten._linalg_slogdet.default)
+def lower__linalg_slogdet_default(ctx, A):
+    """_linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots)
+
+    From the LU diagonal: sign = permutation sign × signs of the diagonal, logabsdet = Σ log|dᵢ|;
+    the LU is that of ``A^T``, as torch's.
+    """
+    lu, piv = _lu(jnp.swapaxes(A, -1, -2))
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    sign = _parity(piv).astype(A.dtype) * jnp.prod(jnp.sign(d), axis=-1)
+    return sign, jnp.sum(jnp.log(jnp.abs(d)), axis=-1), lu, (piv + 1).astype(jnp.int32)
+
+
+@lowering(aten.linalg_inv_ex.default)
+def lower_linalg_inv_ex_default(ctx, A, *, check_errors=False):
+    """linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)
+
+    LU factorization, then a solve against the identity; ``info`` flags a singular matrix
+    as LAPACK's (torch's ``linalg.inv`` then raises).
+    """
+    lu, piv = _lu(A)
+    eye = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
+    return _lu_solve(lu, piv, eye), _singular_info(lu)
+
+
+@lowering(aten.linalg_cholesky_ex.default)
+def lower_linalg_cholesky_ex_default(ctx, self, *, upper=False, check_errors=False):
+    """linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)
+
+    ``lax.linalg.cholesky`` (lower); ``upper`` gives its conjugate transpose. A matrix that is
+    not positive definite gives NaNs and ``info`` = the first failing order (torch: the same
+    order, with an undefined factor).
+    """
+    L = lax_linalg.cholesky(self, symmetrize_input=False)
+    failed = ~jnp.all(jnp.isfinite(L), axis=(-2, -1))
+    flat = self.reshape((-1,) + self.shape[-2:])
+    info = jax.lax.cond(jnp.any(failed), lambda m: jax.vmap(_cholesky_info)(m),
+                        lambda m: jnp.zeros(m.shape[:1], jnp.int32), flat).reshape(self.shape[:-2])
+    return (jnp.conj(jnp.swapaxes(L, -1, -2)) if upper else L), info
+
+
+def _cholesky_info(a):
+    """LAPACK potrf's ``info`` for one matrix: the order of the first leading minor that is not
+    positive definite, else 0 (a column-by-column Cholesky of the lower triangle; run only
+    when the factorization failed)."""
+    n = a.shape[-1]
+    pos = jnp.arange(n)
+
+    def step(j, carry):
+        L, info = carry
+        row = jnp.where(pos < j, L[j], 0)
+        d = a[j, j] - jnp.sum(row * row)
+        bad = ~(d > 0)
+        info = jnp.where((info == 0) & bad, j + 1, info)
+        ljj = jnp.sqrt(jnp.where(bad, 1, d))
+        col = jnp.where(pos > j, (a[:, j] - L @ row) / ljj, 0).at[j].set(ljj)
+        return L.at[:, j].set(col), info
+
+    return jax.lax.fori_loop(0, n, step, (jnp.zeros_like(a), jnp.int32(0)))[1]
+
+
+@lowering(aten.linalg_solve_triangular.default)
+def lower_linalg_solve_triangular_default(ctx, self, B, *, upper, left=True, unitriangular=False):
+    """linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool unitriangular=False) -> Tensor
+
+    ``lax.linalg.triangular_solve`` (``A X = B``, or ``X A = B`` with ``left=False``).
+    """
+    batch = jnp.broadcast_shapes(self.shape[:-2], B.shape[:-2])
+    a = jnp.broadcast_to(self, batch + self.shape[-2:])
+    b = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(a.dtype)
+    return lax_linalg.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
+
+
+@lowering(aten.linalg_qr.default)
+def lower_linalg_qr_default(ctx, A, mode="reduced"):
+    """linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)
+
+    Householder QR (``lax.linalg.qr``); ``mode='r'`` returns an empty Q, as torch.
+    """
+    if mode == "r":
+        return _empty(A.dtype), lax_linalg.qr(A, full_matrices=False)[1]
+    return lax_linalg.qr(A, full_matrices=mode == "complete")
+
+
+@lowering(aten._linalg_svd.default)
+def lower__linalg_svd_default(ctx, A, full_matrices=False, compute_uv=True, *, driver=None):
+    """_linalg_svd(Tensor A, bool full_matrices=False, bool compute_uv=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)
+
+    ``lax.linalg.svd``; without ``compute_uv``, U and Vh are empty, as torch's.
+    """
+    if not compute_uv:
+        return _empty(A.dtype), lax_linalg.svd(A, full_matrices=False, compute_uv=False), _empty(A.dtype)
+    u, s, vh = lax_linalg.svd(A, full_matrices=full_matrices, compute_uv=True)
+    return u, s, vh
+
+
+@lowering(aten._linalg_eigh.default)
+def lower__linalg_eigh_default(ctx, A, UPLO="L", compute_v=True):
+    """_linalg_eigh(Tensor A, str UPLO="L", bool compute_v=True) -> (Tensor eigenvalues, Tensor eigenvectors)
+
+    ``lax.linalg.eigh`` of the ``UPLO`` triangle; eigenvalues ascending; without
+    ``compute_v`` the eigenvectors are empty, as torch's.
+    """
+    v, w = lax_linalg.eigh(A, lower=UPLO == "L", symmetrize_input=False)
+    return w, (v if compute_v else _empty(A.dtype))

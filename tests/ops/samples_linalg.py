@@ -1,0 +1,95 @@
+"""Matrix decompositions and solves (``converter/lowering/ops/linalg_decomp.py``).
+
+Singular/eigen vectors are compared through sign-invariant values (``|U|``, ``Q @ R``),
+as they are unique only up to sign.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tests.ops.op_db import OpInfo, Sample, make
+
+aten = torch.ops.aten
+F32 = torch.float32
+TOL = {F32: (1e-4, 1e-4)}
+
+
+def _spd(n: int, batch: tuple = (), seed: int = 0) -> torch.Tensor:
+    m = make(batch + (n, n), seed=seed)
+    return m @ m.mT + n * torch.eye(n)
+
+
+def _lu_solve(a, b, left=True, adjoint=False):
+    lu, piv, _ = aten.linalg_lu_factor_ex(a)
+    return aten.linalg_lu_solve(lu, piv, b, left=left, adjoint=adjoint)
+
+
+def _qr(a, mode="reduced"):
+    q, r = aten.linalg_qr(a, mode)
+    return r.abs() if mode == "r" else (q @ r, r.abs())
+
+
+def _svd(a, full_matrices=False, compute_uv=True):
+    u, s, vh = aten._linalg_svd(a, full_matrices, compute_uv)
+    return (u.abs(), s, vh.abs()) if compute_uv else s
+
+
+def _eigh(a, uplo="L"):
+    w, v = aten._linalg_eigh(a, uplo)
+    return w, v.abs()
+
+
+def _cholesky(a, upper=False, info_only=False):
+    out, info = aten.linalg_cholesky_ex(a, upper=upper)
+    return info if info_only else (out, info)
+
+
+NOT_PD = torch.tensor([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # leading minor of order 2 is 0
+
+OPS = [
+    OpInfo("linalg_lu_factor_ex", aten.linalg_lu_factor_ex, (aten.linalg_lu_factor_ex.default,),
+           lambda dt: [Sample((make((4, 4), dt),)), Sample((make((2, 3, 3), dt),), name="batched"),
+                       Sample((make((3, 5), dt),), name="wide")], tol=TOL),
+    OpInfo("linalg_lu_solve", _lu_solve, (aten.linalg_lu_factor_ex.default, aten.linalg_lu_solve.default),
+           lambda dt: [Sample((make((4, 4), dt), make((4, 2), dt, seed=1))),
+                       Sample((make((2, 3, 3), dt), make((2, 3, 2), dt, seed=1)), {"adjoint": True}, name="adjoint"),
+                       Sample((make((3, 3), dt), make((2, 3), dt, seed=1)), {"left": False}, name="right"),
+                       Sample((make((3, 3), dt), make((2, 3), dt, seed=1)), {"left": False, "adjoint": True},
+                              name="right_adjoint")], tol=TOL),
+    OpInfo("linalg_solve_ex", lambda a, b, left=True: aten._linalg_solve_ex(a, b, left=left),
+           (aten._linalg_solve_ex.default,),
+           lambda dt: [Sample((make((4, 4), dt), make((4, 2), dt, seed=1))),
+                       Sample((make((2, 3, 3), dt), make((2, 3), dt, seed=1)), name="batched_vectors"),
+                       Sample((make((3, 3), dt), make((2, 3), dt, seed=1)), {"left": False}, name="right"),
+                       Sample((torch.tensor([[1.0, 2.0], [2.0, 4.0]]), torch.ones(2, 1)), name="singular_info")],
+           tol=TOL),
+    OpInfo("linalg_det", aten._linalg_det, (aten._linalg_det.default,),
+           lambda dt: [Sample((make((4, 4), dt),)), Sample((make((2, 3, 3), dt, seed=2),), name="batched")], tol=TOL),
+    OpInfo("linalg_slogdet", torch.linalg.slogdet, (aten._linalg_slogdet.default,),
+           lambda dt: [Sample((make((4, 4), dt),)), Sample((make((2, 3, 3), dt, seed=2),), name="batched"),
+                       Sample((-_spd(3),), name="negative_det")], tol=TOL),
+    OpInfo("linalg_inv_ex", aten.linalg_inv_ex, (aten.linalg_inv_ex.default,),
+           lambda dt: [Sample((_spd(4),)), Sample((make((2, 3, 3), dt),), name="batched"),
+                       Sample((torch.tensor([[1.0, 2.0], [2.0, 4.0]]),), name="singular_info")], tol=TOL),
+    OpInfo("linalg_cholesky_ex", _cholesky, (aten.linalg_cholesky_ex.default,),
+           lambda dt: [Sample((_spd(4),)), Sample((_spd(3, (2,)),), {"upper": True}, name="upper_batched"),
+                       Sample((NOT_PD,), {"info_only": True}, name="not_pd_info")], tol=TOL),
+    OpInfo("linalg_solve_triangular", torch.linalg.solve_triangular, (aten.linalg_solve_triangular.default,),
+           lambda dt: [Sample((torch.linalg.cholesky(_spd(4)), make((4, 2), dt, seed=1)), {"upper": False}),
+                       Sample((torch.linalg.cholesky(_spd(3)).mT, make((2, 2, 3), dt, seed=1)),
+                              {"upper": True, "left": False}, name="upper_right_broadcast"),
+                       Sample((torch.linalg.cholesky(_spd(3)), make((3, 1), dt, seed=1)),
+                              {"upper": False, "unitriangular": True}, name="unitriangular")], tol=TOL),
+    OpInfo("linalg_qr", _qr, (aten.linalg_qr.default,),
+           lambda dt: [Sample((make((5, 3), dt),)), Sample((make((2, 3, 4), dt),), name="wide_batched"),
+                       Sample((make((4, 3), dt),), {"mode": "complete"}, name="complete"),
+                       Sample((make((4, 3), dt),), {"mode": "r"}, name="r")], tol=TOL),
+    OpInfo("linalg_svd", _svd, (aten._linalg_svd.default,),
+           lambda dt: [Sample((make((5, 3), dt),)), Sample((make((2, 3, 4), dt),), name="wide_batched"),
+                       Sample((make((3, 3), dt),), {"full_matrices": True}, name="full_square"),
+                       Sample((make((4, 6), dt),), {"compute_uv": False}, name="values")], tol=TOL),
+    OpInfo("linalg_eigh", _eigh, (aten._linalg_eigh.default,),
+           lambda dt: [Sample((_spd(4),)), Sample((_spd(3, (2,), seed=3),), {"uplo": "U"}, name="upper_batched")],
+           tol=TOL),
+]

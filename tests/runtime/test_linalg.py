@@ -1,0 +1,52 @@
+"""``torch.linalg`` on the tpu device: values, gradients and torch's errors, against CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tpu_runtime
+
+_G = torch.Generator().manual_seed(11)
+_M = torch.randn(3, 3, generator=_G)
+_SPD = _M @ _M.T + 3 * torch.eye(3)
+_B = torch.randn(3, 2, generator=_G)
+_W = torch.randn(3, 3, generator=_G)  # weights: gradients are not symmetric sums
+
+CASES = {
+    "solve": lambda a: torch.linalg.solve(a, _B.to(a.device)),
+    "inv": torch.linalg.inv,
+    "det": lambda a: torch.linalg.det(a) * a,
+    "slogdet": lambda a: torch.linalg.slogdet(a)[1] * a,
+    "cholesky": lambda a: torch.linalg.cholesky(a @ a.mT + torch.eye(3, device=a.device)),
+    "qr": lambda a: torch.linalg.qr(a)[0] @ torch.linalg.qr(a)[1],
+    "svdvals": lambda a: torch.linalg.svdvals(a)[:, None] * a,
+    "eigvalsh": lambda a: torch.linalg.eigvalsh(a + a.mT)[:, None] * a,
+    "solve_triangular": lambda a: torch.linalg.solve_triangular(
+        torch.linalg.cholesky(a @ a.mT + torch.eye(3, device=a.device)), a, upper=False),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_linalg_values_and_gradients_match_cpu(case, mode):
+    fn = CASES[case]
+    ref = _SPD.clone().requires_grad_(True)
+    want = fn(ref)
+    (want * _W[: want.shape[0], : want.shape[-1]]).sum().backward()
+    with tpu_runtime.set_eager_mode(mode):
+        a = _SPD.to("tpu").requires_grad_(True)
+        got = fn(a)
+        (got * _W[: got.shape[0], : got.shape[-1]].to("tpu")).sum().backward()
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_linalg_raises_torchs_errors():
+    singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]]).to("tpu")
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.linalg.inv(singular)
+    with pytest.raises(torch.linalg.LinAlgError, match="leading minor of order 2 is not positive-definite"):
+        torch.linalg.cholesky(torch.tensor([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]).to("tpu"))
+    inverse, info = torch.linalg.inv_ex(singular)
+    assert info.item() == 2
