@@ -62,10 +62,10 @@ def test_error_inside_backward_is_raised_not_fatal():
 
         @staticmethod
         def backward(ctx, g):
-            return torch.polygamma(2, g + 2.0) * g  # polygamma has no lowering
+            return torch.special.airy_ai(g) * g  # special_airy_ai has no lowering
 
     t = torch.ones(4, 3).to("tpu").requires_grad_()
-    with pytest.raises(Exception, match="polygamma"):
+    with pytest.raises(Exception, match="airy_ai"):
         Bad.apply(t).sum().backward()
     # the device still works afterwards
     assert (t.detach() + 1).sum().item() == 24.0
