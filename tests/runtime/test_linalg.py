@@ -22,6 +22,7 @@ CASES = {
     "qr": lambda a: torch.linalg.qr(a)[0] @ torch.linalg.qr(a)[1],
     "svdvals": lambda a: torch.linalg.svdvals(a)[:, None] * a,
     "eigvalsh": lambda a: torch.linalg.eigvalsh(a + a.mT)[:, None] * a,
+    "pinv": lambda a: torch.linalg.pinv(a[:, :2]),
     "solve_triangular": lambda a: torch.linalg.solve_triangular(
         torch.linalg.cholesky(a @ a.mT + torch.eye(3, device=a.device)), a, upper=False),
 }

@@ -1,5 +1,5 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
-symmetric eigendecomposition, inverse, triangular solve.
+symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve.
 
 These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
 ``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
@@ -216,3 +216,29 @@ def lower__linalg_eigh_default(ctx, A, UPLO="L", compute_v=True):
     """
     v, w = lax_linalg.eigh(A, lower=UPLO == "L", symmetrize_input=False)
     return w, (v if compute_v else _empty(A.dtype))
+
+
+@lowering(aten.linalg_pinv.atol_rtol_tensor)
+def lower_linalg_pinv_atol_rtol_tensor(ctx, self, *, atol=None, rtol=None, hermitian=False):
+    """linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor
+
+    Moore-Penrose inverse from the SVD (``eigh`` when ``hermitian``): singular values at or
+    below ``max(atol, rtol * σ_max)`` are dropped. Without tolerances ``rtol = eps * max(m, n)``;
+    with only ``atol > 0``, ``rtol = 0`` (torch's rule).
+    """
+    m, n = self.shape[-2:]
+    eps = jnp.finfo(self.dtype).eps
+    if rtol is None:
+        default = jnp.asarray(eps * max(m, n), self.dtype)
+        rtol = default if atol is None else jnp.where(atol > 0, jnp.zeros((), self.dtype), default)
+    atol = jnp.zeros((), self.dtype) if atol is None else atol
+    if hermitian:
+        w, u = lax_linalg.eigh(self, lower=True, symmetrize_input=False)[::-1]
+        mag = jnp.abs(w)
+        tol = jnp.maximum(atol, rtol * jnp.max(mag, axis=-1))[..., None]
+        inv = jnp.where(mag > tol, 1 / jnp.where(mag > tol, w, 1), 0)
+        return (u * inv[..., None, :]) @ jnp.conj(jnp.swapaxes(u, -1, -2))
+    u, s, vh = lax_linalg.svd(self, full_matrices=False, compute_uv=True)
+    tol = jnp.maximum(atol, rtol * s[..., 0])[..., None]
+    inv = jnp.where(s > tol, 1 / jnp.where(s > tol, s, 1), 0)
+    return (jnp.conj(jnp.swapaxes(vh, -1, -2)) * inv[..., None, :]) @ jnp.conj(jnp.swapaxes(u, -1, -2))
