@@ -139,6 +139,10 @@ def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
         return x.tensor
     if type(x) is TpuTensor and x._fake is None:
         return x
+    if getattr(x, "constant", None) is not None:
+        # A constant the fake mode folded (``torch.tensor(3).to("tpu")`` inside the compiled
+        # function): it stays the fake mode's own constant tensor, as on any other device.
+        return x
     return tracing_tensor(x, outer_size, outer_stride)
 
 

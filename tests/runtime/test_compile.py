@@ -146,3 +146,11 @@ def test_compile_tpu_optimizer_step_matches_cpu():
     ref_opt.step()
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_compile_tpu_moves_a_constant_made_inside_to_the_device():
+    # torch.tensor(3).to("tpu") inside the function: the fake mode folds it into a constant
+    torch._dynamo.reset()
+    x = torch.randn(2, 4)
+    fn = torch.compile(lambda t: t * torch.tensor(3).to(t.device) + torch.arange(4, device=t.device), backend="tpu")
+    torch.testing.assert_close(fn(x.to("tpu")).cpu(), x * 3 + torch.arange(4))
