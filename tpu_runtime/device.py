@@ -36,10 +36,19 @@ _STATE: dict[str, Any] = {"registered": False, "library": None}
 #: Others (``zeros``, ``ones``, ``full``, ``randn``, ``scalar_tensor``…) decompose in PyTorch
 #: into ``empty`` + an in-place fill that reaches ``__torch_dispatch__``; ``arange``,
 #: ``eye`` and ``randperm`` would need ``resize_``, so they are routed directly.
+#: Factories with no tensor input whose values torch computes in a fixed way (window functions,
+#: triangle indices): made by torch on the CPU and uploaded (:func:`tpu_runtime.dispatch._host_factory`).
+HOST_FACTORIES = (
+    "hann_window", "hann_window.periodic", "hamming_window", "hamming_window.periodic",
+    "hamming_window.periodic_alpha", "hamming_window.periodic_alpha_beta", "blackman_window",
+    "blackman_window.periodic", "bartlett_window", "bartlett_window.periodic", "kaiser_window",
+    "kaiser_window.periodic", "kaiser_window.beta", "tril_indices", "triu_indices",
+)
+
 FACTORIES = (
     "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
     "full", "rand", "randn", "randint", "randint.low", "randperm", "scalar_tensor", "eye", "eye.m",
-    "_copy_from", "_copy_from_and_resize", "_efficientzerotensor",
+    "_copy_from", "_copy_from_and_resize", "_efficientzerotensor", *HOST_FACTORIES,
 )
 
 
@@ -89,6 +98,12 @@ def _is_pinned(keyset: Any, self: torch.Tensor, device: Any = None) -> bool:
     return torch.ops.aten.is_pinned.default.redispatch(keyset & _AFTER_BACKEND_SELECT, self, device)
 
 
+def aten_overload(name: str) -> Any:
+    """``torch.ops.aten`` overload from ``"packet.overload"`` (``"packet"``: the default)."""
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
 def _factory(op: Any, *args: Any, **kwargs: Any) -> Any:
     from tpu_runtime.dispatch import dispatch
 
@@ -117,9 +132,7 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     lib = torch.library.Library("aten", "IMPL")
     for name in FACTORIES:
-        packet, _, overload = name.partition(".")
-        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
-        lib.impl(name, functools.partial(_factory, op), "PrivateUse1")
+        lib.impl(name, functools.partial(_factory, aten_overload(name)), "PrivateUse1")
     # ``x.pin_memory()`` / ``DataLoader(pin_memory=True)`` ask the current accelerator (tpu) for a pinned
     # allocator, which a Python backend cannot provide: these two ops are answered at BackendSelect
     # (every call passes it) for the tpu device and handed on unchanged for any other.
@@ -134,4 +147,4 @@ def register() -> None:
     jax.devices()  # initialize the JAX backend now, not inside the first op
 
 
-__all__ = ["register", "FACTORIES"]
+__all__ = ["register", "FACTORIES", "HOST_FACTORIES", "aten_overload"]

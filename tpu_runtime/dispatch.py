@@ -37,6 +37,7 @@ from tpu_runtime import dynamic, fastpath, kernels, optim_kernels
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
+from tpu_runtime.device import HOST_FACTORIES, aten_overload
 from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
@@ -383,6 +384,13 @@ def _inplace_view(functional: Any, args: tuple, kwargs: dict) -> Any:
     return self
 
 
+def _host_factory(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """A factory with no tensor input (a window function, ``tril_indices``): torch makes it on
+    the CPU, exactly as it defines it, and it is uploaded, as ``torch.tensor(data, device=...)`` is."""
+    cpu = func(*args, **{**kwargs, "device": torch.device("cpu")})
+    return new_tensor(upload(cpu), tuple(cpu.shape), cpu.dtype)
+
+
 def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
     return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
 
@@ -410,6 +418,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten._fused_sdp_choice.default: _sdp_choice,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
+    **{aten_overload(name): _host_factory for name in HOST_FACTORIES},
 }
 
 

@@ -288,3 +288,23 @@ def test_torch_tpu_streams_order_work_on_the_one_stream():
     assert s.query() and event.query()
     s.synchronize()
     assert torch.equal(y.cpu(), torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.hann_window(8, device=d),
+    lambda d: torch.hamming_window(7, periodic=False, device=d),
+    lambda d: torch.kaiser_window(6, True, 8.0, device=d, dtype=torch.float64),
+    lambda d: torch.tril_indices(3, 4, 1, device=d),
+    lambda d: torch.triu_indices(4, 3, -1, device=d),
+], ids=["hann", "hamming", "kaiser", "tril_indices", "triu_indices"])
+def test_window_and_index_factories_on_the_device(make):
+    got, want = make("tpu"), make("cpu")
+    assert got.device.type == "tpu" and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want)
+
+
+def test_stft_with_a_device_window_matches_cpu():
+    x = torch.randn(32, generator=torch.Generator().manual_seed(2))
+    got = torch.stft(x.to("tpu"), 8, return_complex=True, window=torch.hann_window(8, device="tpu"))
+    want = torch.stft(x, 8, return_complex=True, window=torch.hann_window(8))
+    torch.testing.assert_close(got.abs().cpu(), want.abs(), rtol=1e-5, atol=1e-5)
