@@ -195,3 +195,14 @@ def test_rnn_layers_dropout_between_layers_in_train_mode():
     assert abs(kept.float().mean() - 0.75) < 0.03
     assert torch.equal(evaluated, torch.ones(1, N, 1))
     assert not torch.equal(run(1)[0], train)  # the program's rng argument draws the mask
+
+
+def test_poisson_statistics():
+    rates = torch.cat([torch.full((N,), 0.5), torch.full((N,), 4.0), torch.zeros(8)])
+    run, ops = _compiled(torch.poisson, (rates,))
+    (draws,) = run(0)
+    assert aten.poisson.default in ops and draws.dtype == torch.float32
+    assert torch.equal(draws, draws.round()) and draws.min() >= 0 and torch.equal(draws[-8:], torch.zeros(8))
+    for i, rate in enumerate((0.5, 4.0)):
+        part = draws[i * N:(i + 1) * N]
+        assert abs(part.mean() - rate) < 0.05 * rate + 0.03 and abs(part.var() - rate) < 0.12 * rate

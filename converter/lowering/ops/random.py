@@ -83,6 +83,18 @@ def lower_bernoulli_p(ctx, self, p=0.5, *, generator=None):
     return jax.random.bernoulli(ctx.next_key(), p, self.shape).astype(ctx.out_dtype or self.dtype)
 
 
+@lowering(aten.poisson.default)
+def lower_poisson_default(ctx, self, generator=None):
+    """poisson(Tensor self, Generator? generator=None) -> Tensor
+
+    ``jax.random.poisson(key, rate)`` element-wise with ``self`` as the rates, in ``self``'s dtype.
+    """
+    _check_generator(ctx, generator)
+    dtype = ctx.out_dtype or self.dtype
+    rates = self.astype(jnp.float32 if dtype in (jnp.float16, jnp.bfloat16) else dtype)
+    return jax.random.poisson(ctx.next_key(), rates, self.shape).astype(dtype)
+
+
 @lowering(aten.rand.default)
 def lower_rand_default(ctx, size, *, dtype=None, layout=None, device=None, pin_memory=None):
     """rand(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
