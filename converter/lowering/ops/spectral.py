@@ -112,6 +112,36 @@ def lower_view_as_real_default(ctx, self):
     return jnp.stack([jnp.real(self), jnp.imag(self)], axis=-1)
 
 
+@lowering(aten.complex.default)
+def lower_complex_default(ctx, real, imag):
+    """complex(Tensor real, Tensor imag) -> Tensor
+
+    ``lax.complex`` of the broadcast float parts (complex64 from float32, complex128 from float64).
+    """
+    real, imag = jnp.broadcast_arrays(real, imag)
+    return jax.lax.complex(real, imag)
+
+
+@lowering(aten.polar.default)
+def lower_polar_default(ctx, abs, angle):
+    """polar(Tensor abs, Tensor angle) -> Tensor
+
+    ``abs * cos(angle) + i * abs * sin(angle)`` as one ``lax.complex``.
+    """
+    abs, angle = jnp.broadcast_arrays(abs, angle)
+    return jax.lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
+
+
+@lowering(aten._conj.default, aten._conj_physical.default)
+def lower__conj_default(ctx, self):
+    """_conj(Tensor(a) self) -> Tensor(a)
+
+    Also _conj_physical. ``conj`` (torch's lazy conjugate bit becomes a value: JAX has no
+    views); the identity on real tensors.
+    """
+    return jnp.conj(self) if jnp.iscomplexobj(self) else self
+
+
 @lowering(aten.view_as_complex.default)
 def lower_view_as_complex_default(ctx, self):
     """view_as_complex(Tensor(a) self) -> Tensor(a)
