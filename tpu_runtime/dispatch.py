@@ -14,7 +14,9 @@ For each op overload the route is decided once and cached:
    current eager mode (:mod:`tpu_runtime.execute`, the per-op hot path). View ops (``view``, ``slice``, ``permute``…) return views
    that share the storage;
 3. in-place ops (``add_``) and ``out=`` variants: the functional op is routed, then
-   its result is written back (through the view chain if the target is a view);
+   its result is written back (through the view chain if the target is a view); ops
+   that write into another argument (``rrelu_with_noise``'s ``noise``) run their
+   ``<op>_functional`` twin and write its extra results back;
 4. torch's decompositions (``torch._decomp`` first, then CompositeImplicitAutograd,
    then ``torch._refs``), traced once per signature into one plan when possible
    (:mod:`tpu_runtime.traced`), else run piece by piece through this dispatcher;
@@ -93,6 +95,8 @@ def _route(func: Any, args: tuple, kwargs: dict) -> Any:
         return _inplace_multi(route[1], route[2], route[3], route[4], args, kwargs)
     if kind == "out":
         return _out(route[1], route[2], args, kwargs)
+    if kind == "mutating":
+        return _mutating(route[1], route[2], route[3], args, kwargs)
     if kind == "decomp":
         return _decomposed(func, args, kwargs, route[1], route[2])
     return missing(func, args, kwargs)
@@ -122,6 +126,11 @@ def _classify(func: Any) -> tuple:
                     bool(schema.returns))
         if functional is not None:
             return ("inplace", functional)
+    mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None
+                    and a.alias_info.is_write and not a.is_out)
+    twin = getattr(aten, func._schema.name.split("::", 1)[1] + "_functional", None) if mutated else None
+    if twin is not None and func._overloadname in twin.overloads():
+        return ("mutating", getattr(twin, func._overloadname), mutated, len(schema.returns))
     outs = [a.name for a in schema.arguments if a.is_out]
     if outs:
         functional = _functional_of_out(func, outs)
@@ -246,6 +255,20 @@ def _inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchan
         elif target is not None:
             _assign(target, outs)
     return args[0] if returns_self else None
+
+
+def _mutating(functional: Any, mutated: tuple[tuple[int, str], ...], n_returns: int, args: tuple,
+              kwargs: dict) -> Any:
+    """An op that writes into arguments other than ``self`` (``rrelu_with_noise`` fills ``noise``)
+    through its ``<op>_functional`` twin, which returns the op's outputs and then the new value of
+    each mutated argument."""
+    results = _route(functional, args, kwargs)
+    for (pos, name), new in zip(mutated, results[n_returns:]):
+        target = args[pos] if pos < len(args) else kwargs[name]
+        if isinstance(target, TpuTensor):
+            _assign(target, new)
+    outs = results[:n_returns]
+    return outs[0] if n_returns == 1 else tuple(outs)
 
 
 def assign_each(dsts: Any, srcs: Any) -> None:

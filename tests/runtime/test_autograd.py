@@ -105,7 +105,18 @@ _GRAD_CASES = {
     "softshrink": lambda x: torch.nn.functional.softshrink(x).square().sum(),
     "cdist": lambda x: torch.cdist(x, x.flip(0) * 2).sum(),
     "replicate_pad": lambda x: torch.nn.functional.pad(x[None], (2, 1), mode="replicate").square().sum(),
+    "rrelu_eval": lambda x: torch.nn.functional.rrelu(x, training=False).square().sum(),  # writes its noise
 }
+
+
+def test_rrelu_training_slopes_are_drawn_in_range_and_the_gradient_uses_them():
+    torch.manual_seed(0)
+    x = -torch.rand(2000).add(0.1).to("tpu").requires_grad_(True)
+    y = torch.nn.functional.rrelu(x, 0.1, 0.3, training=True)
+    y.sum().backward()
+    slopes = (y / x).detach().cpu()
+    assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6 and slopes.std() > 0.03
+    torch.testing.assert_close(x.grad.cpu(), slopes)
 
 
 @pytest.mark.parametrize("case", sorted(_GRAD_CASES))
