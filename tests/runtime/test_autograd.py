@@ -111,7 +111,7 @@ _GRAD_CASES = {
 
 def test_rrelu_training_slopes_are_drawn_in_range_and_the_gradient_uses_them():
     torch.manual_seed(0)
-    x = -torch.rand(2000).add(0.1).to("tpu").requires_grad_(True)
+    x = (-torch.rand(2000) - 0.1).to("tpu").requires_grad_(True)
     y = torch.nn.functional.rrelu(x, 0.1, 0.3, training=True)
     y.sum().backward()
     slopes = (y / x).detach().cpu()
