@@ -196,6 +196,8 @@ def _fused_gru_cell_backward_meta(grad_hy: Any, workspace: Any, has_bias: bool) 
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
+    # the gradient of the loss input has its shape (torch has no meta kernel for this backward)
+    aten.multi_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
     aten._thnn_fused_lstm_cell.default: _fused_lstm_cell_meta,
     aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta,
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward_meta,

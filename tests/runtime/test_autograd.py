@@ -72,12 +72,21 @@ def test_error_inside_backward_is_raised_not_fatal():
 
 
 def test_backward_op_without_lowering_or_meta_kernel_raises_not_aborts():
-    # multi_margin_loss_backward has neither a row nor a meta kernel: the stand-in gradient
-    # that carries the error out of the device thread is shaped like the op's input
+    # _ctc_loss_backward has neither a row nor a meta kernel: the stand-in gradient that
+    # carries the error out of the device thread is shaped like the op's input
+    class Bad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.ops.aten._ctc_loss_backward(g, g, torch.zeros(3, 2, dtype=torch.long, device=g.device),
+                                                     [4, 4, 4], [2, 2, 2], g[0, 0], g, 0)
+
     x = torch.randn(3, 4).to("tpu").requires_grad_()
-    loss = torch.nn.functional.multi_margin_loss(x, torch.tensor([1, 0, 3]).to("tpu"))
-    with pytest.raises(Exception, match="multi_margin_loss_backward"):
-        loss.backward()
+    with pytest.raises(Exception, match="_ctc_loss_backward"):
+        Bad.apply(x).sum().backward()
     assert (x.detach() * 0 + 1).sum().item() == 12.0
 
 
@@ -106,6 +115,7 @@ _GRAD_CASES = {
     "cdist": lambda x: torch.cdist(x, x.flip(0) * 2).sum(),
     "replicate_pad": lambda x: torch.nn.functional.pad(x[None], (2, 1), mode="replicate").square().sum(),
     "rrelu_eval": lambda x: torch.nn.functional.rrelu(x, training=False).square().sum(),  # writes its noise
+    "multi_margin": lambda x: torch.nn.functional.multi_margin_loss(x, torch.tensor([1, 0, 3]).to(x.device), p=2),
 }
 
 

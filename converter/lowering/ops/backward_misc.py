@@ -1,4 +1,4 @@
-"""Backward rows of shrink activations, replication padding and ``cdist``.
+"""Backward rows of shrink activations, replication padding, ``cdist`` and ``multi_margin_loss``.
 
 Eager training on the tpu device runs autograd's backward ops through this table
 (``torch.export`` graphs of inference never contain them). Each follows torch's
@@ -86,3 +86,42 @@ def lower__cdist_backward_default(ctx, grad, x1, x2, p, cdist):
         powd = jnp.where(d == 0, zero, jnp.abs(d) ** (p - 1)) if p < 1 else jnp.abs(d) ** (p - 1)
         term = jnp.where(dist == 0, zero, jnp.sign(d) * powd / safe ** (p - 1))
     return jnp.sum(g * term, axis=-2).astype(dtype)
+
+
+def _multi_margin(x, target, p, margin, weight, reduction):
+    """torch's multi_margin_loss: per sample ``Σ_{j≠y} max(0, margin - x_y + x_j)^p / C``,
+    times ``weight[y]``; then none/mean/sum."""
+    x2 = x if x.ndim == 2 else x[None]
+    t = target.reshape(-1).astype(jnp.int32)
+    c = x2.shape[1]
+    xy = jnp.take_along_axis(x2, t[:, None], axis=1)
+    z = jnp.maximum(margin - xy + x2, 0)
+    z = jnp.where(jnp.arange(c)[None, :] == t[:, None], 0, z)
+    if p == 2:
+        z = z * z
+    if weight is not None:
+        z = z * jnp.take(weight, t)[:, None]
+    per = jnp.sum(z, axis=1) / c
+    if reduction == 1:
+        return jnp.mean(per)
+    if reduction == 2:
+        return jnp.sum(per)
+    return per if x.ndim == 2 else per[0]
+
+
+@lowering(aten.multi_margin_loss_backward.default)
+def lower_multi_margin_loss_backward_default(ctx, grad_output, self, target, p, margin, weight=None, reduction=1):
+    """multi_margin_loss_backward(Tensor grad_output, Tensor self, Tensor target, Scalar p, Scalar margin, Tensor? weight=None, int reduction=1) -> Tensor
+
+    ``jax.vjp`` of the loss (hinge terms ``max(0, margin - x_y + x_j)^p`` over the wrong
+    classes, averaged over classes, class-weighted) with respect to ``self``.
+    """
+    dtype = self.dtype
+    acc = opmath_dtype(dtype)
+    w = None if weight is None else weight.astype(acc)
+
+    def loss(x):
+        return _multi_margin(x, target, p, margin, w, reduction)
+
+    g = masked_vjp(loss, [self.astype(acc)], [True], grad_output.astype(acc))[0]
+    return g.astype(dtype)
