@@ -117,17 +117,15 @@ def _classify(func: Any) -> tuple:
         return ("special", run_foreach)
     schema = func._schema
     first = schema.arguments[0] if schema.arguments else None
+    mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None
+                    and a.alias_info.is_write and not a.is_out)
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
         functional = _functional_of_inplace(func)
-        mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments)
-                        if a.alias_info is not None and a.alias_info.is_write)
         if functional is not None and (isinstance(first.type, torch.ListType) or len(mutated) > 1):
             return ("inplace_multi", functional, mutated, optim_kernels.UNCHANGED.get(functional),
                     bool(schema.returns))
         if functional is not None:
             return ("inplace", functional)
-    mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None
-                    and a.alias_info.is_write and not a.is_out)
     twin = getattr(aten, func._schema.name.split("::", 1)[1] + "_functional", None) if mutated else None
     if twin is not None and func._overloadname in twin.overloads():
         return ("mutating", getattr(twin, func._overloadname), mutated, len(schema.returns))
@@ -245,15 +243,7 @@ def _inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchan
     in order; each is written into its tensor (or list of tensors), except the arguments
     ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
     results = _route(functional, args, kwargs)
-    skip = unchanged(args, kwargs) if unchanged is not None else ()
-    for (pos, name), outs in zip(mutated, results):
-        if pos in skip:
-            continue
-        target = args[pos] if pos < len(args) else kwargs[name]
-        if isinstance(target, (list, tuple)):
-            assign_each(target, outs)
-        elif target is not None:
-            _assign(target, outs)
+    _write_back(mutated, results, args, kwargs, unchanged(args, kwargs) if unchanged is not None else ())
     return args[0] if returns_self else None
 
 
@@ -263,12 +253,23 @@ def _mutating(functional: Any, mutated: tuple[tuple[int, str], ...], n_returns: 
     through its ``<op>_functional`` twin, which returns the op's outputs and then the new value of
     each mutated argument."""
     results = _route(functional, args, kwargs)
-    for (pos, name), new in zip(mutated, results[n_returns:]):
-        target = args[pos] if pos < len(args) else kwargs[name]
-        if isinstance(target, TpuTensor):
-            _assign(target, new)
+    _write_back(mutated, results[n_returns:], args, kwargs)
     outs = results[:n_returns]
     return outs[0] if n_returns == 1 else tuple(outs)
+
+
+def _write_back(mutated: tuple[tuple[int, str], ...], results: Any, args: tuple, kwargs: dict,
+                skip: Any = ()) -> None:
+    """Write each result into the argument it replaces (``mutated``: position and name, in
+    order; a tensor list takes a list of results), except the positions in ``skip``."""
+    for (pos, name), new in zip(mutated, results):
+        if pos in skip:
+            continue
+        target = args[pos] if pos < len(args) else kwargs[name]
+        if isinstance(target, (list, tuple)):
+            assign_each(target, new)
+        elif target is not None:
+            _assign(target, new)
 
 
 def assign_each(dsts: Any, srcs: Any) -> None:

@@ -23,6 +23,7 @@ import torch
 from converter.errors import UnsupportedOpError
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
+from converter.lowering.ops.embedding import bag_ids
 from tpu_runtime import optim_kernels
 
 aten = torch.ops.aten
@@ -97,12 +98,6 @@ def _random_to(ctx: Any, self: Any, to: int, *, generator: Any = None) -> Any:
     return _random_from(ctx, self, 0, to)
 
 
-def _bags(offsets: Any, n: int, nb: int) -> Any:
-    """The bag of each of ``n`` positions given ``nb`` bag start offsets (as the forward lowering)."""
-    starts = offsets[:nb].astype(jnp.int64)
-    return jnp.cumsum(jnp.zeros((n,), jnp.int64).at[starts].add(1, mode="drop")) - 1
-
-
 def embedding_bag_backward(ctx: Any, grad: Any, indices: Any, offsets: Any, offset2bag: Any, bag_size: Any,
                            maximum_indices: Any, num_weights: int, scale_grad_by_freq: bool, mode: int, sparse: bool,
                            per_sample_weights: Any, padding_idx: int = -1) -> Any:
@@ -131,7 +126,7 @@ def embedding_bag_backward(ctx: Any, grad: Any, indices: Any, offsets: Any, offs
         out = jnp.zeros((num_weights, d), acc).at[maximum_indices.astype(jnp.int64), cols].add(
             jnp.where(nonempty, g, jnp.zeros((), acc)), mode="drop")
     else:
-        seg = _bags(offsets, idx.shape[0], nb)
+        seg = bag_ids(offsets, idx.shape[0], nb)
         rows = jnp.take(g, jnp.clip(seg, 0, nb - 1), axis=0)
         if mode == 1:
             rows = rows / jnp.maximum(jnp.take(bag_size[:nb], jnp.clip(seg, 0, nb - 1)), 1).astype(acc)[:, None]
@@ -154,7 +149,7 @@ def embedding_bag_per_sample_weights_backward(ctx: Any, grad: Any, weight: Any, 
     """
     nb = grad.shape[0]
     idx = indices.astype(jnp.int64)
-    seg = _bags(offsets, idx.shape[0], nb)
+    seg = bag_ids(offsets, idx.shape[0], nb)
     rows = jnp.take(weight, idx, axis=0, mode="clip")
     out = jnp.sum(jnp.take(grad, jnp.clip(seg, 0, nb - 1), axis=0) * rows, axis=1)
     if padding_idx is not None and padding_idx >= 0:

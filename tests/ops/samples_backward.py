@@ -122,10 +122,6 @@ def _upsample_nearest_backward(g, output_size, input_size, scales_h=None, scales
     return aten.upsample_nearest2d_backward(g, output_size, input_size, scales_h, scales_w)
 
 
-def _upsample_bilinear_backward(g, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-    return aten.upsample_bilinear2d_backward(g, output_size, input_size, align_corners, scales_h, scales_w)
-
-
 def _call_backward(name):
     """``aten.<name>`` called with the sample's arguments (a backward op has no functional wrapper)."""
     return lambda *args, **kwargs: getattr(aten, name)(*args, **kwargs)
@@ -195,7 +191,8 @@ POOL = [
                               name="scales"),
                        Sample((make((1, 1, 2, 2), dt), [2, 2], [1, 1, 3, 3]), name="downsample")],
            dtypes=(F32, BF16), tol=BF16_TOL),
-    OpInfo("upsample_bilinear2d_backward", _upsample_bilinear_backward, (aten.upsample_bilinear2d_backward.default,),
+    OpInfo("upsample_bilinear2d_backward", _call_backward("upsample_bilinear2d_backward"),
+           (aten.upsample_bilinear2d_backward.default,),
            lambda dt: [Sample((make((1, 2, 5, 7), dt), [5, 7], [1, 2, 2, 3], False), name="nonint_scale"),
                        Sample((make((2, 1, 4, 6), dt), [4, 6], [2, 1, 2, 2], True), name="align_corners"),
                        Sample((make((2, 1, 4, 6), dt), [4, 6], [2, 1, 2, 2], False),

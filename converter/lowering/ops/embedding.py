@@ -33,6 +33,17 @@ def lower_embedding_default(ctx, weight, indices, padding_idx=-1, scale_grad_by_
     return jnp.take(weight, indices, axis=0, mode="clip")
 
 
+def bag_ids(offsets, n, nb):
+    """The bag of each of ``n`` index positions given the first ``nb`` offsets (bag starts).
+
+    Bag of a position = (number of bag starts <= position) - 1: a scatter-add of the starts
+    and a cumsum, O(n) and valid for symbolic sizes. With include_last_offset torch ignores
+    the last offset's value (``nb`` excludes it): the last bag runs to the end of the indices.
+    """
+    starts = offsets[:nb].astype(jnp.int64)
+    return jnp.cumsum(jnp.zeros((n,), jnp.int64).at[starts].add(1, mode="drop")) - 1
+
+
 def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
     if indices.ndim != 1 or offsets.ndim != 1:
         raise UnsupportedOpError(str(op), ctx.target, ctx.location,
@@ -44,12 +55,8 @@ def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, 
         raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason=f"unknown embedding_bag mode {mode}")
     n = indices.shape[0]
     nb = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
-    starts = offsets[:nb].astype(jnp.int64)
     pos = jnp.arange(n, dtype=jnp.int64)
-    # bag of each position = (number of bag starts <= position) - 1: a scatter-add of the
-    # starts and a cumsum, O(n) and valid for symbolic sizes. With include_last_offset torch
-    # ignores the last offset's value: the last bag runs to the end of ``indices``.
-    seg = jnp.cumsum(jnp.zeros((n,), jnp.int64).at[starts].add(1, mode="drop")) - 1
+    seg = bag_ids(offsets, n, nb)
     idx = indices.astype(jnp.int64)
     has_padding = padding_idx is not None and padding_idx >= 0
     valid = idx != padding_idx if has_padding else jnp.ones((n,), jnp.bool_)

@@ -24,10 +24,6 @@ aten = torch.ops.aten
 lax_linalg = jax.lax.linalg
 
 
-def _info(a):
-    return jnp.zeros(a.shape[:-2], jnp.int32)
-
-
 def _empty(dtype):
     return jnp.zeros((0,), dtype)
 
