@@ -34,7 +34,8 @@ from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_leaves, tree_map
 
 from tpu_runtime import tensor as tensor_module
-from tpu_runtime.tensor import DEVICE, TpuTensor
+from tpu_runtime.tensor import DEVICE, TpuTensor, alias
+from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
 #: Tracing tensors alive now; while there is one, :func:`tracing_dispatch` is installed.
@@ -122,6 +123,23 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     return return_and_correct_aliasing(func, args, kwargs, wrapped)
 
 
+def lift_fresh(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """``aten.lift_fresh`` of a tpu tensor: ``torch.tensor(data, device="tpu")`` inside a function
+    ``torch.compile`` traces.
+
+    ``torch.tensor`` builds its value outside every dispatch mode (a concrete tpu tensor), then
+    lifts it; under the fake mode of a trace, that constant becomes a tracing tensor whose fake
+    is the constant's CPU value moved to the device (``lift_fresh_copy`` then ``_to_copy``, both
+    recorded by the trace), so it mixes with traced tensors and the compiled graph holds it as a
+    constant. Outside a trace the tensor is returned as an alias, as ``lift_fresh`` does.
+    """
+    t = args[0]
+    if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+        return alias(t)
+    cpu = torch.ops.aten.lift_fresh_copy.default(to_cpu(t))
+    return tracing_tensor(torch.ops.aten._to_copy.default(cpu, device=DEVICE))
+
+
 def end_tracing() -> None:
     """Put the plain dispatcher back (tracing is over: the backend got the traced graph)."""
     if tensor_module._DISPATCH[0] is tracing_dispatch:
@@ -146,4 +164,4 @@ def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
     return tracing_tensor(x, outer_size, outer_stride)
 
 
-__all__ = ["TpuPayload", "payload", "tracing_tensor", "tracing_dispatch", "end_tracing", "unflatten"]
+__all__ = ["TpuPayload", "payload", "tracing_tensor", "tracing_dispatch", "lift_fresh", "end_tracing", "unflatten"]

@@ -35,7 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from tpu_runtime import dynamic, fastpath, kernels, optim_kernels
+from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -422,7 +422,7 @@ def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
 _SPECIAL: dict[Any, Callable] = {
     aten.detach.default: _alias,
     aten.alias.default: _alias,
-    aten.lift_fresh.default: _alias,
+    aten.lift_fresh.default: compile_tensors.lift_fresh,
     aten.empty.memory_format: _empty,
     aten._efficientzerotensor.default: _empty,  # a storage never written reads as zeros
     aten.empty_strided.default: _empty,

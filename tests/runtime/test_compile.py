@@ -154,3 +154,48 @@ def test_compile_tpu_moves_a_constant_made_inside_to_the_device():
     x = torch.randn(2, 4)
     fn = torch.compile(lambda t: t * torch.tensor(3).to(t.device) + torch.arange(4, device=t.device), backend="tpu")
     torch.testing.assert_close(fn(x.to("tpu")).cpu(), x * 3 + torch.arange(4))
+
+
+def _cache_like(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    # what HF's DynamicCache does inside the forward: torch.tensor(data, device=...) then cat onto it
+    keys = torch.tensor([], device=x.device)
+    keys = torch.cat([keys, (x @ w).flatten()])
+    return (keys * torch.tensor([1.0, -2.0, 0.5], device=x.device).repeat(2)).sum()
+
+
+def test_compile_tpu_takes_torch_tensor_made_on_the_device_inside():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x, w = torch.randn(2, 4), torch.randn(4, 3, requires_grad=True)
+    wt = w.detach().to("tpu").requires_grad_()
+    out = torch.compile(_cache_like, backend="tpu")(x.to("tpu"), wt)
+    out.backward()
+    ref = _cache_like(x, w)
+    ref.backward()
+    torch.testing.assert_close(out.cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wt.grad.cpu(), w.grad, rtol=1e-5, atol=1e-5)
+    assert torch.tensor([1, 2], device="tpu").cpu().tolist() == [1, 2]  # outside a trace: unchanged
+
+
+def test_compile_tpu_trains_hf_t5_and_matches_cpu():
+    # T5's decoder builds its cache with torch.tensor([], device=...) inside the forward
+    transformers = pytest.importorskip("transformers")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
+                                dropout_rate=0.0, decoder_start_token_id=0)
+    model = transformers.T5ForConditionalGeneration(cfg)
+    ids, labels = torch.randint(0, 64, (2, 6)), torch.randint(0, 64, (2, 4))
+    ref = model(input_ids=ids, labels=labels).loss
+    ref.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    ref = ref.detach()  # its autograd graph held the CPU parameters, which model.to swaps
+    model.to("tpu")
+    out = torch.compile(model, backend="tpu")(input_ids=ids.to("tpu"), labels=labels.to("tpu"))
+    out.loss.backward()
+    torch.testing.assert_close(out.loss.detach().cpu(), ref, rtol=1e-5, atol=1e-6)
+    assert len(grads) > 10
+    for n, p in model.named_parameters():
+        if n in grads:
+            torch.testing.assert_close(p.grad.cpu(), grads[n], rtol=1e-4, atol=1e-5, msg=n)
