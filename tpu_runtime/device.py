@@ -138,6 +138,9 @@ def register() -> None:
     # (every call passes it) for the tpu device and handed on unchanged for any other.
     lib.impl("_pin_memory", _pin_memory, "BackendSelect", with_keyset=True)
     lib.impl("is_pinned", _is_pinned, "BackendSelect", with_keyset=True)
+    from tpu_runtime.dynamic import ctc_loss_lengths
+
+    lib.impl("ctc_loss.Tensor", ctc_loss_lengths, "AutogradPrivateUse1")
     _STATE["library"] = lib
     from tpu_runtime import autocast
 

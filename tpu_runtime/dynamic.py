@@ -2,14 +2,16 @@
 
 ``nonzero`` (and ``argwhere``, ``torch.where(cond)``), ``masked_select``, boolean-mask
 indexing (``x[mask]``, ``x[mask] = values``), ``unique`` (plain, ``dim=``,
-``unique_consecutive``), ``bincount``, ``repeat_interleave`` with tensor repeats and
-``pack_padded_sequence`` cannot be compiled for a shape known in advance, and the
-lowering table (shared with the exporters, which have no data) refuses them. The runtime has the data, so
-it resolves the length first: a small plan computes it on the device and its value
-is read back — a sync point, as ``.item()`` is (fused eager runs its pending graph
-first). The op then runs as a static-shape plan for that length: the table's own
-row where one exists (``nonzero_static``, ``index.Tensor`` / ``index_put`` with
-integer indices, ``repeat_interleave(output_size=)``), else a kernel here built on
+``unique_consecutive``), ``bincount``, ``repeat_interleave`` with tensor repeats,
+``pack_padded_sequence`` and CTC with tensor lengths (``2·max(target_lengths) + 1``
+states) cannot be compiled for a shape known in advance, and the lowering table
+(shared with the exporters, which have no data) refuses them. The runtime has the
+data, so it resolves the length first: a small plan computes it on the device and
+its value is read back — a sync point, as ``.item()`` is (fused eager runs its
+pending graph first). The op then runs as a static-shape plan for that length: the
+table's own row where one exists (``nonzero_static``, ``index.Tensor`` /
+``index_put`` with integer indices, ``repeat_interleave(output_size=)``,
+``_ctc_loss`` with int lengths), else a kernel here built on
 ``jnp.unique``/``jnp.bincount`` with a ``size``.
 
 Each distinct length is its own plan (compiled once, then cached), as any op on a
@@ -299,6 +301,42 @@ def _linalg_check_errors(func: Any, args: tuple, kwargs: dict) -> None:
         "singular.")
 
 
+def _lengths(x: Any) -> list[int]:
+    """Sequence lengths as python ints: a CPU tensor as is, a tpu tensor read back (a sync point)."""
+    if isinstance(x, TpuTensor):
+        return np.asarray(materialize(x)).astype(np.int64).reshape(-1).tolist()
+    return x.to(torch.int64).reshape(-1).tolist()
+
+
+def _ctc_loss(func: Any, args: tuple, kwargs: dict) -> Any:
+    """_ctc_loss.Tensor / _ctc_loss_backward.Tensor (what ``F.ctc_loss`` calls for tpu tensors):
+    the lengths fix the shapes of the forward variables, so they are read (tpu lengths: a sync
+    point) and the table's int-list overload runs; CPU targets move to the device, as on CUDA."""
+    bound = _bound(func, args, kwargs)
+    lengths = 2 if func is aten._ctc_loss.Tensor else 3  # position of input_lengths
+    bound[lengths], bound[lengths + 1] = _lengths(bound[lengths]), _lengths(bound[lengths + 1])
+    targets = bound[lengths - 1]
+    if not isinstance(targets, TpuTensor):
+        bound[lengths - 1] = targets.to(torch.int64).to("tpu")
+    default = aten._ctc_loss.default if func is aten._ctc_loss.Tensor else aten._ctc_loss_backward.default
+    return run_op(default, tuple(bound), {})
+
+
+def ctc_loss_lengths(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+                     reduction: int = 1, zero_infinity: bool = False) -> Any:
+    """``ctc_loss.Tensor`` for tpu tensors (registered at the AutogradPrivateUse1 key): as on CUDA,
+    the lengths (CPU, or tpu: a sync point) become ints and ``ctc_loss.IntList`` runs, so CPU
+    length tensors work with every reduction (torch's composite for tensor subclasses would divide
+    the tpu loss by the CPU ``target_lengths``). While ``torch.compile`` traces, the composite runs."""
+    tracing = any(isinstance(x, torch._subclasses.FakeTensor) or (type(x) is TpuTensor and x._fake is not None)
+                  for x in (log_probs, targets, input_lengths, target_lengths))
+    if tracing or type(log_probs) is not TpuTensor:
+        return aten.ctc_loss.Tensor.decompose(log_probs, targets, input_lengths, target_lengths, blank, reduction,
+                                              zero_infinity)
+    return aten.ctc_loss.IntList(log_probs, targets, _lengths(input_lengths), _lengths(target_lengths), blank,
+                                 reduction, zero_infinity)
+
+
 #: Dispatcher entries: ops with a data-dependent output shape.
 HANDLERS: dict[Any, Callable] = {
     aten.nonzero.default: _nonzero,
@@ -310,6 +348,8 @@ HANDLERS: dict[Any, Callable] = {
     aten.repeat_interleave.Tensor: _repeat_interleave,
     aten._pack_padded_sequence.default: _pack_padded_sequence,
     aten._linalg_check_errors.default: _linalg_check_errors,
+    aten._ctc_loss.Tensor: _ctc_loss,
+    aten._ctc_loss_backward.Tensor: _ctc_loss,
 }
 
-__all__ = ["HANDLERS", "needs_masks", "masked_indexing", "expand_masks"]
+__all__ = ["HANDLERS", "needs_masks", "masked_indexing", "expand_masks", "ctc_loss_lengths"]

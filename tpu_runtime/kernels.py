@@ -188,11 +188,20 @@ def _fused_gru_cell_backward_meta(grad_hy: Any, workspace: Any, has_bias: bool) 
     return gates, torch.empty_like(gates), torch.empty_like(grad_hy), *bias
 
 
+def _ctc_loss_meta(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
+                   zero_infinity: bool = False) -> tuple:
+    states = 2 * max(target_lengths, default=0) + 1
+    return log_probs.new_empty((log_probs.shape[1],)), log_probs.new_empty((log_probs.shape[1], log_probs.shape[0],
+                                                                            states))
+
+
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)
     aten.multi_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
+    aten._ctc_loss.default: _ctc_loss_meta,
+    aten._ctc_loss_backward.default: lambda grad, log_probs, *args, **kwargs: torch.empty_like(log_probs),
     aten._thnn_fused_lstm_cell.default: _fused_lstm_cell_meta,
     aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta,
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward_meta,

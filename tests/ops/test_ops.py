@@ -139,3 +139,6 @@ UNTESTED_BY_OPINFO.update({op: _RNN_CELL for op in (
     aten._thnn_fused_lstm_cell.default, aten._thnn_fused_lstm_cell_backward_impl.default,
     aten._thnn_fused_gru_cell.default, aten._thnn_fused_gru_cell_backward.default,
 )})
+_CTC = ("torch.export cannot trace it (no meta kernel: torch treats its output shape as data-dependent); "
+        "F.ctc_loss losses and gradients against CPU in tests/runtime/test_ctc.py")
+UNTESTED_BY_OPINFO.update({op: _CTC for op in (aten._ctc_loss.default, aten._ctc_loss_backward.default)})
