@@ -129,15 +129,18 @@ def kernel_choice(ctx: Any, kernel: str, *, static: bool = True, why_not_static:
     return dispatch.choose(kernel, force=force, **config)
 
 
-def pnorm_last(d: Any, p: float) -> Any:
-    """The p-norm over the last axis of non-negative ``d`` (``|x - y|``), as torch's cdist/pdist:
-    p=0 counts non-zeros, p=inf takes the max (0 for an empty axis)."""
+def pnorm(d: Any, p: float, axis: Any = -1, keepdims: bool = False) -> Any:
+    """The p-norm over ``axis`` of non-negative ``d`` (``|x|``, ``|x - y|``), as torch's
+    vector_norm/cdist/pdist: p=0 counts non-zeros, p=inf takes the max (0 for an empty axis),
+    p=-inf the min."""
     if p == 0:
-        return jnp.sum((d != 0).astype(d.dtype), axis=-1)
+        return jnp.sum((d != 0).astype(d.dtype), axis=axis, keepdims=keepdims)
     if p == float("inf"):
-        return jnp.max(d, axis=-1, initial=0)
+        return jnp.max(d, axis=axis, initial=0, keepdims=keepdims)
+    if p == float("-inf"):
+        return jnp.min(d, axis=axis, keepdims=keepdims)
     if p == 1:
-        return jnp.sum(d, axis=-1)
+        return jnp.sum(d, axis=axis, keepdims=keepdims)
     if p == 2:
-        return jnp.sqrt(jnp.sum(d * d, axis=-1))
-    return jnp.sum(d ** p, axis=-1) ** (1.0 / p)
+        return jnp.sqrt(jnp.sum(d * d, axis=axis, keepdims=keepdims))
+    return jnp.sum(d ** p, axis=axis, keepdims=keepdims) ** (1.0 / p)

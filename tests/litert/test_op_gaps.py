@@ -1,5 +1,5 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
-3-D and grouped transposed convolutions, integer bitwise and/or. Each model is converted
+3-D and grouped transposed convolutions, integer bitwise and/or, vector norms. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -55,6 +55,15 @@ class Bitwise(nn.Module):
         return a & b, a | b, a ^ b, a & 0xFF, c & d, c | d, m & (a > 0), m | (b > 0)
 
 
+class Norms(nn.Module):
+    """Vector norms (``linalg_vector_norm``): F.normalize, ord 1 / inf / 3, Tensor.norm."""
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return (F.normalize(x, dim=-1), torch.linalg.vector_norm(x, ord=1, dim=0),
+                torch.linalg.vector_norm(x, ord=float("inf"), dim=1, keepdim=True),
+                torch.linalg.vector_norm(x, ord=3.0, dim=1), x.norm(dim=1))
+
+
 def _int64s(*shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     x = torch.randint(-2**62, 2**62, shape, generator=g, dtype=torch.int64) * 2
@@ -71,6 +80,7 @@ MODELS = {
               {"CONV_3D": 3, "TRANSPOSE_CONV": 3, "CONV_3D_TRANSPOSE": 3, "SPLIT": 3, "ADD": 2, "RELU": 0}),
     "bitwise": (Bitwise, lambda: (_int64s(3, 4), _int64s(3, 4).flip(0), torch.rand(3, 4) > 0.5),
                 {"BITCAST": 6, "RIGHT_SHIFT": 4, "BITWISE_XOR": 8, "LOGICAL_AND": 1, "LOGICAL_OR": 1}),
+    "norms": (Norms, lambda: (torch.randn(3, 5),), {"ABS": 5, "SQRT": 2, "REDUCE_MAX": 1, "POW": 2}),
 }
 
 

@@ -169,6 +169,20 @@ def _cum_int_samples(dt):
     return [Sample((make((3, 6), dt),), {"dim": 1}, name="ties"), Sample((make((4, 2), dt),), {"dim": 0})]
 
 
+def _vector_norm_samples(dt):
+    """Every ord torch special-cases (2, 1, 0, ±inf) and a general p, over all/one/several dims;
+    F.normalize's use; a complex input (its real dtype comes out); an explicit ``dtype``."""
+    x = make((3, 4), dt)
+    x[0, 1] = 0
+    out = [Sample((x,), name="all"), Sample((x, 1, 1), name="ord1"), Sample((x, 0, -1, True), name="ord0_keepdim"),
+           Sample((x, INF, (0, 1)), name="inf"), Sample((x, -INF, 0), name="neg_inf"),
+           Sample((x, 3.5, [1]), name="p3_5"), Sample((make((2, 3, 4), dt), 2, (0, 2), True), name="dims_keepdim")]
+    if dt == f32:
+        out += [Sample((torch.complex(x, x.flip(0)), 2, 1), name="complex"),
+                Sample((x, 2, None, False), {"dtype": f64}, name="dtype")]
+    return out
+
+
 REDUCE = [
     OpInfo("sum", _sum, (aten.sum.dim_IntList,), _sum_samples, dtypes=(f32, i32, b8, bf16)),
     OpInfo("mean", _mean, (aten.mean.dim, aten.mean.default), _mean_samples, dtypes=(f32, bf16)),
@@ -195,6 +209,8 @@ REDUCE = [
                        Sample((torch.tensor([[-INF, 0.0, -INF, INF], [-INF, -INF, 1.0, 2.0]]).to(dt),), {"dim": -1},
                               name="inf"),
                        Sample((make((), dt),), {"dim": 0}, name="0d")], dtypes=(f32, bf16)),
+    OpInfo("vector_norm", torch.linalg.vector_norm, (aten.linalg_vector_norm.default,), _vector_norm_samples,
+           dtypes=(f32, bf16)),
     OpInfo("cummax", _call(torch.cummax), (aten.cummax.default,),
            lambda dt: _cum_extreme_samples(dt) if dt.is_floating_point else _cum_int_samples(dt), dtypes=(f32, i64)),
     OpInfo("cummin", _call(torch.cummin), (aten.cummin.default,),

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import opmath_dtype, pnorm_last
+from converter.lowering.helpers import opmath_dtype, pnorm
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -107,4 +107,4 @@ def lower__cdist_forward_default(ctx, x1, x2, p, compute_mode):
     dtype = ctx.out_dtype or x1.dtype
     acc = opmath_dtype(dtype)
     d = jnp.abs(x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :])
-    return pnorm_last(d, p).astype(dtype)
+    return pnorm(d, p).astype(dtype)

@@ -1,4 +1,4 @@
-"""Reductions: sum, mean, prod, amax/amin, max/min, argmax/argmin, var, any, cumulative ops.
+"""Reductions: sum, mean, prod, amax/amin, max/min, argmax/argmin, var, any, cumulative ops, vector norms.
 
 Torch semantics kept here: ``dim=None`` or ``[]`` reduces every dim; 0-d tensors
 accept ``dim`` 0 / -1; integer and bool sums/products accumulate in int64;
@@ -17,6 +17,7 @@ import torch
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.helpers import dims as norm_dims
+from converter.lowering.helpers import pnorm
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -306,3 +307,17 @@ def lower_cummin_default(ctx, self, dim):
     Emits an associative scan over ``(value, index)`` pairs (``<=``; NaN sticks).
     """
     return _cum_extreme(self, dim, jnp.less)
+
+
+@lowering(aten.linalg_vector_norm.default)
+def lower_linalg_vector_norm_default(ctx, self, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+
+    ``(Σ|x|^ord)^(1/ord)`` over ``dim`` (every dim when ``None``/``[]``); ord 0 counts
+    non-zeros, ±inf take the max/min of ``|x|``. ``dtype`` casts the input first;
+    complex inputs give their real dtype; f16/bf16 accumulate in float32.
+    """
+    x = self if dtype is None else self.astype(to_jax_dtype(dtype))
+    out = ctx.out_dtype or (jnp.finfo(x.dtype).dtype if jnp.issubdtype(x.dtype, jnp.complexfloating) else x.dtype)
+    mag = jnp.abs(x).astype(_acc(out))
+    return pnorm(mag, float(ord), _axes(self, dim), keepdim).astype(out)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import masked_vjp, opmath_dtype, pnorm_last
+from converter.lowering.helpers import masked_vjp, opmath_dtype, pnorm
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -203,7 +203,7 @@ def lower__pdist_forward_default(ctx, self, p=2.0):
     acc = opmath_dtype(self.dtype)
     x = self.astype(acc)
     diff = jnp.abs(x[jnp.asarray(i)] - x[jnp.asarray(j)])
-    return pnorm_last(diff, p).astype(self.dtype)
+    return pnorm(diff, p).astype(self.dtype)
 
 
 
