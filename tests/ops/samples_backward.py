@@ -147,6 +147,18 @@ def _resize_backward_info(name, dims, linear):
                   tol=BF16_TOL)
 
 
+def _weight_norm_backward_samples(dt):
+    """``_weight_norm_interface_backward`` on torch's own forward results: dim 0 (nn.utils weight_norm's
+    default), the last dim, a 1-d weight."""
+    out = []
+    for shape, dim in (((4, 3, 2), 0), ((4, 3, 2), 2), ((5,), 0)):
+        v = make(shape, dt)
+        g = make(tuple(s if i == dim else 1 for i, s in enumerate(shape)), dt)
+        w, norms = aten._weight_norm_interface(v, g, dim)
+        out.append(Sample((make(w.shape, dt), v, g, norms, dim), name=f"dim{dim}_{len(shape)}d"))
+    return out
+
+
 def _cdist_backward(g, x1, x2, p):
     return aten._cdist_backward(g, x1, x2, p, torch.cdist(x1, x2, p))
 
@@ -226,6 +238,9 @@ POOL = [
                                torch.rand(5) + 0.5, 0), name="p2_weight_none"),
                        Sample((make((), dt), make((5,), dt), torch.tensor(3), 1, 1.0, None, 2), name="1d_sum")],
            tol={F32: (1e-5, 1e-5)}),
+    OpInfo("weight_norm_interface_backward", _call_backward("_weight_norm_interface_backward"),
+           (aten._weight_norm_interface_backward.default,), _weight_norm_backward_samples,
+           dtypes=(F32, BF16), tol=BF16_TOL),
     _resize_backward_info("upsample_bicubic2d_backward", 2, linear=True),
     _resize_backward_info("upsample_linear1d_backward", 1, linear=True),
     _resize_backward_info("upsample_trilinear3d_backward", 3, linear=True),

@@ -109,6 +109,8 @@ _GRAD_CASES = {
     "replicate_pad": lambda x: torch.nn.functional.pad(x[None], (2, 1), mode="replicate").square().sum(),
     "rrelu_eval": lambda x: torch.nn.functional.rrelu(x, training=False).square().sum(),  # writes its noise
     "multi_margin": lambda x: torch.nn.functional.multi_margin_loss(x, torch.tensor([1, 0, 3]).to(x.device), p=2),
+    # nn.utils.parametrizations.weight_norm (wav2vec2's positional conv): _weight_norm_interface_backward
+    "weight_norm": lambda x: torch._weight_norm(x, torch.arange(1.0, 4.0)[:, None].to(x.device), 0).square().sum(),
 }
 
 

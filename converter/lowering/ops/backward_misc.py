@@ -1,4 +1,4 @@
-"""Backward rows of shrink activations, replication padding, ``cdist`` and ``multi_margin_loss``.
+"""Backward rows of shrink activations, replication padding, ``cdist``, ``multi_margin_loss`` and weight norm.
 
 Eager training on the tpu device runs autograd's backward ops through this table
 (``torch.export`` graphs of inference never contain them). Each follows torch's
@@ -125,3 +125,19 @@ def lower_multi_margin_loss_backward_default(ctx, grad_output, self, target, p, 
 
     g = masked_vjp(loss, [self.astype(acc)], [True], grad_output.astype(acc))[0]
     return g.astype(dtype)
+
+
+@lowering(aten._weight_norm_interface_backward.default)
+def lower__weight_norm_interface_backward_default(ctx, grad_w, saved_v, saved_g, saved_norms, dim):
+    """_weight_norm_interface_backward(Tensor grad_w, Tensor saved_v, Tensor saved_g, Tensor saved_norms, int dim) -> (Tensor, Tensor)
+
+    Of ``w = v · g / ‖v‖`` (the norm over every dim but ``dim``, kept as size 1, as
+    ``saved_norms``): ``grad_g = Σ(grad_w · v) / ‖v‖`` and
+    ``grad_v = (g / ‖v‖) · (grad_w - v · grad_g / ‖v‖)``, as torch's kernel.
+    """
+    acc = opmath_dtype(saved_v.dtype)
+    gw, v, g, n = (t.astype(acc) for t in (grad_w, saved_v, saved_g, saved_norms))
+    axes = tuple(a for a in range(v.ndim) if a != dim % max(v.ndim, 1))
+    grad_g = jnp.sum(gw * v, axis=axes, keepdims=True) / n
+    grad_v = (g / n) * (gw - v * (grad_g / n))
+    return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
