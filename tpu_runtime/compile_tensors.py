@@ -56,7 +56,8 @@ class TpuPayload(torch.Tensor):
 
     @staticmethod
     def __new__(cls, tensor: TpuTensor) -> "TpuPayload":
-        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=tensor.stride())
+        strides = tensor._payload_stride or tensor.stride()
+        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=strides)
         r.tensor = tensor
         return r
 
@@ -80,6 +81,32 @@ def payload(t: TpuTensor) -> torch.Tensor:
     """``t``'s inner tensor for ``torch.compile``: its fake while tracing, else a :class:`TpuPayload`."""
     fake = t._fake
     return TpuPayload(t) if fake is None else fake
+
+
+def payload_stride(t: TpuTensor) -> tuple | None:
+    """The strides of ``t``'s inner tensor, the context of its flattening (``None`` when symbolic).
+
+    A tracing tensor's fake keeps the strides of the op that made it (a transposed view is not
+    contiguous) while every concrete tpu tensor is dense: AOTAutograd compares the two for the
+    gradient of a compiled graph's output (:func:`coerce_tangent`)."""
+    inner = t._fake if t._fake is not None else t._payload_stride
+    if inner is None:
+        return tuple(t.stride())
+    strides = tuple(inner.stride()) if isinstance(inner, torch.Tensor) else tuple(inner)
+    return strides if all(type(s) is int for s in strides) else None
+
+
+def coerce_tangent(t: TpuTensor, expected_meta: Any, expected_type: Any) -> torch.Tensor:
+    """``__coerce_same_metadata_as_tangent__``: the gradient ``t`` of a compiled graph's output,
+    as the traced backward expects it. A dense tpu tensor stands for any layout: its alias
+    reports the traced strides through its payload (AOTAutograd would otherwise re-stride it
+    with ``empty_strided`` + ``copy_``); where the graph had a plain tensor, the payload itself."""
+    if expected_type is not None and expected_type is not TpuTensor:
+        return TpuPayload(t)
+    r = alias(t)
+    if expected_meta is not None:
+        r._payload_stride = tuple(expected_meta)
+    return r
 
 
 def tracing_tensor(fake: torch.Tensor, outer_size: Any = None, outer_stride: Any = None) -> TpuTensor:
@@ -164,4 +191,4 @@ def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
     return tracing_tensor(x, outer_size, outer_stride)
 
 
-__all__ = ["TpuPayload", "payload", "tracing_tensor", "tracing_dispatch", "lift_fresh", "end_tracing", "unflatten"]
+__all__ = ["TpuPayload", "payload", "payload_stride", "coerce_tangent", "tracing_tensor", "tracing_dispatch", "lift_fresh", "end_tracing", "unflatten"]

@@ -130,11 +130,12 @@ def _skip_runtime_frames() -> None:
     from torch._dynamo.eval_frame import set_code_exec_strategy
     from torch._dynamo.types import FrameAction, FrameExecStrategy
 
-    from tpu_runtime import device
+    from tpu_runtime import device, dynamic
 
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    # the dispatchers, and the kernels registered with torch.library (called from C++)
     entries = [TpuTensor.__dict__["__torch_dispatch__"].__func__, TpuPayload.__dict__["__torch_dispatch__"].__func__,
-               device._factory]
+               device._factory, device._pin_memory, device._is_pinned, dynamic.ctc_loss_lengths]
     entries += [v for v in vars(TpuTensor).values() if callable(v) and hasattr(v, "__code__")]
     for fn in entries:
         set_code_exec_strategy(fn.__code__, skip)

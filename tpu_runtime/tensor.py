@@ -56,6 +56,7 @@ class TpuTensor(torch.Tensor):
     _cached: Any = None
     _seen: int = -1
     _fake: Any = None  # set only on the tensors torch.compile traces (tpu_runtime.compile_tensors)
+    _payload_stride: Any = None  # the strides its payload reports, when a traced graph expects others
 
     @staticmethod
     def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),
@@ -132,7 +133,14 @@ class TpuTensor(torch.Tensor):
     # never used. It is also how torch.compile traces tpu tensors: the one inner tensor is
     # a payload standing for this tensor (see :mod:`tpu_runtime.compile_tensors`).
     def __tensor_flatten__(self) -> tuple:
-        return ["_payload"], None
+        from tpu_runtime.compile_tensors import payload_stride
+
+        return ["_payload"], payload_stride(self)
+
+    def __coerce_same_metadata_as_tangent__(self, expected_meta: Any, expected_type: Any = None) -> torch.Tensor:
+        from tpu_runtime.compile_tensors import coerce_tangent
+
+        return coerce_tangent(self, expected_meta, expected_type)
 
     @property
     def _payload(self) -> torch.Tensor:

@@ -199,3 +199,17 @@ def test_compile_tpu_trains_hf_t5_and_matches_cpu():
     for n, p in model.named_parameters():
         if n in grads:
             torch.testing.assert_close(p.grad.cpu(), grads[n], rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_compile_tpu_output_view_takes_a_dense_gradient_from_eager():
+    # the compiled graph returns a transposed view; its gradient comes from eager code (dense): the
+    # traced backward expected the view's strides (wav2vec2's CTC head does this)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4, 5), torch.randn(4, 3, 5)
+    xt = x.to("tpu").requires_grad_()
+    fn = lambda t: t.softmax(-1).transpose(0, 1)  # noqa: E731
+    (torch.compile(fn, backend="tpu")(xt) * w.to("tpu")).sum().backward()
+    xc = x.clone().requires_grad_()
+    (fn(xc) * w).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
