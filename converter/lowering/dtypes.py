@@ -18,6 +18,7 @@ TORCH_TO_JAX = {
     torch.int64: jnp.int64,
     torch.bool: jnp.bool_,
     torch.complex64: jnp.complex64,
+    torch.complex128: jnp.complex128,
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 

@@ -17,7 +17,7 @@ from tests.ops.op_db import OpInfo, Sample, make
 
 aten = torch.ops.aten
 
-F32, BF16 = torch.float32, torch.bfloat16
+F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
 BF16_TOL = {F32: (1e-4, 1e-4), BF16: (3e-2, 5e-2)}
 
 
@@ -292,6 +292,11 @@ SPECTRAL = [
            lambda dt: [Sample((make((3, 4), dt, low=0), make((3, 4), dt, seed=1))),
                        Sample((make((2, 1), dt, low=0), make((2, 3), dt, seed=1)), name="broadcast")],
            tol=FFT_TOL),
+    OpInfo("angle", lambda x, real=False: torch.angle(x if real else torch.view_as_complex(x)), (aten.angle.default,),
+           lambda dt: [Sample((make((3, 4, 2), dt),), name="complex"),
+                       Sample((torch.tensor([-2.0, 0.0, 3.0, float("nan"), -0.5]).to(dt),), {"real": True},
+                              name="real_nan"),
+                       Sample((torch.tensor([-3, 0, 2]),), {"real": True}, name="int")], dtypes=(F32, F64), tol=FFT_TOL),
     OpInfo("conj", lambda x, physical=False: torch.view_as_real(
                (torch.conj_physical if physical else lambda z: torch.conj(z).clone())(torch.view_as_complex(x))),
            (aten._conj.default, aten._conj_physical.default),
@@ -303,7 +308,7 @@ SPECTRAL = [
                        Sample((make((2, 3, 4, 2), dt), "fftn"), {"norm": "ortho"}, name="3d_ortho"),
                        Sample((make((2, 3, 2, 3, 2), dt), "ifftn"), {"dim": (0, 1, 2, 3), "norm": "forward"},
                               name="4d_inverse_forward")],
-           tol=FFT_TOL),
+           dtypes=(F32, F64), tol=FFT_TOL),  # float64 pairs: complex128
 ]
 
 

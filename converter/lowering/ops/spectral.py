@@ -7,7 +7,7 @@ normalization code, ``0``: none, ``1``: ``1/sqrt(n)``, ``2``: ``1/n``, where ``n
 the product of the signal sizes; the transforms below are unnormalized and scaled
 afterwards. XLA's FFT takes at most three dims at a time, so longer dim lists are
 transformed in chunks (a multi-dim DFT is separable). Results are complex64 for
-float32 inputs (the only complex dtype the lowering table maps).
+float32 inputs, complex128 for float64 ones.
 """
 
 from __future__ import annotations
@@ -130,6 +130,20 @@ def lower_polar_default(ctx, abs, angle):
     """
     abs, angle = jnp.broadcast_arrays(abs, angle)
     return jax.lax.complex(abs * jnp.cos(angle), abs * jnp.sin(angle))
+
+
+@lowering(aten.angle.default)
+def lower_angle_default(ctx, self):
+    """angle(Tensor self) -> Tensor
+
+    ``atan2(imag, real)`` of a complex input (its real dtype); for a real input ``π`` where
+    it is negative, else 0 (NaN stays NaN), in the input's float dtype (integers: float32).
+    """
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        return jnp.arctan2(jnp.imag(self), jnp.real(self))
+    out = ctx.out_dtype or (self.dtype if jnp.issubdtype(self.dtype, jnp.floating) else jnp.float32)
+    x = self.astype(out)
+    return jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.asarray(jnp.pi, out), jnp.zeros((), out)))
 
 
 @lowering(aten._conj.default, aten._conj_physical.default)
