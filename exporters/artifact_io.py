@@ -59,5 +59,6 @@ def from_numpy(outs: Sequence[np.ndarray], as_torch: bool) -> Any:
     """Call results: torch tensors when ``as_torch``; one output as is, several as a tuple."""
     if as_torch:
         import torch
-        outs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outs]
+        # np.require keeps 0-d outputs 0-d (np.ascontiguousarray makes them shape (1,))
+        outs = [torch.from_numpy(np.require(o, requirements="C")) for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)

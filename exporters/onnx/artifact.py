@@ -106,7 +106,7 @@ class OnnxArtifact(FileBytes):
             want = _ORT_TYPES.get(spec.type)
             if want is not None and arr.dtype != want:
                 arr = arr.astype(want)
-            feed[spec.name] = np.ascontiguousarray(arr)
+            feed[spec.name] = np.require(arr, requirements="C")  # 0-d inputs stay 0-d
         try:
             outs = sess.run(None, feed)
         except Exception as e:  # onnxruntime raises its own exception types

@@ -96,7 +96,9 @@ class OnnxGraph:
         """An initializer holding ``array`` (identical constants are stored once); float64 is
         stored as float32 unless ``narrow`` is false."""
         arr = np.asarray(array, dtype=dtype)
-        arr = np.ascontiguousarray(arr.astype(onnx_dtype(arr.dtype), copy=False) if narrow else arr)
+        # np.require keeps a 0-d constant 0-d (np.ascontiguousarray would make it shape (1,), and
+        # every scalar result it touches would come out as (1,))
+        arr = np.require(arr.astype(onnx_dtype(arr.dtype), copy=False) if narrow else arr, requirements="C")
         key = (arr.dtype.str, arr.shape, hashlib.sha256(arr.tobytes()).hexdigest())
         name = self._consts.get(key)
         if name is None:

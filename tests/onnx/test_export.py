@@ -129,3 +129,22 @@ def test_inspect_onnx_corrupt_file_one_line_error(tmp_path, content, capsys):
     assert main(["inspect", str(path)]) != 0
     err = capsys.readouterr().err.strip()
     assert err and "\n" not in err
+
+
+class _Scalars(nn.Module):
+    """0-d outputs (a full reduction scaled by a constant, a 0-d input plus one) next to a 2-D one."""
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple:
+        return x.sum() * 2.0 + 1, (x * s).amax(), s + 1, x.cumsum(1)
+
+
+@pytest.mark.parametrize("target", ["onnx", "litert"])
+def test_scalar_inputs_and_outputs_keep_their_0d_shape(target):
+    # 0-d constants and outputs used to come back as shape (1,)
+    x, s = torch.randn(3, 5, generator=torch.Generator().manual_seed(0)), torch.tensor(2.5)
+    model = _Scalars().eval()
+    art = convert(model, (x, s), target=target)
+    for got, want in zip(art(x, s), model(x, s)):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert [np.asarray(o).shape for o in art(x.numpy(), s.numpy())][:3] == [(), (), ()]
