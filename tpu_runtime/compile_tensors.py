@@ -84,16 +84,21 @@ def payload(t: TpuTensor) -> torch.Tensor:
 
 
 def payload_stride(t: TpuTensor) -> tuple | None:
-    """The strides of ``t``'s inner tensor, the context of its flattening (``None`` when symbolic).
+    """The context of ``t``'s flattening: the strides of its inner tensor when they are not the
+    contiguous ones (``None`` otherwise, and when they are symbolic).
 
     A tracing tensor's fake keeps the strides of the op that made it (a transposed view is not
-    contiguous) while every concrete tpu tensor is dense: AOTAutograd compares the two for the
-    gradient of a compiled graph's output (:func:`coerce_tangent`)."""
+    contiguous) while every concrete tpu tensor is dense: AOTAutograd compares the contexts for
+    the gradient of a compiled graph's output (:func:`coerce_tangent`). Dynamo guards on the
+    context of inputs, so a dense tensor's is ``None`` whatever its shape (no recompilation
+    when only the shape changes)."""
     inner = t._fake if t._fake is not None else t._payload_stride
     if inner is None:
-        return tuple(t.stride())
+        return None
     strides = tuple(inner.stride()) if isinstance(inner, torch.Tensor) else tuple(inner)
-    return strides if all(type(s) is int for s in strides) else None
+    if not all(type(s) is int for s in strides):
+        return None
+    return None if strides == tuple(make_contiguous_strides_for(t._spec[0])) else strides
 
 
 def coerce_tangent(t: TpuTensor, expected_meta: Any, expected_type: Any) -> torch.Tensor:

@@ -213,3 +213,17 @@ def test_compile_tpu_output_view_takes_a_dense_gradient_from_eager():
     xc = x.clone().requires_grad_()
     (fn(xc) * w).sum().backward()
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_tpu_new_input_shapes_reuse_the_dynamic_graph():
+    # tpu tensors flatten with a shape-independent context, so dynamo's guard on it holds: after the
+    # first recompilation (dynamic sizes), a third length reuses the graph
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    fn = torch.compile(lambda t: (t.softmax(-1) * 2).sum(1), backend="tpu")
+    for n in (3, 5, 7):
+        x = torch.randn(2, n, 4)
+        torch.testing.assert_close(fn(x.to("tpu")).cpu(), (x.softmax(-1) * 2).sum(1), rtol=1e-5, atol=1e-6)
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
