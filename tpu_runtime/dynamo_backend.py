@@ -133,10 +133,15 @@ def _skip_runtime_frames() -> None:
     from tpu_runtime import device, dynamic
 
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
-    # the dispatchers, and the kernels registered with torch.library (called from C++)
-    entries = [TpuTensor.__dict__["__torch_dispatch__"].__func__, TpuPayload.__dict__["__torch_dispatch__"].__func__,
-               device._factory, device._pin_memory, device._is_pinned, dynamic.ctc_loss_lengths]
-    entries += [v for v in vars(TpuTensor).values() if callable(v) and hasattr(v, "__code__")]
+    # the kernels registered with torch.library (called from C++); below, every method, property and
+    # static method of the tensor classes (their dispatchers; AOTAutograd's runtime reads ``_payload``
+    # and unflattens while the hook is on) and of the device hooks C++ calls back
+    entries = [device._factory, device._pin_memory, device._is_pinned, dynamic.ctc_loss_lengths]
+    for cls in (TpuTensor, TpuPayload, device._Guard, device._Hooks):
+        for v in vars(cls).values():
+            v = v.fget if isinstance(v, property) else getattr(v, "__func__", v)
+            if hasattr(v, "__code__"):
+                entries.append(v)
     for fn in entries:
         set_code_exec_strategy(fn.__code__, skip)
 

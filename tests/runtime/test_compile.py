@@ -227,3 +227,22 @@ def test_compile_tpu_new_input_shapes_reuse_the_dynamic_graph():
         x = torch.randn(2, n, 4)
         torch.testing.assert_close(fn(x.to("tpu")).cpu(), (x.softmax(-1) * 2).sum(1), rtol=1e-5, atol=1e-6)
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
+def test_compile_tpu_hf_model_over_new_lengths_has_no_graph_break_in_the_runtime():
+    # dynamo's hook is on while AOTAutograd's runtime reads a tpu parameter's payload and while C++
+    # asks the device guard its type: it must not try to compile those runtime frames
+    transformers = pytest.importorskip("transformers")
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    fn = torch.compile(copy.deepcopy(model).to("tpu"), backend="tpu")
+    for n in (4, 6, 8):
+        ids = torch.randint(0, 32, (2, n))
+        with torch.no_grad():
+            torch.testing.assert_close(fn(ids.to("tpu")).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-5)
+    assert not counters["graph_break"], [k.splitlines()[0] for k in counters["graph_break"]]
