@@ -136,6 +136,19 @@ def test_debug_mode_compares_each_op_with_cpu():
             tpu_runtime.clear_cache()
 
 
+def test_debug_mode_compares_ops_taking_python_floats():
+    # the python floats that are plan inputs (mul.Scalar's other, add's alpha) reach the CPU op as floats
+    t = torch.tensor([[1.0, -2.0, 3.5]]).to("tpu")
+    with tpu_runtime.set_eager_mode("debug", compare_cpu=True, raise_on_error=True):
+        before = tpu_runtime.debug_report.compared
+        got = [torch.ops.aten.mul.Scalar(t, 0.75), torch.ops.aten.add.Scalar(t, 1.5), t.add(t, alpha=0.5), t * 0.25]
+        assert tpu_runtime.debug_report.compared - before == 4
+    cpu = t.cpu()
+    want = [cpu * 0.75, cpu + 1.5, cpu + cpu * 0.5, cpu * 0.25]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
+
+
 def test_modes_share_one_kernel_library():
     x = torch.randn(4, 3)
     results = {}

@@ -73,8 +73,10 @@ class DebugExecutor:
     """Runs each op now, waits for it, and checks it."""
 
     name = "debug"
-    #: Dynamic python floats reach :meth:`run` as device scalars (``execute._scalar``).
-    raw_floats = False
+    #: Dynamic python floats reach :meth:`run` as python floats (jit takes them as weakly typed
+    #: scalars), so the CPU comparison calls the op with the float its schema asks for
+    #: (``mul.Scalar(Tensor, Scalar)`` refuses a 0-d tensor).
+    raw_floats = True
 
     def __init__(self, options: DebugOptions):
         self.options = options
