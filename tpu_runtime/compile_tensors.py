@@ -196,4 +196,5 @@ def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
     return tracing_tensor(x, outer_size, outer_stride)
 
 
-__all__ = ["TpuPayload", "payload", "payload_stride", "coerce_tangent", "tracing_tensor", "tracing_dispatch", "lift_fresh", "end_tracing", "unflatten"]
+__all__ = ["TpuPayload", "payload", "payload_stride", "coerce_tangent", "tracing_tensor", "tracing_dispatch",
+           "lift_fresh", "end_tracing", "unflatten"]

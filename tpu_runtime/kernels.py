@@ -190,9 +190,9 @@ def _fused_gru_cell_backward_meta(grad_hy: Any, workspace: Any, has_bias: bool) 
 
 def _ctc_loss_meta(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
                    zero_infinity: bool = False) -> tuple:
+    steps, batch = log_probs.shape[0], log_probs.shape[1]
     states = 2 * max(target_lengths, default=0) + 1
-    return log_probs.new_empty((log_probs.shape[1],)), log_probs.new_empty((log_probs.shape[1], log_probs.shape[0],
-                                                                            states))
+    return log_probs.new_empty((batch,)), log_probs.new_empty((batch, steps, states))
 
 
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails

@@ -41,10 +41,11 @@ def _padded_targets(targets, target_lengths):
     s = int(lengths.max()) if lengths.size else 0
     if targets.ndim == 2:
         return targets[:, :s].astype(jnp.int32)
+    if not s:
+        return jnp.zeros((lengths.size, 0), jnp.int32)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    idx = np.minimum(offsets[:, None] + np.arange(s)[None, :], max(targets.shape[0] - 1, 0))
-    return jnp.take(targets, jnp.asarray(idx, jnp.int32), axis=0).astype(jnp.int32) if s else \
-        jnp.zeros((lengths.size, 0), jnp.int32)
+    idx = np.minimum(offsets[:, None] + np.arange(s)[None, :], targets.shape[0] - 1)
+    return jnp.take(targets, jnp.asarray(idx, jnp.int32), axis=0).astype(jnp.int32)
 
 
 def ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank):
@@ -57,8 +58,9 @@ def ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank):
     s = labels.shape[1]
     states = 2 * s + 1
     ext = jnp.full((batch, states), blank, jnp.int32).at[:, 1::2].set(labels)
-    skip = np.zeros((batch, states), bool)
-    skip = jnp.asarray(skip).at[:, 3::2].set(labels[:, 1:] != labels[:, :-1]) if s > 1 else jnp.asarray(skip)
+    skip = jnp.zeros((batch, states), bool)  # may jump over the blank between two different labels
+    if s > 1:
+        skip = skip.at[:, 3::2].set(labels[:, 1:] != labels[:, :-1])
     tl = np.asarray(target_lengths, np.int64)
     valid = jnp.asarray(np.arange(states)[None, :] < 2 * tl[:, None] + 1)
     il = jnp.asarray(np.asarray(input_lengths, np.int64))
