@@ -309,8 +309,8 @@ def _lengths(x: Any) -> list[int]:
 
 
 def _ctc_loss(func: Any, args: tuple, kwargs: dict) -> Any:
-    """_ctc_loss.Tensor / _ctc_loss_backward.Tensor (what ``F.ctc_loss`` calls for tpu tensors):
-    the lengths fix the shapes of the forward variables, so they are read (tpu lengths: a sync
+    """_ctc_loss.Tensor / _ctc_loss_backward.Tensor called directly (``F.ctc_loss`` reaches the
+    int-list overloads through :func:`ctc_loss_lengths`): the lengths fix the shapes of the forward variables, so they are read (tpu lengths: a sync
     point) and the table's int-list overload runs; CPU targets move to the device, as on CUDA."""
     bound = _bound(func, args, kwargs)
     lengths = 2 if func is aten._ctc_loss.Tensor else 3  # position of input_lengths

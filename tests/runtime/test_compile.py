@@ -215,6 +215,21 @@ def test_compile_tpu_output_view_takes_a_dense_gradient_from_eager():
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
 
 
+def test_tangent_coercion_keeps_the_value_and_reports_the_traced_layout():
+    # AOTAutograd coerces each gradient to what the traced graph had: a tpu tensor with the traced
+    # strides (the same value: no copy), or the payload where the graph had a plain tensor
+    from tpu_runtime.compile_tensors import TpuPayload
+
+    g = torch.arange(6.0).reshape(2, 3).to("tpu")
+    as_view = g.__coerce_same_metadata_as_tangent__((1, 2), type(g))
+    assert type(as_view) is type(g) and as_view._payload_stride == (1, 2)
+    assert as_view._payload.stride() == (1, 2)
+    torch.testing.assert_close(as_view.cpu(), g.cpu())
+    as_plain = g.__coerce_same_metadata_as_tangent__(None, torch.Tensor)
+    assert type(as_plain) is TpuPayload and as_plain.tensor is g
+    assert as_plain.__coerce_same_metadata_as_tangent__(None, torch.Tensor) is as_plain
+
+
 def test_compile_tpu_new_input_shapes_reuse_the_dynamic_graph():
     # tpu tensors flatten with a shape-independent context, so dynamo's guard on it holds: after the
     # first recompilation (dynamic sizes), a third length reuses the graph

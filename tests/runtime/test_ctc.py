@@ -78,3 +78,20 @@ def test_ctc_loss_in_fused_mode_matches_strict(data):
         fused = _loss_and_grad(logits, targets["concatenated"], "cpu", "tpu")
     torch.testing.assert_close(fused[0], strict[0], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(fused[1], strict[1], rtol=1e-6, atol=1e-7)
+
+
+def test_tensor_length_overloads_called_directly(data):
+    # aten._ctc_loss.Tensor / _ctc_loss_backward.Tensor: lengths as CPU or tpu tensors, CPU targets
+    logits, targets = data
+    log_probs = logits.log_softmax(-1)
+    il, tl = torch.tensor(INPUT_LENGTHS), torch.tensor(TARGET_LENGTHS)
+    aten = torch.ops.aten
+    nll, alpha = aten._ctc_loss.Tensor(log_probs, targets["padded"], il, tl, 0, False)
+    grad = aten._ctc_loss_backward.Tensor(torch.ones(B), log_probs, targets["padded"], il, tl, nll, alpha, 0, False)
+    for where in ("cpu", "tpu"):
+        lp = log_probs.to("tpu")
+        got_nll, got_alpha = aten._ctc_loss.Tensor(lp, targets["padded"], il.to(where), tl.to(where), 0, False)
+        got_grad = aten._ctc_loss_backward.Tensor(torch.ones(B).to("tpu"), lp, targets["padded"].to("tpu"),
+                                                  il.to(where), tl.to(where), got_nll, got_alpha, 0, False)
+        torch.testing.assert_close(got_nll.cpu(), nll, rtol=1e-5, atol=1e-5, msg=where)
+        torch.testing.assert_close(got_grad.cpu(), grad, rtol=1e-5, atol=1e-6, msg=where)
