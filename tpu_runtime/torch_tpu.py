@@ -19,8 +19,11 @@ from tpu_runtime.eager import get_eager_mode, set_eager_mode, sync
 
 manual_seed = rng.manual_seed
 initial_seed = rng.initial_seed
-get_rng_state = rng.get_rng_state
-set_rng_state = rng.set_rng_state
+
+#: Read by ``torch.utils.checkpoint``: only a device module that says it is initialized gets its
+#: RNG state saved before a checkpointed forward and restored for the recomputation (without it,
+#: dropout in the recomputed forward draws new masks and the gradients are wrong).
+_initialized = True
 
 
 def is_available() -> bool:
@@ -49,9 +52,68 @@ def set_device(device: Any) -> None:
     Raises:
         ValueError: for any other index.
     """
-    index = torch.device(device).index if not isinstance(device, int) else device
+    _index(device)
+
+
+def _index(device: Any) -> int:
+    """The index ``device`` (an int, ``"tpu"``, ``"tpu:0"`` or a ``torch.device``) names: 0.
+
+    Raises:
+        ValueError: any other index, or a device of another type.
+    """
+    if isinstance(device, int):
+        index = device
+    else:
+        d = torch.device(device)
+        if d.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {d}")
+        index = d.index
     if index not in (None, 0):
         raise ValueError(f"tpu device {index} does not exist (device_count() == 1)")
+    return 0
+
+
+class device:
+    """Context manager that selects a device, as ``torch.cuda.device`` (only index 0 exists;
+    ``torch.utils.checkpoint`` enters it around reading and restoring the RNG state).
+
+    Raises:
+        ValueError: any index other than 0 (``None`` and -1 select nothing, as in torch.cuda).
+    """
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None or device == -1 else _index(device)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def get_rng_state(device: Any = "tpu") -> torch.Tensor:
+    """The device generator's state as a CPU uint8 tensor (what :func:`set_rng_state` takes);
+    ``device`` as in ``torch.cuda.get_rng_state`` (``torch.random.fork_rng`` passes it)."""
+    _index(device)
+    return rng.get_rng_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
+    """Restore a state returned by :func:`get_rng_state`: the random ops that follow draw
+    the same numbers as those that followed it."""
+    _index(device)
+    rng.set_rng_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """The state of every tpu device (there is one)."""
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    """Restore the states of :func:`get_rng_state_all`."""
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
 
 
 def get_device_name(device: Any = None) -> str:
@@ -220,5 +282,7 @@ def _is_in_bad_fork() -> bool:
 
 __all__ = ["is_available", "is_initialized", "device_count", "current_device", "set_device", "get_device_name",
            "synchronize", "get_amp_supported_dtype", "memory_stats", "memory_allocated", "max_memory_allocated",
-           "memory_reserved", "empty_cache", "Event", "Stream", "current_stream", "default_stream", "stream", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state",
-           "set_rng_state", "set_eager_mode", "get_eager_mode", "cache_stats", "cache_only", "set_cache_dir"]
+           "memory_reserved", "empty_cache", "Event", "Stream", "current_stream", "default_stream", "stream",
+           "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state", "set_rng_state",
+           "get_rng_state_all", "set_rng_state_all", "device", "set_eager_mode", "get_eager_mode", "cache_stats",
+           "cache_only", "set_cache_dir"]

@@ -54,6 +54,42 @@ def test_manual_seed_makes_device_dropout_reproducible():
     assert not torch.equal(F.dropout(x, 0.5, training=True).cpu(), a) or a.numel() < 4
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_replays_dropout_masks(mode, reentrant):
+    # torch.utils.checkpoint saves the device RNG state (torch.tpu.get_rng_state under
+    # torch.tpu.device) and restores it for the recomputation: the gradients equal those of the
+    # plain forward with the same seed; without it, the recomputed dropout drew new masks
+    import tpu_runtime
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4)).to("tpu")
+    x = torch.randn(5, 8).to("tpu").requires_grad_()
+    grads = []
+    with tpu_runtime.set_eager_mode(mode):
+        for ckpt in (True, False):
+            torch.manual_seed(1)
+            out = checkpoint(model, x, use_reentrant=reentrant) if ckpt else model(x)
+            out.sum().backward()
+            grads.append(x.grad.cpu())
+            x.grad = None
+    assert (grads[1] != 0).any()
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-6, atol=1e-6)
+
+
+def test_fork_rng_restores_the_device_generator():
+    x = torch.ones(64).to("tpu")
+    state = torch.tpu.get_rng_state("tpu:0")
+    with torch.random.fork_rng(device_type="tpu"):
+        inside = F.dropout(x, 0.5).cpu()
+    assert torch.equal(torch.tpu.get_rng_state(), state)
+    assert torch.equal(F.dropout(x, 0.5).cpu(), inside)  # the same draw again, after the fork
+    torch.tpu.set_rng_state_all(torch.tpu.get_rng_state_all())
+    with pytest.raises(ValueError, match="does not exist"):
+        torch.tpu.get_rng_state(1)
+
+
 _BACKWARD_ERRORS = {
     # special_airy_ai has no lowering (it has a meta kernel)
     "no_lowering": (lambda g: torch.special.airy_ai(g) * g, "airy_ai"),
