@@ -27,6 +27,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from converter.capture import PRESERVED_OPS
+from converter.lowering import rng_ops
 from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime import rng
 from tpu_runtime._x64 import restore, swap_on
@@ -76,7 +77,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     graph_id = next(_GRAPH_IDS)  # graphs with equal code may close over different constants
     # random ops draw from the device generator (torch.manual_seed reproduces them); a graph
     # without any takes a constant, so it leaves the generator's counter alone
-    draws = any(isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+    # (activation checkpointing's forward saves the key it drew with run_and_save_rng_state)
+    draws = any(n.target is rng_ops.RUN_AND_SAVE or isinstance(n.target, torch._ops.OpOverload)
+                and torch.Tag.nondeterministic_seeded in n.target.tags
                 for n in gm.graph.nodes if n.op == "call_function")
     no_draw = np.zeros(2, np.uint32)
     # outputs that are sizes (a symbolic batch saved for backward) go back as python numbers

@@ -26,7 +26,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
-from converter.lowering import registry
+from converter.lowering import registry, rng_ops
 from converter.lowering.context import LoweringContext
 from converter.lowering.dtypes import to_jax_dtype
 
@@ -103,6 +103,8 @@ def check_supported(graph: torch.fx.Graph, target: str) -> None:
     for node in graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             registry.lookup(node.target, target, source_location(node))
+        elif node.op == "call_function" and node.target in rng_ops.RNG_OPS:
+            rng_ops.check(node, target, source_location(node))
         elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             raise UnsupportedOpError(str(node.target), target, source_location(node),
                                      reason="higher-order ops (control flow) are not supported yet")
@@ -230,6 +232,8 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     target = node.target
     if target is operator.getitem:
         return args[0][args[1]]
+    if target in rng_ops.RNG_OPS:  # activation checkpointing's saved / replayed generator state
+        return rng_ops.call(node, args, kwargs, ctx, source_location(node), conform)
     if not isinstance(target, torch._ops.OpOverload):
         # SymInt arithmetic (operator.mul, torch.sym_max, …) works on python ints and
         # on jax.export symbolic dims alike.

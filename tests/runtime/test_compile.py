@@ -215,6 +215,32 @@ def test_compile_tpu_output_view_takes_a_dense_gradient_from_eager():
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
 
 
+def test_compile_tpu_checkpointed_dropout_recomputes_the_same_mask():
+    # AOTAutograd saves the generator state of a checkpointed region (run_and_save_rng_state) and
+    # replays it where backward recomputes the region (run_with_rng_state): the gradient uses the
+    # mask the output shows; each call draws a new mask; torch.manual_seed reproduces them
+    from torch.utils.checkpoint import checkpoint
+
+    torch._dynamo.reset()
+
+    def region(t):
+        return F.dropout(torch.sin(t) * 2, 0.5, training=True) * 3
+
+    fn = torch.compile(lambda t: checkpoint(region, t, use_reentrant=False), backend="tpu")
+    x = (torch.rand(64, generator=torch.Generator().manual_seed(0)) + 0.5)
+    xt = x.to("tpu").requires_grad_()
+    masks = []
+    for seed in (7, 8, 7):
+        torch.manual_seed(seed)
+        y = fn(xt)
+        y.sum().backward()
+        mask = (y.detach().cpu() != 0).float()
+        torch.testing.assert_close(xt.grad.cpu(), mask * torch.cos(x) * 12, rtol=1e-5, atol=1e-5)
+        xt.grad = None
+        masks.append(mask)
+    assert 0 < masks[0].mean() < 1 and not torch.equal(masks[0], masks[1]) and torch.equal(masks[0], masks[2])
+
+
 def test_tangent_coercion_keeps_the_value_and_reports_the_traced_layout():
     # AOTAutograd coerces each gradient to what the traced graph had: a tpu tensor with the traced
     # strides (the same value: no copy), or the payload where the graph had a plain tensor
