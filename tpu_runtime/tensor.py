@@ -108,6 +108,14 @@ class TpuTensor(torch.Tensor):
 
         return to_cpu(self).tolist()
 
+    def numpy(self, *, force: bool = False) -> Any:
+        """As for CUDA tensors: ``force=True`` copies to the host (detached, a sync point);
+        otherwise torch's TypeError pointing at ``.cpu()`` (also what ``np.asarray`` raises)."""
+        if not force:
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy "
+                            "the tensor to host memory first.")
+        return self.detach().cpu().resolve_conj().resolve_neg().numpy()
+
     def __deepcopy__(self, memo: dict) -> "TpuTensor":
         if id(self) in memo:
             return memo[id(self)]

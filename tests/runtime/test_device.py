@@ -54,6 +54,16 @@ def test_print_item_and_format():
     assert "requires_grad=True" in repr(t.clone().requires_grad_())
 
 
+def test_numpy_needs_a_copy_to_the_host_as_for_cuda():
+    import numpy as np
+
+    t = torch.tensor([1.5, -2.0], requires_grad=True).to("tpu")
+    np.testing.assert_array_equal(t.numpy(force=True), [1.5, -2.0])
+    for convert in (t.detach().numpy, lambda: np.asarray(t.detach())):
+        with pytest.raises(TypeError, match=r"can't convert tpu:0 device type tensor to numpy. Use Tensor.cpu\(\)"):
+            convert()
+
+
 def test_ops_match_cpu():
     x, _ = batch()
     w = torch.randn(3, 5)
