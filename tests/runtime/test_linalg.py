@@ -23,6 +23,7 @@ CASES = {
     "svdvals": lambda a: torch.linalg.svdvals(a)[:, None] * a,
     "eigvalsh": lambda a: torch.linalg.eigvalsh(a + a.mT)[:, None] * a,
     "pinv": lambda a: torch.linalg.pinv(a[:, :2]),
+    "matrix_exp": lambda a: torch.linalg.matrix_exp((a - a.mT) * 0.3 + a * 0.1),  # backward: exp of a block matrix
     "solve_triangular": lambda a: torch.linalg.solve_triangular(
         torch.linalg.cholesky(a @ a.mT + torch.eye(3, device=a.device)), a, upper=False),
 }
@@ -41,6 +42,25 @@ def test_linalg_values_and_gradients_match_cpu(case, mode):
         (got * _W[: got.shape[0], : got.shape[-1]].to("tpu")).sum().backward()
         torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(a.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_orthogonal_parametrization_trains_as_on_cpu():
+    # nn.utils.parametrizations.orthogonal (matrix_exp map): weights stay orthogonal, steps match CPU
+    torch.manual_seed(0)
+    ref = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(4, 4))
+    model = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(4, 4))
+    model.load_state_dict(ref.state_dict())
+    model.to("tpu")
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    for m, xs in ((ref, x), (model, x.to("tpu"))):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            m(xs).pow(2).sum().backward()
+            opt.step()
+    w = model.weight.detach().cpu()
+    torch.testing.assert_close(w @ w.T, torch.eye(4), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w, ref.weight.detach(), rtol=1e-5, atol=1e-5)
 
 
 def test_linalg_raises_torchs_errors():

@@ -1,5 +1,5 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
-symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve.
+symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential.
 
 These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
 ``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
@@ -238,3 +238,14 @@ def lower_linalg_pinv_atol_rtol_tensor(ctx, self, *, atol=None, rtol=None, hermi
     tol = jnp.maximum(atol, rtol * s[..., 0])[..., None]
     inv = jnp.where(s > tol, 1 / jnp.where(s > tol, s, 1), 0)
     return (jnp.conj(jnp.swapaxes(vh, -1, -2)) * inv[..., None, :]) @ jnp.conj(jnp.swapaxes(u, -1, -2))
+
+
+@lowering(aten.linalg_matrix_exp.default)
+def lower_linalg_matrix_exp_default(ctx, self):
+    """linalg_matrix_exp(Tensor self) -> Tensor
+
+    ``jax.scipy.linalg.expm`` (Padé approximant with scaling and squaring), batched over the
+    leading dims. torch's backward (``linalg_matrix_exp_differential``) is the exponential of
+    a block matrix, so gradients reuse this row.
+    """
+    return jax.scipy.linalg.expm(self)
