@@ -124,6 +124,8 @@ def _classify(func: Any) -> tuple:
         if functional is not None and (isinstance(first.type, torch.ListType) or len(mutated) > 1):
             return ("inplace_multi", functional, mutated, optim_kernels.UNCHANGED.get(functional),
                     bool(schema.returns))
+        if functional is not None and func in _INPLACE_TWINS:
+            return ("special", lambda f, a, k: _inplace(functional, *_positional_defaults(f, a, k)))
         if functional is not None:
             return ("inplace", functional)
     twin = getattr(aten, func._schema.name.split("::", 1)[1] + "_functional", None) if mutated else None
@@ -172,6 +174,18 @@ _INPLACE_TWINS = {
     aten.bernoulli_.float: aten.bernoulli.p,
     aten.normal_.default: aten.normal_functional.default,
 }
+
+
+def _positional_defaults(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args`` with the positional arguments torch left out (those equal to their default,
+    or passed by name) filled in from ``func``'s schema: a twin of another overload may have
+    no default there (``bernoulli_.float``'s ``p=0.5`` → ``bernoulli.p``'s required ``p``)."""
+    args, kwargs = list(args), dict(kwargs)
+    for a in func._schema.arguments[len(args):]:
+        if a.kwarg_only:
+            break
+        args.append(kwargs.pop(a.name) if a.name in kwargs else a.default_value)
+    return tuple(args), kwargs
 
 
 def _functional_of_inplace(func: Any) -> Any:

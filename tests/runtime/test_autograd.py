@@ -90,6 +90,24 @@ def test_fork_rng_restores_the_device_generator():
         torch.tpu.get_rng_state(1)
 
 
+@pytest.mark.parametrize("dropout", ["dropout2d", "alpha_dropout", "feature_alpha_dropout", "bernoulli_"])
+def test_channel_and_alpha_dropout_at_the_default_p(dropout):
+    # p=0.5 is bernoulli_'s default, so torch leaves it out of the call; the functional twin
+    # bernoulli.p has no default (it raised "missing value for argument 'p'")
+    x = torch.ones(64, 8, 3, 3).to("tpu").requires_grad_()
+    if dropout == "bernoulli_":
+        y = torch.empty(64, 8, 3, 3).to("tpu").bernoulli_() * x
+    else:
+        y = getattr(F, dropout)(x, 0.5, training=True)
+    y.sum().backward()
+    out, grad = y.detach().cpu(), x.grad.cpu()
+    kept = (out != out.min()).float() if "alpha" in dropout else (out != 0).float()
+    assert 0.35 < kept.mean() < 0.65
+    if dropout == "dropout2d":  # whole channels, scaled by 1 / (1 - p)
+        assert torch.equal(kept.amin((2, 3)), kept.amax((2, 3)))
+        torch.testing.assert_close(grad, kept * 2)
+
+
 _BACKWARD_ERRORS = {
     # special_airy_ai has no lowering (it has a meta kernel)
     "no_lowering": (lambda g: torch.special.airy_ai(g) * g, "airy_ai"),
