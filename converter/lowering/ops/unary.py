@@ -310,11 +310,26 @@ def lower_polygamma_default(ctx, n, self):
     """polygamma(int n, Tensor self) -> Tensor
 
     The n-th derivative of digamma: ``digamma`` for n = 0 (with torch's values at ±0),
-    else ``jax.scipy.special.polygamma`` (digamma's derivative in backward is polygamma(1)).
+    else ``jax.scipy.special.polygamma`` (digamma's derivative in backward is polygamma(1)),
+    which is right only for x > 0 (it is a Hurwitz zeta); negative x use the reflection
+    ``ψ⁽ⁿ⁾(x) = (-1)ⁿ ψ⁽ⁿ⁾(1 - x) - π dⁿ/dxⁿ cot(πx)``, the derivative taken by nested
+    ``jvp`` (elementwise ops only).
     """
     if n == 0:
         return _float_unary(ctx, self, _digamma)
-    return _float_unary(ctx, self, lambda x: jax.scipy.special.polygamma(n, x))
+    return _float_unary(ctx, self, lambda x: _polygamma(n, x))
+
+
+def _polygamma(n: int, x):
+    def cot(t):
+        return jnp.cos(jnp.pi * t) / jnp.sin(jnp.pi * t)
+
+    d = cot
+    for _ in range(n):
+        d = (lambda f: lambda t: jax.jvp(f, (t,), (jnp.ones_like(t),))[1])(d)
+    neg = x < 0
+    direct = jax.scipy.special.polygamma(n, jnp.where(neg, 1 - x, x))
+    return jnp.where(neg, (-1) ** n * direct - jnp.pi * d(x), direct)
 
 
 @lowering(aten.i0.default)
