@@ -55,6 +55,7 @@ SQUEEZE = {
     "dim": lambda x: x.squeeze(1),
     "all": lambda x: x.squeeze(),
     "dims-mixed": lambda x: x.squeeze((0, 2)),
+    "dims-empty": lambda x: x.squeeze(()),  # squeezes nothing
     "unbind": lambda x: x.unbind(-1),
 }
 SPLIT = {
@@ -159,7 +160,8 @@ SHAPE = [
     OpInfo("expand", _apply(EXPAND), (aten.expand.default,),
            _samples(("expand", (2, 1, 4)), ("new-dims", (1, 4)), ("expand_as", (2, 3, 4)), ("0d", ()))),
     OpInfo("squeeze", _apply(SQUEEZE), (aten.squeeze.dims,),
-           _samples(("dim", (2, 1, 4)), ("all", (1, 3, 1)), ("dims-mixed", (1, 3, 4)), ("unbind", (2, 3))),
+           _samples(("dim", (2, 1, 4)), ("all", (1, 3, 1)), ("dims-mixed", (1, 3, 4)), ("dims-empty", (1, 3, 1)),
+                    ("unbind", (2, 3))),
            dtypes=(f32, b8)),
     OpInfo("unsqueeze", lambda x, d: x.unsqueeze(d), (aten.unsqueeze.default,),
            lambda dt: [Sample((make((2, 3), dt), -1)), Sample((make((2, 3), dt), 1)),

@@ -74,9 +74,9 @@ def lower_squeeze_dims(ctx, self, dim):
     """squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)
 
     Emits ``reshape`` dropping the listed dims that have size 1 (others are kept,
-    as torch does). squeeze.default / squeeze.dim decompose to this.
+    as torch does; an empty list squeezes nothing). squeeze.default / squeeze.dim decompose to this.
     """
-    if self.ndim == 0:
+    if self.ndim == 0 or not dim:
         return self
     drop = [d for d in norm_dims(list(dim), self.ndim) if self.shape[d] == 1]
     return jnp.squeeze(self, tuple(drop)) if drop else self
