@@ -104,6 +104,8 @@ PAD_MODES = {
     "reflect-3d": lambda x: F.pad(x[None, None], (2, 1, 1, 1, 1, 0), mode="reflect"),
     "replicate-1d-2d": lambda x: (F.pad(x, (2, 1), mode="replicate"), F.pad(x[None], (0, 3, 2, 1), mode="replicate")),
     "replicate-3d": lambda x: F.pad(x[None, None], (1, 0, 0, 2, 1, 1), mode="replicate"),
+    # negative amounts crop first (cropping a whole dim replicates what is left of the edge)
+    "replicate-negative": lambda x: (F.pad(x, (-4, 5), mode="replicate"), F.pad(x[None], (1, -1, -2, 3), mode="replicate")),
 }
 
 
@@ -222,7 +224,8 @@ SHAPE = [
            (aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
             aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default),
            _samples(("reflect-1d", (2, 3, 4)), ("reflect-2d", (2, 3, 4)), ("reflect-3d", (2, 3, 4)),
-                    ("replicate-1d-2d", (2, 3, 4)), ("replicate-3d", (2, 3, 4)))),
+                    ("replicate-1d-2d", (2, 3, 4)), ("replicate-3d", (2, 3, 4)),
+                    ("replicate-negative", (2, 3, 4)))),
 ]
 
 OPS = SHAPE

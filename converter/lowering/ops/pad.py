@@ -53,6 +53,16 @@ def lower_reflection_pad2d_default(ctx, self, padding):
 def lower_replication_pad2d_default(ctx, self, padding):
     """replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor
 
-    Also the 1d and 3d overloads. A composite whose body is ``jnp.pad(mode="edge")``.
+    Also the 1d and 3d overloads. A composite whose body is ``jnp.pad(mode="edge")``;
+    with a negative amount (torch crops, then replicates the new edge:
+    ``out[i] = x[clamp(i - left, 0, n - 1)]``) a gather of those indices per dim.
     """
-    return _pad_spatial(self, padding, "edge")
+    if min(padding) >= 0:
+        return _pad_spatial(self, padding, "edge")
+    n = len(padding) // 2
+    for i in range(n):
+        axis, (left, right) = self.ndim - 1 - i, padding[2 * i: 2 * i + 2]
+        size = self.shape[axis]
+        idx = jnp.clip(jnp.arange(size + left + right) - left, 0, size - 1)
+        self = jnp.take(self, idx, axis=axis)
+    return self
