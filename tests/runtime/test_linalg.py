@@ -44,6 +44,19 @@ def test_linalg_values_and_gradients_match_cpu(case, mode):
         torch.testing.assert_close(a.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (2, 0, 0), (3, 0)])
+def test_linalg_of_empty_matrices_matches_cpu(shape):
+    # inv / solve / cholesky / pinv failed inside their lowerings on 0-sized matrices
+    a = torch.zeros(shape)
+    fns = [torch.linalg.pinv, lambda m: torch.linalg.lu_factor(m)[0]]
+    if shape[-1] == shape[-2]:
+        fns += [torch.linalg.inv, lambda m: torch.linalg.solve(m, m), torch.linalg.cholesky,
+                lambda m: torch.linalg.pinv(m, hermitian=True), lambda m: torch.linalg.cholesky_ex(m)[1]]
+    for fn in fns:
+        want, got = fn(a), fn(a.to("tpu")).cpu()
+        assert got.shape == want.shape and got.dtype == want.dtype and torch.equal(got, want)
+
+
 def test_orthogonal_parametrization_trains_as_on_cpu():
     # nn.utils.parametrizations.orthogonal (matrix_exp map): weights stay orthogonal, steps match CPU
     torch.manual_seed(0)

@@ -52,6 +52,8 @@ def _lu_solve(lu, piv0, b, left=True, adjoint=False):
 
 def _singular_info(lu):
     """LAPACK's getrf ``info``: the 1-based index of the first zero on U's diagonal, else 0."""
+    if lu.shape[-1] == 0 or lu.shape[-2] == 0:  # empty matrices: nothing is singular
+        return jnp.zeros(lu.shape[:-2], jnp.int32)
     zero = jnp.diagonal(lu, axis1=-2, axis2=-1) == 0
     return jnp.where(jnp.any(zero, axis=-1), jnp.argmax(zero, axis=-1) + 1, 0).astype(jnp.int32)
 
@@ -140,6 +142,8 @@ def lower_linalg_cholesky_ex_default(ctx, self, *, upper=False, check_errors=Fal
     not positive definite gives NaNs and ``info`` = the first failing order (torch: the same
     order, with an undefined factor).
     """
+    if self.shape[-1] == 0:  # empty matrices factor trivially
+        return self, jnp.zeros(self.shape[:-2], jnp.int32)
     L = lax_linalg.cholesky(self, symmetrize_input=False)
     failed = ~jnp.all(jnp.isfinite(L), axis=(-2, -1))
     flat = self.reshape((-1,) + self.shape[-2:])
@@ -223,6 +227,8 @@ def lower_linalg_pinv_atol_rtol_tensor(ctx, self, *, atol=None, rtol=None, hermi
     with only ``atol > 0``, ``rtol = 0`` (torch's rule).
     """
     m, n = self.shape[-2:]
+    if m == 0 or n == 0:  # the pseudo-inverse of an empty matrix is empty, transposed
+        return jnp.zeros(self.shape[:-2] + (n, m), self.dtype)
     eps = jnp.finfo(self.dtype).eps
     if rtol is None:
         default = jnp.asarray(eps * max(m, n), self.dtype)
