@@ -1,0 +1,140 @@
+"""``torch.special`` functions beyond the elementwise basics of ``unary``: scaled and
+first-order Bessel functions, ``erfcx``, ``log_ndtr``, ``ndtri``, the Hurwitz zeta, the
+regularized incomplete gamma functions, ``frexp``.
+
+Each is the matching ``jax.scipy.special`` function (or a closed form), computed in
+the opmath of the result dtype and rounded once, as ``unary``'s functions are. They are
+what ``torch.distributions`` reaches (``Gamma.cdf`` → ``igamma``, ``VonMises`` → ``i0e`` /
+``i1e``) and what Kaiser windows and probit links use.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from converter.lowering.ops.elementwise import operands
+from converter.lowering.ops.unary import _float_unary
+from converter.lowering.registry import lowering
+
+aten = torch.ops.aten
+special = jax.scipy.special
+
+
+@lowering(aten.special_i0e.default)
+def lower_special_i0e_default(ctx, self):
+    """special_i0e(Tensor self) -> Tensor
+
+    Exponentially scaled modified Bessel function of order 0, ``exp(-|x|) i0(x)``.
+    """
+    return _float_unary(ctx, self, special.i0e)
+
+
+@lowering(aten.special_i1.default, aten.special_modified_bessel_i1.default)
+def lower_special_i1_default(ctx, self):
+    """special_i1(Tensor self) -> Tensor
+
+    Modified Bessel function of the first kind, order 1 (also ``special_modified_bessel_i1``).
+    """
+    return _float_unary(ctx, self, special.i1)
+
+
+@lowering(aten.special_i1e.default)
+def lower_special_i1e_default(ctx, self):
+    """special_i1e(Tensor self) -> Tensor
+
+    Exponentially scaled modified Bessel function of order 1, ``exp(-|x|) i1(x)``.
+    """
+    return _float_unary(ctx, self, special.i1e)
+
+
+@lowering(aten.special_modified_bessel_i0.default)
+def lower_special_modified_bessel_i0_default(ctx, self):
+    """special_modified_bessel_i0(Tensor self) -> Tensor
+
+    ``i0`` under its ``torch.special`` name.
+    """
+    return _float_unary(ctx, self, special.i0)
+
+
+@lowering(aten.special_erfcx.default)
+def lower_special_erfcx_default(ctx, self):
+    """special_erfcx(Tensor self) -> Tensor
+
+    Scaled complementary error function ``exp(x²) erfc(x)`` (finite where ``erfc`` underflows).
+    """
+    return _float_unary(ctx, self, special.erfcx)
+
+
+@lowering(aten.special_log_ndtr.default)
+def lower_special_log_ndtr_default(ctx, self):
+    """special_log_ndtr(Tensor self) -> Tensor
+
+    Log of the standard normal CDF, accurate in the far left tail.
+    """
+    return _float_unary(ctx, self, special.log_ndtr)
+
+
+@lowering(aten.special_ndtri.default)
+def lower_special_ndtri_default(ctx, self):
+    """special_ndtri(Tensor self) -> Tensor
+
+    Inverse of the standard normal CDF (``±inf`` at 1 and 0, NaN outside [0, 1]).
+    """
+    return _float_unary(ctx, self, special.ndtri)
+
+
+@lowering(aten.special_spherical_bessel_j0.default)
+def lower_special_spherical_bessel_j0_default(ctx, x):
+    """special_spherical_bessel_j0(Tensor x) -> Tensor
+
+    ``sin(x) / x``, 1 at 0.
+    """
+    def j0(v):
+        safe = jnp.where(v == 0, 1, v)
+        return jnp.where(v == 0, 1, jnp.sin(safe) / safe)
+
+    return _float_unary(ctx, x, j0)
+
+
+def _float_binary(ctx, a, b, fn):
+    a, b, dt = operands(ctx, a, b, floating=True)
+    return fn(a, b).astype(dt)
+
+
+@lowering(aten.special_zeta.default, aten.special_zeta.other_scalar, aten.special_zeta.self_scalar)
+def lower_special_zeta_default(ctx, self, other):
+    """special_zeta(Tensor self, Tensor other) -> Tensor
+
+    Hurwitz zeta ``Σₖ (k + other)^-self`` (also the scalar overloads).
+    """
+    return _float_binary(ctx, self, other, special.zeta)
+
+
+@lowering(aten.igamma.default)
+def lower_igamma_default(ctx, self, other):
+    """igamma(Tensor self, Tensor other) -> Tensor
+
+    Regularized lower incomplete gamma ``P(self, other)`` (``jax.scipy.special.gammainc``).
+    """
+    return _float_binary(ctx, self, other, special.gammainc)
+
+
+@lowering(aten.igammac.default)
+def lower_igammac_default(ctx, self, other):
+    """igammac(Tensor self, Tensor other) -> Tensor
+
+    Regularized upper incomplete gamma ``Q(self, other) = 1 - P(self, other)``.
+    """
+    return _float_binary(ctx, self, other, special.gammaincc)
+
+
+@lowering(aten.frexp.Tensor)
+def lower_frexp_tensor(ctx, self):
+    """frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)
+
+    ``self = mantissa * 2**exponent`` with ``|mantissa|`` in [0.5, 1); ``exponent`` is int32.
+    """
+    mantissa, exponent = jnp.frexp(self)
+    return mantissa, exponent.astype(jnp.int32)

@@ -1,0 +1,59 @@
+"""``torch.special`` functions of ``converter/lowering/ops/special.py``, against PyTorch CPU."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.ops.op_db import OpInfo, Sample, make
+
+aten = torch.ops.aten
+f32, f64, i32 = torch.float32, torch.float64, torch.int32
+TOL = {f32: (1e-5, 1e-5)}
+
+
+def _unary(name, fn, op, low, high, extra=()):
+    def samples(dt):
+        ints = [Sample((make((2, 3), i32, low=max(low, -9), high=max(high, 2)),), name="int")] if dt == f32 else []
+        return [Sample((make((3, 4), dt, low=low, high=high),)), Sample((make((), dt, low=low, high=high),), name="0d"),
+                Sample((make((0, 2), dt),), name="empty")] + ints + \
+            [Sample((torch.tensor(v, dtype=dt),), name=n) for n, v in extra]
+    return OpInfo(name, fn, (op,), samples, dtypes=(f32, f64), tol=TOL)
+
+
+def _zeta(x, q, s=None):
+    if s is None:
+        return torch.special.zeta(x, q)
+    return torch.special.zeta(x, s), torch.special.zeta(s + 1.5, q)  # a scalar q, a scalar x
+
+
+OPS = [
+    _unary("special_i0e", torch.special.i0e, aten.special_i0e.default, -20.0, 20.0),
+    _unary("special_i1", torch.special.i1, aten.special_i1.default, -9.0, 9.0),
+    _unary("special_i1e", torch.special.i1e, aten.special_i1e.default, -20.0, 20.0),
+    _unary("special_modified_bessel_i0", torch.special.modified_bessel_i0,
+           aten.special_modified_bessel_i0.default, -9.0, 9.0),
+    _unary("special_modified_bessel_i1", torch.special.modified_bessel_i1,
+           aten.special_modified_bessel_i1.default, -9.0, 9.0),
+    _unary("special_erfcx", torch.special.erfcx, aten.special_erfcx.default, -3.0, 30.0),
+    _unary("special_log_ndtr", torch.special.log_ndtr, aten.special_log_ndtr.default, -30.0, 8.0),
+    _unary("special_ndtri", torch.special.ndtri, aten.special_ndtri.default, 0.001, 0.999,
+           extra=[("ends", [0.0, 1.0, 0.5, 1e-6])]),
+    _unary("special_spherical_bessel_j0", torch.special.spherical_bessel_j0,
+           aten.special_spherical_bessel_j0.default, -20.0, 20.0, extra=[("zero", [0.0, -0.0, 1e-8])]),
+    OpInfo("special_zeta", _zeta, (aten.special_zeta.default, aten.special_zeta.other_scalar,
+                                   aten.special_zeta.self_scalar),
+           lambda dt: [Sample((make((3, 4), dt, low=1.5, high=6.0), make((3, 4), dt, low=0.5, high=4.0, seed=1))),
+                       Sample((make((5,), dt, low=1.5, high=6.0), make((), dt, low=1.0, high=2.0, seed=2), 2.0),
+                              name="scalar_q")], dtypes=(f32, f64), tol=TOL),
+    OpInfo("igamma", torch.igamma, (aten.igamma.default,),
+           lambda dt: [Sample((make((3, 4), dt, low=0.1, high=8.0), make((3, 4), dt, low=0.0, high=10.0, seed=1))),
+                       Sample((make((4,), dt, low=0.5, high=3.0), make((2, 1), dt, low=0.0, high=4.0, seed=2)),
+                              name="broadcast")], dtypes=(f32, f64), tol=TOL),
+    OpInfo("igammac", torch.igammac, (aten.igammac.default,),
+           lambda dt: [Sample((make((3, 4), dt, low=0.1, high=8.0), make((3, 4), dt, low=0.0, high=10.0, seed=1)))],
+           dtypes=(f32, f64), tol=TOL),
+    OpInfo("frexp", torch.frexp, (aten.frexp.Tensor,),
+           lambda dt: [Sample((make((3, 4), dt, low=-1e4, high=1e4),)),
+                       Sample((torch.tensor([0.0, -0.0, 1.0, 0.5, -3.0, 1e-30], dtype=dt),), name="special")],
+           dtypes=(f32, f64)),
+]
