@@ -322,6 +322,13 @@ def _ctc_loss(func: Any, args: tuple, kwargs: dict) -> Any:
     return run_op(default, tuple(bound), {})
 
 
+def _allclose(func: Any, args: tuple, kwargs: dict) -> bool:
+    """allclose(Tensor self, Tensor other, float rtol, float atol, bool equal_nan) -> bool: ``isclose``
+    and ``all`` on the device, one boolean read back (a sync point, as ``.item()``)."""
+    self, other, rtol, atol, equal_nan = _bound(func, args, kwargs)
+    return bool(torch.isclose(self, other, rtol=rtol, atol=atol, equal_nan=equal_nan).all().item())
+
+
 def ctc_loss_lengths(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0,
                      reduction: int = 1, zero_infinity: bool = False) -> Any:
     """``ctc_loss.Tensor`` for tpu tensors (registered at the AutogradPrivateUse1 key): as on CUDA,
@@ -348,6 +355,7 @@ HANDLERS: dict[Any, Callable] = {
     aten.repeat_interleave.Tensor: _repeat_interleave,
     aten._pack_padded_sequence.default: _pack_padded_sequence,
     aten._linalg_check_errors.default: _linalg_check_errors,
+    aten.allclose.default: _allclose,
     aten._ctc_loss.Tensor: _ctc_loss,
     aten._ctc_loss_backward.Tensor: _ctc_loss,
 }

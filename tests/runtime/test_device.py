@@ -64,6 +64,14 @@ def test_numpy_needs_a_copy_to_the_host_as_for_cuda():
             convert()
 
 
+def test_allclose_returns_a_python_bool_as_on_cpu():
+    a = torch.tensor([1.0, float("nan"), 3.0])
+    for b, kwargs in ((a + 1e-7, {}), (a + 1e-7, {"equal_nan": True}), (a + 1e-7, {"rtol": 0.0, "atol": 0.0}),
+                      (torch.ones(1), {})):
+        got = torch.allclose(a.to("tpu"), b.to("tpu"), **kwargs)
+        assert type(got) is bool and got == torch.allclose(a, b, **kwargs), kwargs
+
+
 def test_ops_match_cpu():
     x, _ = batch()
     w = torch.randn(3, 5)

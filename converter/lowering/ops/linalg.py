@@ -108,3 +108,34 @@ def lower__cdist_forward_default(ctx, x1, x2, p, compute_mode):
     acc = opmath_dtype(dtype)
     d = jnp.abs(x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :])
     return pnorm(d, p).astype(dtype)
+
+
+@lowering(aten.addbmm.default)
+def lower_addbmm_default(ctx, self, batch1, batch2, *, beta=1, alpha=1):
+    """addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
+
+    ``beta * self + alpha * Σ_b batch1[b] @ batch2[b]``: one ``dot_general`` contracting the
+    batch dim with the inner dim; ``self`` ignored when beta == 0.
+    """
+    return _scaled_sum(ctx, self, _dot(batch1, batch2, ((0, 2), (0, 1)), out_dtype=ctx.out_dtype), beta, alpha)
+
+
+@lowering(aten._trilinear.default)
+def lower__trilinear_default(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """_trilinear(Tensor i1, Tensor i2, Tensor i3, int[] expand1, int[] expand2, int[] expand3, int[] sumdim, int unroll_dim=1) -> Tensor
+
+    Each input gets size-1 dims at its ``expand`` positions; the three are multiplied
+    (broadcast) and summed over ``sumdim`` (``nn.Bilinear``'s ``x1ᵀ W x2``): one ``einsum``
+    over the expanded positions, so the broadcast product is never materialized.
+    """
+    rank = i1.ndim + len(expand1)
+    letters = "abcdefghijklmnopqrstuvwxyz"[:rank]
+
+    def spec(expand):
+        return "".join(letters[d] for d in range(rank) if d not in set(expand))
+
+    out = "".join(letters[d] for d in range(rank) if d not in set(sumdim))
+    dtype = ctx.out_dtype or i1.dtype
+    acc = opmath_dtype(dtype)
+    return jnp.einsum(f"{spec(expand1)},{spec(expand2)},{spec(expand3)}->{out}", i1.astype(acc), i2.astype(acc),
+                      i3.astype(acc), precision=_HIGHEST).astype(dtype)

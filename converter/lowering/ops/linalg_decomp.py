@@ -1,5 +1,6 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
-symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential.
+symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential, and the
+Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse).
 
 These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
 ``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
@@ -13,6 +14,8 @@ within repeated values), as in torch.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -255,3 +258,49 @@ def lower_linalg_matrix_exp_default(ctx, self):
     a block matrix, so gradients reuse this row.
     """
     return jax.scipy.linalg.expm(self)
+
+
+@lowering(aten.cholesky.default)
+def lower_cholesky_default(ctx, self, upper=False):
+    """cholesky(Tensor self, bool upper=False) -> Tensor
+
+    The deprecated ``torch.cholesky``: ``lax.linalg.cholesky`` (lower), or its conjugate
+    transpose with ``upper``; no ``info`` (NaNs where the matrix is not positive definite).
+    """
+    if self.shape[-1] == 0:
+        return self
+    L = lax_linalg.cholesky(self, symmetrize_input=False)
+    return jnp.conj(jnp.swapaxes(L, -1, -2)) if upper else L
+
+
+def _cholesky_solve(B, factor, upper):
+    """``X = A⁻¹ B`` for ``A = L Lᴴ`` (``factor`` = L) or ``A = Uᴴ U`` (``upper``): two triangular
+    solves, batch dims broadcast."""
+    batch = jnp.broadcast_shapes(factor.shape[:-2], B.shape[:-2])
+    f = jnp.broadcast_to(factor, batch + factor.shape[-2:])
+    b = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(f.dtype)
+    solve = functools.partial(lax_linalg.triangular_solve, left_side=True, lower=not upper)
+    adjoint = functools.partial(solve, transpose_a=True, conjugate_a=True)
+    if upper:
+        return solve(f, adjoint(f, b))
+    return adjoint(f, solve(f, b))
+
+
+@lowering(aten.cholesky_solve.default)
+def lower_cholesky_solve_default(ctx, self, input2, upper=False):
+    """cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor
+
+    Solves ``A X = self`` from ``A``'s Cholesky factor ``input2`` (lower ``L``, or upper ``U``
+    with ``upper``): ``L Y = B`` then ``Lᴴ X = Y`` (``Uᴴ Y = B`` then ``U X = Y``).
+    """
+    return _cholesky_solve(self, input2, upper)
+
+
+@lowering(aten.cholesky_inverse.default)
+def lower_cholesky_inverse_default(ctx, self, upper=False):
+    """cholesky_inverse(Tensor self, bool upper=False) -> Tensor
+
+    ``A⁻¹`` from ``A``'s Cholesky factor: :func:`cholesky_solve` of the identity.
+    """
+    eye = jnp.broadcast_to(jnp.eye(self.shape[-1], dtype=self.dtype), self.shape)
+    return _cholesky_solve(eye, self, upper)
