@@ -11,6 +11,8 @@ torch.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -240,6 +242,21 @@ def lower_masked_scatter_default(ctx, self, mask, source):
     pos = jnp.cumsum(m.astype(jnp.int32)) - 1
     vals = jnp.take(source.reshape(-1), pos, mode="clip").astype(self.dtype)
     return jnp.where(m, vals, x).reshape(shape)
+
+
+@lowering(aten.masked_scatter_backward.default)
+def lower_masked_scatter_backward_default(ctx, grad_output, mask, sizes):
+    """masked_scatter_backward(Tensor grad_output, Tensor mask, SymInt[] sizes) -> Tensor
+
+    ``source``'s gradient: the gradient at the true mask positions, in order, into the
+    first elements of a zero tensor of ``sizes`` (a ``scatter-add`` at the positions'
+    running count; static shapes, no data-dependent length).
+    """
+    g = grad_output.reshape(-1)
+    m = jnp.broadcast_to(mask, grad_output.shape).reshape(-1)
+    n = math.prod(sizes)
+    pos = jnp.where(m, jnp.cumsum(m.astype(jnp.int32)) - 1, n)  # false positions fall off the end
+    return jnp.zeros((n,), grad_output.dtype).at[pos].add(g, mode="drop").reshape(tuple(sizes))
 
 
 @lowering(aten.put.default)

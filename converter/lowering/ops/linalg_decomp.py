@@ -1,6 +1,6 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
 symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential, and the
-Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse).
+Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse), LU unpacking (lu_unpack, linalg_lu).
 
 These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
 ``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from converter.errors import UnsupportedOpError
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -304,3 +305,41 @@ def lower_cholesky_inverse_default(ctx, self, upper=False):
     """
     eye = jnp.broadcast_to(jnp.eye(self.shape[-1], dtype=self.dtype), self.shape)
     return _cholesky_solve(eye, self, upper)
+
+
+def _unpack(lu, piv0, m: int):
+    """``(P, L, U)`` with ``A = P L U`` from an LU factorization and its 0-based pivots."""
+    k = min(lu.shape[-2], lu.shape[-1])
+    L = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+    U = jnp.triu(lu[..., :k, :])
+    perm = lax_linalg.lu_pivots_to_permutation(piv0, m)  # A[perm] = L U
+    P = jnp.swapaxes(jax.nn.one_hot(perm, m, dtype=lu.dtype), -1, -2)
+    return P, L, U
+
+
+@lowering(aten.lu_unpack.default)
+def lower_lu_unpack_default(ctx, LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    """lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)
+
+    ``L`` (unit lower, ``m × k``), ``U`` (upper, ``k × n``) and the permutation matrix ``P``
+    of LAPACK's 1-based pivots, so that ``A = P L U``; what is not unpacked is empty, as torch.
+    """
+    P, L, U = _unpack(LU_data, LU_pivots.astype(jnp.int32) - 1, LU_data.shape[-2])
+    empty = _empty(LU_data.dtype)
+    return (P if unpack_pivots else empty), (L if unpack_data else empty), (U if unpack_data else empty)
+
+
+@lowering(aten.linalg_lu.default)
+def lower_linalg_lu_default(ctx, A, *, pivot=True):
+    """linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)
+
+    Partial-pivoting LU unpacked into ``A = P L U``.
+
+    Raises:
+        UnsupportedOpError: ``pivot=False`` (torch's CPU kernel refuses it too).
+    """
+    if not pivot:
+        raise UnsupportedOpError(str(aten.linalg_lu.default), ctx.target, ctx.location,
+                                 reason="LU without pivoting is not implemented (as on torch's CPU)")
+    lu, piv = _lu(A)
+    return _unpack(lu, piv, A.shape[-2])
