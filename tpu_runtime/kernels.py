@@ -195,11 +195,19 @@ def _ctc_loss_meta(log_probs: Any, targets: Any, input_lengths: Any, target_leng
     return log_probs.new_empty((batch,)), log_probs.new_empty((batch, steps, states))
 
 
+def _multilabel_margin_meta(self: torch.Tensor, target: torch.Tensor, reduction: int) -> tuple:
+    """As torch's CPU kernel (its meta kernel makes one sample's unreduced loss ``(1,)``, CPU ``()``)."""
+    shape = (self.shape[0],) if reduction == 0 and self.dim() == 2 else ()
+    return self.new_empty(shape), self.new_empty(target.shape)
+
+
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)
     aten.multi_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
+    aten.multilabel_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
+    aten.multilabel_margin_loss_forward.default: _multilabel_margin_meta,
     aten._ctc_loss.default: _ctc_loss_meta,
     aten._ctc_loss_backward.default: lambda grad, log_probs, *args, **kwargs: torch.empty_like(log_probs),
     aten._thnn_fused_lstm_cell.default: _fused_lstm_cell_meta,

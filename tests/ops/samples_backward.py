@@ -127,7 +127,12 @@ def _call_backward(name):
     return lambda *args, **kwargs: getattr(aten, name)(*args, **kwargs)
 
 
-def _resize_backward_info(name, dims, linear):
+#: multi-label targets: labels up to the first -1 (none at all in the last row), and which classes they mark
+_LABELS = torch.tensor([[3, 0, -1, 1], [1, 2, 3, 0], [-1, 0, 0, 0]])
+_IS_TARGET = torch.tensor([[1.0, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0]])
+
+
+def _resize_backward_info(name, dims, linear, dtypes=(F32, BF16)):
     """Samples of one resize backward op over ``dims`` spatial dims: upsampling by a non-integer
     factor, by given scales, and downsampling (plus align_corners for the (bi)linear/cubic ones)."""
     def samples(dt):
@@ -143,7 +148,7 @@ def _resize_backward_info(name, dims, linear):
             out.append(Sample((make((1, 2, *outs), dt), outs, [1, 2, *ins], True), name="align_corners"))
         return out
 
-    return OpInfo(name, _call_backward(name), (getattr(aten, name).default,), samples, dtypes=(F32, BF16),
+    return OpInfo(name, _call_backward(name), (getattr(aten, name).default,), samples, dtypes=dtypes,
                   tol=BF16_TOL)
 
 
@@ -237,6 +242,12 @@ POOL = [
            lambda dt: [Sample((make((1, 2, 4, 5, 6), dt), make((1, 2, 3, 3, 3), dt), [1, 2, 0, 2, 1, 0]))]),
     OpInfo("cdist_backward", _cdist_backward, (aten._cdist_backward.default,), _cdist_samples,
            tol={F32: (1e-4, 1e-5)}),
+    OpInfo("multilabel_margin_loss_backward", _call_backward("multilabel_margin_loss_backward"),
+           (aten.multilabel_margin_loss_backward.default,),
+           lambda dt: [Sample((make((), dt), make((3, 4), dt), _LABELS, 1, _IS_TARGET), name="mean"),
+                       Sample((make((3,), dt), make((3, 4), dt), _LABELS, 0, _IS_TARGET), name="none"),
+                       Sample((make((), dt), make((4,), dt), _LABELS[0], 2, _IS_TARGET[0]), name="1d_sum")],
+           tol={F32: (1e-5, 1e-5)}),
     OpInfo("multi_margin_loss_backward", _call_backward("multi_margin_loss_backward"),
            (aten.multi_margin_loss_backward.default,),
            lambda dt: [Sample((make((), dt), make((4, 5), dt), torch.tensor([1, 0, 4, 2]), 1, 1.0), name="mean"),
@@ -248,6 +259,7 @@ POOL = [
            (aten._weight_norm_interface_backward.default,), _weight_norm_backward_samples,
            dtypes=(F32, BF16), tol=BF16_TOL),
     _resize_backward_info("upsample_bicubic2d_backward", 2, linear=True),
+    _resize_backward_info("_upsample_bilinear2d_aa_backward", 2, linear=True, dtypes=(F32,)),  # no CPU bf16
     _resize_backward_info("upsample_linear1d_backward", 1, linear=True),
     _resize_backward_info("upsample_trilinear3d_backward", 3, linear=True),
     _resize_backward_info("upsample_nearest1d_backward", 1, linear=False),

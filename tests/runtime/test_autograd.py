@@ -108,6 +108,29 @@ def test_channel_and_alpha_dropout_at_the_default_p(dropout):
         torch.testing.assert_close(grad, kept * 2)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_multilabel_margin_loss_matches_cpu(mode):
+    # labels up to the first -1 (none at all in the third row): torch's decomposition, which the
+    # device used to run, scored the positions after the -1 as class 0 (3.59 instead of 0)
+    x2 = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    t2 = torch.tensor([[3, 0, -1, 1, 2], [1, 2, 3, 4, 0], [-1, 0, 0, 0, 0], [4, 4, -1, 0, 0]])
+    import tpu_runtime
+
+    for x, t in ((x2, t2), (x2[0], t2[0])):
+        for reduction in ("none", "mean", "sum"):
+            w = torch.arange(1.0, 5.0)[: x.shape[0] if x.dim() == 2 else 1].reshape(-1 if x.dim() == 2 else ())
+            xc = x.clone().requires_grad_()
+            want = F.multilabel_margin_loss(xc, t, reduction=reduction)
+            (want * w if reduction == "none" else want).sum().backward()
+            with tpu_runtime.set_eager_mode(mode):
+                xt = x.to("tpu").requires_grad_()
+                got = F.multilabel_margin_loss(xt, t.to("tpu"), reduction=reduction)
+                (got * w.to("tpu") if reduction == "none" else got).sum().backward()
+                assert got.shape == want.shape, (reduction, x.dim())
+                torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)
+
+
 _BACKWARD_ERRORS = {
     # special_airy_ai has no lowering (it has a meta kernel)
     "no_lowering": (lambda g: torch.special.airy_ai(g) * g, "airy_ai"),

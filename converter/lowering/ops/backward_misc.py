@@ -1,4 +1,4 @@
-"""Backward rows of shrink activations, replication padding, ``cdist``, ``multi_margin_loss`` and weight norm.
+"""Backward rows of shrink activations, replication padding, ``cdist``, the multi-class and multi-label margin losses and weight norm.
 
 Eager training on the tpu device runs autograd's backward ops through this table
 (``torch.export`` graphs of inference never contain them). Each follows torch's
@@ -141,3 +141,51 @@ def lower__weight_norm_interface_backward_default(ctx, grad_w, saved_v, saved_g,
     grad_g = jnp.sum(gw * v, axis=axes, keepdims=True) / n
     grad_v = (g / n) * (gw - v * (grad_g / n))
     return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
+
+
+def _multilabel_margin(x, target, reduction, out_shape):
+    """``(loss, is_target)`` of the multi-label margin loss in ``x``'s dtype: per sample
+    ``Σ_j Σ_i max(0, 1 - x[y_j] + x[i]) / C`` over the target classes ``y_j`` (``target`` up to
+    its first -1) and the classes ``i`` that are not targets; reduced (0 none, 1 mean, 2 sum)."""
+    c = x.shape[-1] if x.ndim else 1
+    x2, t = x.reshape(-1, c), target.reshape(-1, c)
+    valid = jnp.cumprod(t >= 0, axis=1).astype(bool)  # targets before the first -1
+    y = jnp.where(valid, t, 0)
+    is_target = jnp.any((y[:, :, None] == jnp.arange(c)) & valid[:, :, None], axis=1)
+    xy = jnp.take_along_axis(x2, y, axis=1)
+    hinge = jnp.maximum(0, 1 - xy[:, :, None] + x2[:, None, :])
+    hinge = jnp.where(valid[:, :, None] & ~is_target[:, None, :], hinge, 0)
+    per = jnp.sum(hinge, axis=(1, 2)) / c
+    loss = jnp.mean(per) if reduction == 1 else jnp.sum(per) if reduction == 2 else per.reshape(out_shape)
+    return loss, is_target.reshape(target.shape).astype(x.dtype)
+
+
+@lowering(aten.multilabel_margin_loss_forward.default)
+def lower_multilabel_margin_loss_forward_default(ctx, self, target, reduction):
+    """multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output, Tensor is_target)
+
+    The loss of :func:`_multilabel_margin` in opmath. A row because torch's decomposition
+    counts the positions after a target list's -1 as targets of class 0 (it gave 3.59
+    for a sample with no targets, whose loss is 0).
+    """
+    acc = opmath_dtype(self.dtype)
+    out_shape = ctx.out_shape  # reduction none of one sample: () on torch's CPU, (1,) in its meta kernel
+    if out_shape is None:
+        out_shape = self.shape[:-1] if self.ndim == 2 else ()
+    loss, is_target = _multilabel_margin(self.astype(acc), target, reduction, out_shape)
+    return loss.astype(self.dtype), is_target.astype(self.dtype)
+
+
+@lowering(aten.multilabel_margin_loss_backward.default)
+def lower_multilabel_margin_loss_backward_default(ctx, grad_output, self, target, reduction, is_target):
+    """multilabel_margin_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction, Tensor is_target) -> Tensor
+
+    ``jax.vjp`` of :func:`_multilabel_margin`'s loss with respect to ``self``.
+    """
+    dtype = self.dtype
+    acc = opmath_dtype(dtype)
+
+    def loss(x):
+        return _multilabel_margin(x, target, reduction, grad_output.shape)[0]
+
+    return masked_vjp(loss, [self.astype(acc)], [True], grad_output.astype(acc))[0].astype(dtype)
