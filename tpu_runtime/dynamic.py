@@ -157,6 +157,13 @@ def _unique2(func: Any, args: tuple, kwargs: dict) -> tuple:
     return _execute(plan, [x])
 
 
+def _unique(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """_unique(Tensor self, bool sorted=True, bool return_inverse=False) -> (Tensor, Tensor): the
+    older overload (index_fill's backward calls it), as :func:`_unique2` without counts."""
+    x, is_sorted, want_inverse = _bound(func, args, kwargs)
+    return _unique2(aten._unique2.default, (x, is_sorted, want_inverse, False), {})[:2]
+
+
 def _unique_dim(func: Any, args: tuple, kwargs: dict) -> tuple:
     """unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False)
     -> (Tensor, Tensor, Tensor): unique slices along ``dim``, sorted lexicographically (the
@@ -348,6 +355,7 @@ def ctc_loss_lengths(log_probs: Any, targets: Any, input_lengths: Any, target_le
 HANDLERS: dict[Any, Callable] = {
     aten.nonzero.default: _nonzero,
     aten.masked_select.default: _masked_select,
+    aten._unique.default: _unique,
     aten._unique2.default: _unique2,
     aten.unique_dim.default: _unique_dim,
     aten.unique_consecutive.default: _unique_consecutive,

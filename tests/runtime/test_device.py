@@ -72,6 +72,22 @@ def test_allclose_returns_a_python_bool_as_on_cpu():
         assert type(got) is bool and got == torch.allclose(a, b, **kwargs), kwargs
 
 
+def test_unique_legacy_overload_and_index_fill_gradient_match_cpu():
+    # index_fill's backward calls the older aten._unique (it had no route)
+    x = torch.tensor([3, 1, 3, 2, 1])
+    for got, want in zip(torch.ops.aten._unique(x.to("tpu"), True, True), torch.ops.aten._unique(x, True, True)):
+        assert torch.equal(got.cpu(), want)
+    src, idx, w = torch.randn(4, 5), torch.tensor([1, 3, 1]), torch.arange(20.0).reshape(4, 5)
+    grads = []
+    for device in ("cpu", "tpu"):
+        a = src.clone().to(device).requires_grad_()
+        v = torch.tensor(2.0).to(device).requires_grad_()
+        (a.index_fill(1, idx.to(device), v) * w.to(device)).sum().backward()
+        grads.append((a.grad.cpu(), v.grad.cpu()))
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want)
+
+
 def test_ops_match_cpu():
     x, _ = batch()
     w = torch.randn(3, 5)

@@ -1,6 +1,7 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
 symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential, and the
-Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse), LU unpacking (lu_unpack, linalg_lu).
+Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse), LU unpacking (lu_unpack, linalg_lu) and
+the deprecated triangular_solve.
 
 These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
 ``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
@@ -343,3 +344,18 @@ def lower_linalg_lu_default(ctx, A, *, pivot=True):
                                  reason="LU without pivoting is not implemented (as on torch's CPU)")
     lu, piv = _lu(A)
     return _unpack(lu, piv, A.shape[-2])
+
+
+@lowering(aten.triangular_solve.default)
+def lower_triangular_solve_default(ctx, self, A, upper=True, transpose=False, unitriangular=False):
+    """triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)
+
+    The deprecated ``torch.triangular_solve``: ``op(A) X = self`` (``op`` transposes with
+    ``transpose``), batch dims broadcast; also returns ``A`` broadcast, as torch.
+    """
+    batch = jnp.broadcast_shapes(A.shape[:-2], self.shape[:-2])
+    a = jnp.broadcast_to(A, batch + A.shape[-2:])
+    b = jnp.broadcast_to(self, batch + self.shape[-2:]).astype(a.dtype)
+    x = lax_linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
+                                    unit_diagonal=unitriangular)
+    return x, a
