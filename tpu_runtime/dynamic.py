@@ -12,7 +12,8 @@ pending graph first). The op then runs as a static-shape plan for that length: t
 table's own row where one exists (``nonzero_static``, ``index.Tensor`` /
 ``index_put`` with integer indices, ``repeat_interleave(output_size=)``,
 ``_ctc_loss`` with int lengths), else a kernel here built on
-``jnp.unique``/``jnp.bincount`` with a ``size``.
+``jnp.unique``/``jnp.bincount`` with a ``size``. ``linalg_lstsq`` (whose residuals exist
+only at full rank) and ``allclose`` (a python bool) read a value back the same way.
 
 Each distinct length is its own plan (compiled once, then cached), as any op on a
 new shape is. A boolean mask that lives on the CPU needs no sync (its ``nonzero``
@@ -329,6 +330,52 @@ def _ctc_loss(func: Any, args: tuple, kwargs: dict) -> Any:
     return run_op(default, tuple(bound), {})
 
 
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _lstsq(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (solution, residuals, rank,
+    singular_values), as torch's CPU kernel (default driver ``gelsy``): the minimum-norm solution from the SVD,
+    singular values at or below ``rcond · σmax`` dropped (``gels`` assumes full rank: the same solution there);
+    ranks for gelsy/gelsd/gelss, singular values for gelsd/gelss, squared residuals for gels/gelsd/gelss when
+    ``m > n`` and every matrix has full rank. That last condition decides an output's shape, so the ranks are
+    read back then (a sync point); the other outputs an asked driver omits are empty, as torch's."""
+    A, B, rcond, driver = _bound(func, args, kwargs)
+    driver = driver or "gelsy"
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of {_LSTSQ_DRIVERS}")
+    if A.dim() < 2 or B.dim() < A.dim() - 1 or B.dim() > A.dim():
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    vector = B.dim() == A.dim() - 1
+    (m, n), k = A.shape[-2:], 1 if vector else B.shape[-1]
+    batch = tuple(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2 + vector]))
+    dtype = A.dtype
+
+    def fn(a: Any, b: Any) -> tuple:
+        b = b[..., None] if vector else b
+        a = jnp.broadcast_to(a, batch + a.shape[-2:])
+        b = jnp.broadcast_to(b, batch + b.shape[-2:]).astype(a.dtype)
+        u, sv, vh = jnp.linalg.svd(a, full_matrices=False)
+        cutoff = jnp.finfo(a.dtype).eps * max(m, n) if rcond is None or rcond < 0 else rcond
+        keep = sv > cutoff * sv[..., :1]
+        inv = jnp.where(keep, 1 / jnp.where(keep, sv, 1), 0)
+        x = jnp.conj(jnp.swapaxes(vh, -1, -2)) @ (inv[..., None] * (jnp.conj(jnp.swapaxes(u, -1, -2)) @ b))
+        residuals = jnp.sum(jnp.abs(a @ x - b) ** 2, axis=-2)
+        return x[..., 0] if vector else x, residuals, jnp.sum(keep, axis=-1), sv
+
+    specs = ((batch + ((n,) if vector else (n, k)), dtype), (batch + (k,), dtype), (batch, torch.int64),
+             (batch + (min(m, n),), dtype))
+    x, residuals, rank, sv = _execute(_plan(("lstsq", A._spec, B._spec, rcond), "aten.linalg_lstsq", fn, specs),
+                                      [A, B])
+    empty = torch.empty((0,), dtype=dtype, device=A.device)
+    if driver == "gelsy" or m <= n or int(rank.min().item() if rank.numel() else n) < n:
+        residuals = empty
+    if driver == "gels":
+        rank = torch.empty((0,), dtype=torch.int64, device=A.device)
+    return x, residuals, rank, sv if driver in ("gelsd", "gelss") else empty
+
+
 def _allclose(func: Any, args: tuple, kwargs: dict) -> bool:
     """allclose(Tensor self, Tensor other, float rtol, float atol, bool equal_nan) -> bool: ``isclose``
     and ``all`` on the device, one boolean read back (a sync point, as ``.item()``)."""
@@ -364,6 +411,7 @@ HANDLERS: dict[Any, Callable] = {
     aten._pack_padded_sequence.default: _pack_padded_sequence,
     aten._linalg_check_errors.default: _linalg_check_errors,
     aten.allclose.default: _allclose,
+    aten.linalg_lstsq.default: _lstsq,
     aten._ctc_loss.Tensor: _ctc_loss,
     aten._ctc_loss_backward.Tensor: _ctc_loss,
 }

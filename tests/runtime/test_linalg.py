@@ -57,6 +57,32 @@ def test_linalg_of_empty_matrices_matches_cpu(shape):
         assert got.shape == want.shape and got.dtype == want.dtype and torch.equal(got, want)
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_lstsq_matches_cpu_for_every_driver(mode):
+    # outputs a driver omits are empty; residuals only for m > n at full rank (a read back); gradients
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(2, 5, 3, generator=g), torch.randn(2, 5, 2, generator=g)
+    deficient = a[0].clone()
+    deficient[:, 2] = deficient[:, 1]
+    cases = [(a, b), (a, b[..., 0]), (deficient, b[0]), (a[0].mT, b[0, :3])]
+    with tpu_runtime.set_eager_mode(mode):
+        for driver in (None, "gels", "gelsy", "gelsd", "gelss"):
+            for m, rhs in cases:
+                if driver == "gels" and m is deficient:  # gels assumes full rank
+                    continue
+                want = torch.linalg.lstsq(m, rhs, driver=driver)
+                got = torch.linalg.lstsq(m.to("tpu"), rhs.to("tpu"), driver=driver)
+                for w, t in zip(want, got):
+                    assert t.shape == w.shape and t.dtype == w.dtype, (driver, list(m.shape))
+                    torch.testing.assert_close(t.cpu(), w, rtol=1e-4, atol=1e-4)
+        at, bt = a.to("tpu").requires_grad_(), b.to("tpu").requires_grad_()
+        torch.linalg.lstsq(at, bt).solution.pow(2).sum().backward()
+    ac, bc = a.clone().requires_grad_(), b.clone().requires_grad_()
+    torch.linalg.lstsq(ac, bc).solution.pow(2).sum().backward()
+    torch.testing.assert_close(at.grad.cpu(), ac.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(bt.grad.cpu(), bc.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_orthogonal_parametrization_trains_as_on_cpu():
     # nn.utils.parametrizations.orthogonal (matrix_exp map): weights stay orthogonal, steps match CPU
     torch.manual_seed(0)
