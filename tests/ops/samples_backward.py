@@ -349,6 +349,21 @@ def _grid_backward(g, x, grid, mode, padding_mode, align_corners, mask):
                                                    mask), mask)
 
 
+def _grid_backward_3d(g, x, grid, mode, padding_mode, align_corners, mask):
+    return _computed(aten.grid_sampler_3d_backward(g, x, grid, _MODES[mode], _PADS[padding_mode], align_corners,
+                                                   mask), mask)
+
+
+def _grid_samples_3d(dt):
+    """A volume sampled trilinearly / by nearest neighbour, every padding mode."""
+    return [Sample((make((2, 2, 3, 4, 5), dt), _grid((2, 3, 4, 3, 3), dt, 1.4), "bilinear", "zeros", False),
+                   name="trilinear_zeros"),
+            Sample((make((1, 2, 4, 3, 3), dt), _grid((1, 2, 3, 2, 3), dt, 1.4), "nearest", "border", True),
+                   name="nearest_border_align"),
+            Sample((make((1, 1, 3, 4, 5), dt), _grid((1, 4, 2, 2, 3), dt, 2.5), "bilinear", "reflection", False),
+                   name="trilinear_reflection")]
+
+
 def _grid_samples(dt):
     samples = [Sample((make((2, 3, 5, 6), dt), _grid((2, 4, 7, 2), dt, 1.4), "bilinear", "zeros", False),
                       name="bilinear_zeros"),
@@ -372,6 +387,15 @@ def _grid_backward_samples(dt):
                     "border", False, [True, True]), name="bicubic_border"),
             Sample((make((1, 2, 3, 5), dt), make((1, 2, 4, 4), dt), _grid((1, 3, 5, 2), dt, 1.4), "nearest",
                     "zeros", True, [True, False]), name="nearest_input_only")]
+
+
+def _grid_backward_samples_3d(dt):
+    return [Sample((make((2, 2, 3, 4, 3), dt, seed=9), make((2, 2, 3, 4, 5), dt), _grid((2, 3, 4, 3, 3), dt, 1.4),
+                    "bilinear", "zeros", False, [True, True]), name="trilinear_both"),
+            Sample((make((1, 2, 2, 3, 2), dt, seed=9), make((1, 2, 3, 4, 3), dt), _grid((1, 2, 3, 2, 3), dt, 1.8),
+                    "bilinear", "reflection", True, [False, True]), name="reflection_grid_only"),
+            Sample((make((1, 1, 2, 2, 3), dt, seed=9), make((1, 1, 3, 3, 3), dt), _grid((1, 2, 2, 3, 3), dt, 1.2),
+                    "nearest", "border", False, [True, False]), name="nearest_input_only")]
 
 
 def _pdist(x, p=2.0):
@@ -403,6 +427,10 @@ SAMPLING = [
     # bfloat16, which differs from our float32 math by far more than bfloat16 tolerances
     OpInfo("grid_sampler_2d_backward", _grid_backward, (aten.grid_sampler_2d_backward.default,),
            _grid_backward_samples, tol={F32: (1e-4, 1e-4)}),
+    OpInfo("grid_sampler_3d", _grid_sample, (aten.grid_sampler_3d.default,), _grid_samples_3d,
+           tol={F32: (1e-4, 1e-4)}),
+    OpInfo("grid_sampler_3d_backward", _grid_backward_3d, (aten.grid_sampler_3d_backward.default,),
+           _grid_backward_samples_3d, tol={F32: (1e-4, 1e-4)}),
     OpInfo("pdist", _pdist, (aten._pdist_forward.default,),
            lambda dt: [Sample((make((5, 3), dt),)),
                        Sample((make((4, 3), dt).round(),), {"p": 0.0}, name="p0"),

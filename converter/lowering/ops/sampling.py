@@ -1,4 +1,4 @@
-"""Sampling and patch ops: ``grid_sampler_2d`` (``F.grid_sample``) and its gradient,
+"""Sampling and patch ops: ``grid_sampler_2d`` / ``grid_sampler_3d`` (``F.grid_sample``) and their gradients,
 ``col2im`` (``F.fold``), ``_pdist_forward`` (``torch.pdist``).
 
 Grid sampling follows ATen's ``GridSampler.h`` exactly: a grid coordinate in
@@ -11,6 +11,9 @@ at once from the flattened ``H*W`` plane of each image.
 """
 
 from __future__ import annotations
+
+import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -56,18 +59,20 @@ def _pad_coordinates(coord, size: int, padding_mode: int, align_corners: bool):
     return coord
 
 
-def _taps(flat, iys: list, ixs: list, weights: list, h: int, w: int):
-    """``sum_t weights[t] * input[n, :, iys[t], ixs[t]]`` with one ``gather`` for all taps.
+def _taps(flat, coords: list, weights: list, sizes: tuple):
+    """``sum_t weights[t] * input[n, :, coords[0][t], coords[1][t], ...]`` with one ``gather`` for all taps.
 
-    ``iys``/``ixs`` are integer coordinate maps ``(N, Ho, Wo)``; out-of-bounds taps read 0.
+    ``coords`` holds, per spatial dim, one integer coordinate map ``(N, *out)`` per tap;
+    out-of-bounds taps read 0.
     """
     n, c = flat.shape[0], flat.shape[1]
-    iy, ix = jnp.stack(iys), jnp.stack(ixs)  # (T, N, Ho, Wo)
-    valid = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+    stacked = [jnp.stack(cs) for cs in coords]  # per dim: (T, N, *out)
+    valid = functools.reduce(jnp.logical_and, [(i >= 0) & (i < size) for i, size in zip(stacked, sizes)])
+    lin = functools.reduce(lambda acc, pair: acc * pair[1] + pair[0], zip(stacked, sizes), 0)
     wt = jnp.where(valid, jnp.stack(weights), jnp.zeros((), flat.dtype))
-    lin = jnp.where(valid, iy * w + ix, 0)
-    taps = len(iys)
-    lin = jnp.moveaxis(lin, 0, 1).reshape((n, 1, -1))  # (N, 1, T*Ho*Wo)
+    lin = jnp.where(valid, lin, 0)
+    taps = len(weights)
+    lin = jnp.moveaxis(lin, 0, 1).reshape((n, 1, -1))  # (N, 1, T*prod(out))
     vals = jnp.take_along_axis(flat, lin, axis=2).reshape((n, c, taps, -1))
     wt = jnp.moveaxis(wt, 0, 1).reshape((n, 1, taps, -1))
     return jnp.sum(vals * wt, axis=2)
@@ -102,19 +107,19 @@ def _grid_sample(input, grid, interpolation_mode: int, padding_mode: int, align_
             for j in range(4):
                 xx = _pad_coordinates(x0 - 1 + j, w, padding_mode, align_corners).astype(jnp.int64)
                 iys.append(yy), ixs.append(xx), weights.append(wx[j] * wy[i])
-        out = _taps(flat, iys, ixs, weights, h, w)
+        out = _taps(flat, [iys, ixs], weights, (h, w))
     else:
         x = _pad_coordinates(x, w, padding_mode, align_corners)
         y = _pad_coordinates(y, h, padding_mode, align_corners)
         if interpolation_mode == _NEAREST:
-            out = _taps(flat, [jnp.round(y).astype(jnp.int64)], [jnp.round(x).astype(jnp.int64)],
-                        [jnp.ones_like(x)], h, w)
+            out = _taps(flat, [[jnp.round(y).astype(jnp.int64)], [jnp.round(x).astype(jnp.int64)]],
+                        [jnp.ones_like(x)], (h, w))
         else:
             x0, y0 = jnp.floor(x), jnp.floor(y)
             tx, ty = x - x0, y - y0
             ix, iy = x0.astype(jnp.int64), y0.astype(jnp.int64)
-            out = _taps(flat, [iy, iy, iy + 1, iy + 1], [ix, ix + 1, ix, ix + 1],
-                        [(1 - tx) * (1 - ty), tx * (1 - ty), (1 - tx) * ty, tx * ty], h, w)
+            out = _taps(flat, [[iy, iy, iy + 1, iy + 1], [ix, ix + 1, ix, ix + 1]],
+                        [(1 - tx) * (1 - ty), tx * (1 - ty), (1 - tx) * ty, tx * ty], (h, w))
     return out.reshape((n, c, ho, wo)).astype(input.dtype)
 
 
@@ -151,6 +156,64 @@ def lower_grid_sampler_2d_backward_default(ctx, grad_output, input, grid, interp
 
     def sample(x, grid_):
         return _grid_sample(x, grid_, interpolation_mode, padding_mode, align_corners)
+
+    return tuple(masked_vjp(sample, [input, grid], output_mask[:2], grad_output))
+
+
+def _grid_sample_3d(input, grid, interpolation_mode: int, padding_mode: int, align_corners: bool):
+    """:func:`_grid_sample` over a volume: ``grid[..., (x, y, z)]`` index (W, H, D); trilinear
+    (8 taps) or nearest."""
+    n, c, d, h, w = input.shape
+    acc = opmath_dtype(input.dtype)
+    flat = input.astype(acc).reshape((n, c, d * h * w))
+    sizes = (d, h, w)
+    # pixel coordinates in (z, y, x) order, padded
+    pos = [_pad_coordinates(_unnormalize(grid[..., k].astype(acc), size, align_corners), size, padding_mode,
+                            align_corners) for k, size in zip((2, 1, 0), sizes)]
+    if interpolation_mode == _NEAREST:
+        out = _taps(flat, [[jnp.round(p).astype(jnp.int64)] for p in pos], [jnp.ones_like(pos[0])], sizes)
+    else:
+        low = [jnp.floor(p) for p in pos]
+        frac = [p - lo for p, lo in zip(pos, low)]
+        coords, weights = [[], [], []], []
+        for corner in itertools.product((0, 1), repeat=3):
+            for k in range(3):
+                coords[k].append(low[k].astype(jnp.int64) + corner[k])
+            weights.append(functools.reduce(lambda a, b: a * b,
+                                            [f if bit else 1 - f for f, bit in zip(frac, corner)]))
+        out = _taps(flat, coords, weights, sizes)
+    return out.reshape((n, c) + grid.shape[1:4]).astype(input.dtype)
+
+
+def _check_modes_3d(ctx, op, interpolation_mode: int, padding_mode: int) -> None:
+    _check_modes(ctx, op, interpolation_mode, padding_mode)
+    if interpolation_mode == _BICUBIC:
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason="bicubic interpolation only supports 4D input (as in torch)")
+
+
+@lowering(aten.grid_sampler_3d.default)
+def lower_grid_sampler_3d_default(ctx, input, grid, interpolation_mode, padding_mode, align_corners):
+    """grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor
+
+    ``F.grid_sample`` of a 5-D input: as grid_sampler_2d over (D, H, W), trilinear (8 taps) or
+    nearest, one ``gather`` of all taps from the flattened volume.
+    """
+    _check_modes_3d(ctx, aten.grid_sampler_3d.default, interpolation_mode, padding_mode)
+    return _grid_sample_3d(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@lowering(aten.grid_sampler_3d_backward.default)
+def lower_grid_sampler_3d_backward_default(ctx, grad_output, input, grid, interpolation_mode, padding_mode,
+                                           align_corners, output_mask):
+    """grid_sampler_3d_backward(Tensor grad_output, Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners, bool[2] output_mask) -> (Tensor, Tensor)
+
+    ``jax.vjp`` of the grid_sampler_3d lowering for the inputs selected by ``output_mask``.
+    """
+    _check_modes_3d(ctx, aten.grid_sampler_3d_backward.default, interpolation_mode, padding_mode)
+
+    def sample(x, grid_):
+        return _grid_sample_3d(x, grid_, interpolation_mode, padding_mode, align_corners)
 
     return tuple(masked_vjp(sample, [input, grid], output_mask[:2], grad_output))
 
