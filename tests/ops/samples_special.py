@@ -57,3 +57,34 @@ OPS = [
                        Sample((torch.tensor([0.0, -0.0, 1.0, 0.5, -3.0, 1e-30], dtype=dt),), name="special")],
            dtypes=(f32, f64)),
 ]
+
+
+def _polynomial(name):
+    fn = getattr(torch.special, name)
+    op = getattr(aten, "special_" + name)
+    shifted = name.startswith("shifted")
+
+    def call(x, n, scalar=None):
+        if scalar == "n":
+            return fn(x, 5)
+        if scalar == "x":
+            return fn(0.3, n)
+        return fn(x, n)
+
+    def samples(dt):
+        low, high = (0.0, 1.0) if shifted else (-1.2, 1.2)
+        x = make((3, 5), dt, low=low, high=high)
+        degrees = torch.tensor([[-1, 0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10, 11, 3, 2]], dtype=dt)
+        edges = torch.tensor([1.0, -1.0, 0.0, 0.5, 1.0], dtype=dt)
+        return [Sample((x, degrees)), Sample((x, degrees), {"scalar": "n"}, name="n_scalar"),
+                Sample((x, degrees), {"scalar": "x"}, name="x_scalar"),
+                Sample((edges, torch.tensor([3, 4, 7, 0, 12], dtype=dt)), name="edges")]
+
+    return OpInfo(name, call, (op.default, op.x_scalar, op.n_scalar), samples, dtypes=(f32, f64), tol={f32: (1e-5, 1e-4)})
+
+
+OPS += [_polynomial(name) for name in (
+    "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+    "legendre_polynomial_p")]
