@@ -1,7 +1,7 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
 symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential, and the
 Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse), LU unpacking (lu_unpack, linalg_lu) and
-the deprecated triangular_solve.
+the deprecated triangular_solve, Householder products (linalg_householder_product, ormqr).
 
 These are the ops ``torch.linalg`` reaches after torch's own dispatch (``linalg.solve`` →
 ``_linalg_solve_ex``, ``linalg.det`` → ``_linalg_det``, …), batched over leading dims.
@@ -359,3 +359,31 @@ def lower_triangular_solve_default(ctx, self, A, upper=True, transpose=False, un
     x = lax_linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
                                     unit_diagonal=unitriangular)
     return x, a
+
+
+@lowering(aten.linalg_householder_product.default)
+def lower_linalg_householder_product_default(ctx, input, tau):
+    """linalg_householder_product(Tensor input, Tensor tau) -> Tensor
+
+    The first ``n`` columns of ``H_1 ⋯ H_k`` from the reflectors below ``input``'s diagonal
+    (``lax.linalg.householder_product``; ``nn.utils.parametrizations.orthogonal``'s
+    ``"householder"`` map).
+    """
+    return lax_linalg.householder_product(input, tau.astype(input.dtype))
+
+
+@lowering(aten.ormqr.default)
+def lower_ormqr_default(ctx, self, input2, input3, left=True, transpose=False):
+    """ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False) -> Tensor
+
+    ``op(Q) · input3`` (``left``) or ``input3 · op(Q)``, ``Q`` the full ``m × m`` product of the
+    reflectors in ``self`` / ``input2`` (as ``geqrf`` leaves them; ``op`` is the conjugate
+    transpose with ``transpose``): the reflectors padded to ``m`` columns, then one product.
+    """
+    m, n = self.shape[-2:]
+    full = jnp.concatenate([self, jnp.zeros(self.shape[:-1] + (m - n,), self.dtype)], axis=-1) if n < m else self
+    q = lax_linalg.householder_product(full[..., :, :m], input2.astype(self.dtype))
+    if transpose:
+        q = jnp.conj(jnp.swapaxes(q, -1, -2))
+    c = input3.astype(self.dtype)
+    return q @ c if left else c @ q
