@@ -91,7 +91,7 @@ def lower__cdist_backward_default(ctx, grad, x1, x2, p, cdist):
 def _multi_margin(x, target, p, margin, weight, reduction):
     """torch's multi_margin_loss: per sample ``Σ_{j≠y} max(0, margin - x_y + x_j)^p / C``,
     times ``weight[y]``; then none/mean/sum."""
-    x2 = x if x.ndim == 2 else x[None]
+    x2 = x.reshape(-1, x.shape[-1] if x.ndim else 1)  # a 0-d input is one sample of one class
     t = target.reshape(-1).astype(jnp.int32)
     c = x2.shape[1]
     xy = jnp.take_along_axis(x2, t[:, None], axis=1)
@@ -120,8 +120,8 @@ def lower_multi_margin_loss_backward_default(ctx, grad_output, self, target, p, 
     acc = opmath_dtype(dtype)
     w = None if weight is None else weight.astype(acc)
 
-    def loss(x):
-        return _multi_margin(x, target, p, margin, w, reduction)
+    def loss(x):  # in the gradient's shape: one sample's unreduced loss is (1,) in torch's meta, () on CPU
+        return _multi_margin(x, target, p, margin, w, reduction).reshape(grad_output.shape)
 
     g = masked_vjp(loss, [self.astype(acc)], [True], grad_output.astype(acc))[0]
     return g.astype(dtype)
