@@ -87,40 +87,22 @@ def _shift(x):
     return jnp.asarray(x) * 2 - 1
 
 
-@lowering(*_family("special_shifted_chebyshev_polynomial_t"))
-def lower_special_shifted_chebyshev_polynomial_t(ctx, x, n):
-    """special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor
+def _register_shifted(letter: str) -> None:
+    """``special_shifted_chebyshev_polynomial_<letter>``: the Chebyshev polynomial of that letter at ``2x - 1``."""
+    name = f"special_shifted_chebyshev_polynomial_{letter}"
+    base = globals()[f"lower_special_chebyshev_polynomial_{letter}"]
 
-    ``T_n(2x - 1)``.
-    """
-    return lower_special_chebyshev_polynomial_t(ctx, _shift(x), n)
+    def lower(ctx, x, n):
+        return base(ctx, _shift(x), n)
 
-
-@lowering(*_family("special_shifted_chebyshev_polynomial_u"))
-def lower_special_shifted_chebyshev_polynomial_u(ctx, x, n):
-    """special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor
-
-    ``U_n(2x - 1)``.
-    """
-    return lower_special_chebyshev_polynomial_u(ctx, _shift(x), n)
+    lower.__name__ = lower.__qualname__ = f"lower_{name}"
+    lower.__doc__ = (f"{name}(Tensor x, Tensor n) -> Tensor\n\n    "
+                     f"``{letter.upper()}_n(2x - 1)`` (also the scalar overloads).\n    ")
+    lowering(*_family(name))(lower)
 
 
-@lowering(*_family("special_shifted_chebyshev_polynomial_v"))
-def lower_special_shifted_chebyshev_polynomial_v(ctx, x, n):
-    """special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor
-
-    ``V_n(2x - 1)``.
-    """
-    return lower_special_chebyshev_polynomial_v(ctx, _shift(x), n)
-
-
-@lowering(*_family("special_shifted_chebyshev_polynomial_w"))
-def lower_special_shifted_chebyshev_polynomial_w(ctx, x, n):
-    """special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor
-
-    ``W_n(2x - 1)``.
-    """
-    return lower_special_chebyshev_polynomial_w(ctx, _shift(x), n)
+for _letter in "tuvw":
+    _register_shifted(_letter)
 
 
 @lowering(*_family("special_hermite_polynomial_h"))
