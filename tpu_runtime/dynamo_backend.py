@@ -25,21 +25,24 @@ import jax
 import numpy as np
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch._prims_common import make_contiguous_strides_for
 
 from converter.capture import PRESERVED_OPS
 from converter.lowering import rng_ops
+from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime import rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.module import host_array, to_jax, to_torch
-from tpu_runtime.tensor import DEVICE, TpuTensor
+from tpu_runtime.tensor import DEVICE, Storage, TpuTensor
 from tpu_runtime.values import array_to_tpu, materialize
 
 #: Compile statistics: the shared cache's counters (eager modes included).
 STATS = CACHE.stats
 _GRAPH_IDS = itertools.count()
+_MAKE = torch.Tensor._make_wrapper_subclass
 
 
 def _decompositions() -> dict:
@@ -61,6 +64,30 @@ def _array(t: torch.Tensor, device: Any) -> jax.Array:
 def _scalar(a: Any) -> Any:
     """A graph output that stands for a SymInt/SymFloat, as the python number AOTAutograd expects."""
     return np.asarray(a).item() if hasattr(a, "dtype") else a
+
+
+def _view_layout(val: Any) -> tuple | None:
+    """``(stride, storage_offset)`` of a traced graph output that is laid out as a view (strides not
+    the contiguous ones, or an offset), when both are static; else ``None``."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    stride, offset = tuple(val.stride()), val.storage_offset()
+    if not all(type(v) is int for v in (*stride, offset)):
+        return None
+    if offset == 0 and stride == tuple(make_contiguous_strides_for(tuple(val.shape))):
+        return None
+    return stride, offset
+
+
+def _strided(value: Any, layout: tuple) -> TpuTensor:
+    """A graph output (a JAX array, the view's values) as a tpu tensor that reports the traced view's
+    strides and offset: AOTAutograd rebuilds an output that aliases an input (or an intermediate)
+    as ``base.as_strided(out.size(), out.stride(), out.storage_offset())`` from this tensor's layout."""
+    spec = (tuple(value.shape), to_torch_dtype(value.dtype))
+    r = _MAKE(TpuTensor, spec[0], strides=layout[0], storage_offset=layout[1], dtype=spec[1], device=DEVICE)
+    r._storage = Storage(value, spec)
+    r._spec = spec
+    return r
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -85,6 +112,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     # outputs that are sizes (a symbolic batch saved for backward) go back as python numbers
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     scalars = [isinstance(getattr(a, "meta", {}).get("val"), (int, float, torch.SymInt, torch.SymFloat))
+               for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
+    layouts = [_view_layout(getattr(a, "meta", {}).get("val")) if on_tpu else None
                for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
     # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch before
     # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
@@ -111,8 +140,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             else:
                 outs = fn(key, *arrays)
             args.clear()
-            return [_scalar(o) if sym else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
-                    for o, sym in zip(outs, scalars)]
+            return [_scalar(o) if sym else _strided(o, layout) if layout is not None
+                    else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
+                    for o, sym, layout in zip(outs, scalars, layouts)]
         finally:
             restore(prev)
 

@@ -241,6 +241,33 @@ def test_compile_tpu_checkpointed_dropout_recomputes_the_same_mask():
     assert 0 < masks[0].mean() < 1 and not torch.equal(masks[0], masks[1]) and torch.equal(masks[0], masks[2])
 
 
+_INPUT_VIEWS = {
+    "transpose": lambda t: t.t(),
+    "chunk": lambda t: t.chunk(2, 1)[1],
+    "diagonal": lambda t: t.diagonal(1),
+    "expand": lambda t: t[:, :1].expand(5, 4),
+    "strided_slice": lambda t: t[::2, 1::3],
+    "select": lambda t: t[2],
+}
+
+
+@pytest.mark.parametrize("view", sorted(_INPUT_VIEWS))
+def test_compile_tpu_output_that_is_a_view_of_an_input_matches_cpu(view):
+    # AOTAutograd rebuilds such an output as input.as_strided(out.size(), out.stride(),
+    # out.storage_offset()) from the compiled graph's output: that output must report the traced
+    # view's layout (a dense tpu tensor made every one of these wrong, values and gradients)
+    torch._dynamo.reset()
+    fn = _INPUT_VIEWS[view]
+    x = torch.randn(5, 10, generator=torch.Generator().manual_seed(0))
+    xt, xc = x.to("tpu").requires_grad_(), x.clone().requires_grad_()
+    got, want = torch.compile(fn, backend="tpu")(xt), fn(xc)
+    torch.testing.assert_close(got.detach().cpu(), want.detach())
+    w = torch.arange(want.numel(), dtype=torch.float32).reshape(want.shape)
+    (got * w.to("tpu")).sum().backward()
+    (want * w).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+
+
 def test_tangent_coercion_keeps_the_value_and_reports_the_traced_layout():
     # AOTAutograd coerces each gradient to what the traced graph had: a tpu tensor with the traced
     # strides (the same value: no copy), or the payload where the graph had a plain tensor
