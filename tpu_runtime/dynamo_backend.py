@@ -43,6 +43,7 @@ from tpu_runtime.values import array_to_tpu, materialize
 STATS = CACHE.stats
 _GRAPH_IDS = itertools.count()
 _MAKE = torch.Tensor._make_wrapper_subclass
+_TENSOR = "<tensor>"  # a tensor argument's place among a call's static arguments (None is a value: an effect token)
 
 
 def _decompositions() -> dict:
@@ -90,6 +91,13 @@ def _strided(value: Any, layout: tuple) -> TpuTensor:
     return r
 
 
+def _run_checks(infos: tuple, checks: list) -> None:
+    """Run the graph's ``torch.linalg`` error checks on their computed ``info`` (read back: a sync,
+    as the check is on any device); raises torch's own ``LinAlgError``."""
+    for info, (_, op, rest, kwargs) in zip(infos, checks):
+        op(torch.from_numpy(np.array(info)), *rest, **kwargs)
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """Compile one AOTAutograd graph (forward or backward) for the TPU runtime.
 
@@ -118,10 +126,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch before
     # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
     host = device == jax.devices()[0] and not on_tpu
+    n_out = len(scalars)
+    # torch.linalg's error checks (with_effects): their info values are extra outputs, checked after the run
+    checks: list = []
 
     def run(args: list) -> list:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        statics = tuple(a if not isinstance(a, torch.Tensor) else None for a in args)
+        statics = tuple(a if not isinstance(a, torch.Tensor) else _TENSOR for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
         prev = swap_on()  # x64, without a context manager's cost
         try:
@@ -133,13 +144,18 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 
                 def traced(k: Any, *xs: Any) -> tuple:
                     it = iter(xs)
-                    full = [next(it) if s is None else s for s in statics]
-                    return run_graph_module(gm, tuple(full), rng=jax.random.fold_in(jax.random.key(k[0]), k[1]))
+                    full = [next(it) if s is _TENSOR else s for s in statics]
+                    checks.clear()
+                    outs = run_graph_module(gm, tuple(full), rng=jax.random.fold_in(jax.random.key(k[0]), k[1]),
+                                            checks=checks)
+                    return tuple(outs) + tuple(c[0] for c in checks)
 
                 outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}")
             else:
                 outs = fn(key, *arrays)
             args.clear()
+            _run_checks(outs[n_out:], checks)
+            outs = outs[:n_out]
             return [_scalar(o) if sym else _strided(o, layout) if layout is not None
                     else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
                     for o, sym, layout in zip(outs, scalars, layouts)]

@@ -24,6 +24,9 @@ class LoweringContext:
         options: conversion options (e.g. ``composites``, ``kernels``).
         rng: a JAX PRNG key for random ops, or ``None`` (then seeded from 0).
         meta: the node's output FakeTensor(s), when known without a node.
+        checks: the error checks of effectful ops (``with_effects``) met so far, as
+            ``(info, op, args, kwargs)``: a caller that can raise after running the program
+            (``torch.compile``'s backend) makes the ``info`` values outputs and checks them.
     """
 
     node: Any = None
@@ -31,6 +34,7 @@ class LoweringContext:
     options: dict = field(default_factory=dict)
     rng: Any = None
     meta: Any = None
+    checks: list = field(default_factory=list)
     _rng_count: int = 0
 
     @property

@@ -23,11 +23,13 @@ def check_supported(gm: torch.fx.GraphModule, target: str) -> None:
 
 
 def run_graph_module(gm: torch.fx.GraphModule, inputs: tuple, *, target: str = "tpu",
-                     options: dict | None = None, rng: Any = None) -> tuple:
-    """Evaluate ``gm`` on JAX values (traceable under ``jax.jit``)."""
+                     options: dict | None = None, rng: Any = None, checks: list | None = None) -> tuple:
+    """Evaluate ``gm`` on JAX values (traceable under ``jax.jit``); ``checks`` (a list) collects
+    the error checks of effectful ops (see :class:`LoweringContext`) for the caller to run."""
     env: dict[str, Any] = {}
     it = iter(inputs)
-    ctx = LoweringContext(target=target, options=dict(options or {}), rng=rng)
+    ctx = LoweringContext(target=target, options=dict(options or {}), rng=rng,
+                          checks=checks if checks is not None else [])
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             env[node.name] = next(it)

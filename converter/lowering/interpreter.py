@@ -26,7 +26,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
-from converter.lowering import registry, rng_ops
+from converter.lowering import effects, registry, rng_ops
 from converter.lowering.context import LoweringContext
 from converter.lowering.dtypes import to_jax_dtype
 
@@ -105,6 +105,8 @@ def check_supported(graph: torch.fx.Graph, target: str) -> None:
             registry.lookup(node.target, target, source_location(node))
         elif node.op == "call_function" and node.target in rng_ops.RNG_OPS:
             rng_ops.check(node, target, source_location(node))
+        elif node.op == "call_function" and node.target is effects.WITH_EFFECTS and effects.WITH_EFFECTS is not None:
+            effects.check(node, target, source_location(node))
         elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             raise UnsupportedOpError(str(node.target), target, source_location(node),
                                      reason="higher-order ops (control flow) are not supported yet")
@@ -232,6 +234,8 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     target = node.target
     if target is operator.getitem:
         return args[0][args[1]]
+    if target is effects.WITH_EFFECTS and target is not None:  # torch.linalg's error checks
+        return effects.call(node, args, kwargs, ctx)
     if target in rng_ops.RNG_OPS:  # activation checkpointing's saved / replayed generator state
         return rng_ops.call(node, args, kwargs, ctx, source_location(node), conform)
     if not isinstance(target, torch._ops.OpOverload):

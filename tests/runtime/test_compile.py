@@ -268,6 +268,27 @@ def test_compile_tpu_output_that_is_a_view_of_an_input_matches_cpu(view):
     torch.testing.assert_close(xt.grad.cpu(), xc.grad)
 
 
+def test_compile_tpu_linalg_runs_torchs_error_checks():
+    # torch.linalg's graphs carry with_effects(_linalg_check_errors): the info is checked after the run
+    # and raises torch's own LinAlgError; values and gradients as on CPU
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(0)
+    x, b = torch.randn(3, 4, 4, generator=g) + 4 * torch.eye(4), torch.randn(3, 4, 2, generator=g)
+
+    def fn(t):
+        return torch.linalg.solve(t, b.to(t.device)) + torch.linalg.inv(t).sum(-1, keepdim=True)
+
+    xt, xc = x.to("tpu").requires_grad_(), x.clone().requires_grad_()
+    compiled = torch.compile(fn, backend="tpu")
+    got, want = compiled(xt), fn(xc)
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    got.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        compiled(torch.zeros(3, 4, 4).to("tpu"))
+
+
 def test_tangent_coercion_keeps_the_value_and_reports_the_traced_layout():
     # AOTAutograd coerces each gradient to what the traced graph had: a tpu tensor with the traced
     # strides (the same value: no copy), or the payload where the graph had a plain tensor
