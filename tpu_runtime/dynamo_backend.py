@@ -36,13 +36,12 @@ from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.module import host_array, to_jax, to_torch
-from tpu_runtime.tensor import DEVICE, Storage, TpuTensor
+from tpu_runtime.tensor import DEVICE, TpuTensor, wrap_strided
 from tpu_runtime.values import array_to_tpu, materialize
 
 #: Compile statistics: the shared cache's counters (eager modes included).
 STATS = CACHE.stats
 _GRAPH_IDS = itertools.count()
-_MAKE = torch.Tensor._make_wrapper_subclass
 _TENSOR = "<tensor>"  # a tensor argument's place among a call's static arguments (None is a value: an effect token)
 
 
@@ -84,11 +83,7 @@ def _strided(value: Any, layout: tuple) -> TpuTensor:
     """A graph output (a JAX array, the view's values) as a tpu tensor that reports the traced view's
     strides and offset: AOTAutograd rebuilds an output that aliases an input (or an intermediate)
     as ``base.as_strided(out.size(), out.stride(), out.storage_offset())`` from this tensor's layout."""
-    spec = (tuple(value.shape), to_torch_dtype(value.dtype))
-    r = _MAKE(TpuTensor, spec[0], strides=layout[0], storage_offset=layout[1], dtype=spec[1], device=DEVICE)
-    r._storage = Storage(value, spec)
-    r._spec = spec
-    return r
+    return wrap_strided(value, (tuple(value.shape), to_torch_dtype(value.dtype)), *layout)
 
 
 def _run_checks(infos: tuple, checks: list) -> None:

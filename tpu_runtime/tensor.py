@@ -179,6 +179,15 @@ def wrap(value: Any, spec: tuple) -> TpuTensor:
     return r
 
 
+def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) -> TpuTensor:
+    """:func:`wrap` reporting ``stride`` and ``storage_offset`` instead of the dense layout (the value
+    is still the dense array of the view: torch.compile's outputs that are traced as views)."""
+    r = _MAKE(TpuTensor, spec[0], strides=stride, storage_offset=storage_offset, dtype=spec[1], device=DEVICE)
+    r._storage = Storage(value, spec)
+    r._spec = spec
+    return r
+
+
 def alias(t: TpuTensor) -> TpuTensor:
     """A tensor sharing ``t``'s storage and view chain (``detach``, ``alias``)."""
     r = TpuTensor(t._storage, t._spec[0], t._spec[1], t._chain)

@@ -19,6 +19,8 @@ from converter.lowering.context import LoweringContext
 
 _HOPS = getattr(torch.ops, "higher_order", None)
 WITH_EFFECTS = getattr(_HOPS, "with_effects", None)
+#: The effect higher-order ops this module lowers (those this torch has).
+EFFECT_OPS = frozenset(op for op in (WITH_EFFECTS,) if op is not None)
 #: Effectful ops whose effect is an error check the caller can run afterwards.
 CHECKS = frozenset({torch.ops.aten._linalg_check_errors.default})
 
@@ -37,4 +39,4 @@ def call(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: LoweringContext) -
     return (token,)
 
 
-__all__ = ["CHECKS", "WITH_EFFECTS", "call", "check"]
+__all__ = ["CHECKS", "EFFECT_OPS", "WITH_EFFECTS", "call", "check"]

@@ -105,7 +105,7 @@ def check_supported(graph: torch.fx.Graph, target: str) -> None:
             registry.lookup(node.target, target, source_location(node))
         elif node.op == "call_function" and node.target in rng_ops.RNG_OPS:
             rng_ops.check(node, target, source_location(node))
-        elif node.op == "call_function" and node.target is effects.WITH_EFFECTS and effects.WITH_EFFECTS is not None:
+        elif node.op == "call_function" and node.target in effects.EFFECT_OPS:
             effects.check(node, target, source_location(node))
         elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             raise UnsupportedOpError(str(node.target), target, source_location(node),
@@ -234,7 +234,7 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     target = node.target
     if target is operator.getitem:
         return args[0][args[1]]
-    if target is effects.WITH_EFFECTS and target is not None:  # torch.linalg's error checks
+    if target in effects.EFFECT_OPS:  # torch.linalg's error checks
         return effects.call(node, args, kwargs, ctx)
     if target in rng_ops.RNG_OPS:  # activation checkpointing's saved / replayed generator state
         return rng_ops.call(node, args, kwargs, ctx, source_location(node), conform)

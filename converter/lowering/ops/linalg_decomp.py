@@ -33,6 +33,12 @@ def _empty(dtype):
     return jnp.zeros((0,), dtype)
 
 
+def _batched(a, b):
+    """``a`` and ``b`` (stacks of matrices) broadcast to their common batch dims, ``b`` in ``a``'s dtype."""
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:]).astype(a.dtype)
+
+
 def _lu(a):
     """``(LU, 0-based pivots)`` of square or rectangular matrices (partial pivoting)."""
     lu, piv, _ = lax_linalg.lu(a)
@@ -183,9 +189,7 @@ def lower_linalg_solve_triangular_default(ctx, self, B, *, upper, left=True, uni
 
     ``lax.linalg.triangular_solve`` (``A X = B``, or ``X A = B`` with ``left=False``).
     """
-    batch = jnp.broadcast_shapes(self.shape[:-2], B.shape[:-2])
-    a = jnp.broadcast_to(self, batch + self.shape[-2:])
-    b = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(a.dtype)
+    a, b = _batched(self, B)
     return lax_linalg.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
 
 
@@ -267,20 +271,16 @@ def lower_cholesky_default(ctx, self, upper=False):
     """cholesky(Tensor self, bool upper=False) -> Tensor
 
     The deprecated ``torch.cholesky``: ``lax.linalg.cholesky`` (lower), or its conjugate
-    transpose with ``upper``; no ``info`` (NaNs where the matrix is not positive definite).
+    transpose with ``upper``: :func:`lower_linalg_cholesky_ex_default`'s factor without its ``info``
+    (NaNs where the matrix is not positive definite).
     """
-    if self.shape[-1] == 0:
-        return self
-    L = lax_linalg.cholesky(self, symmetrize_input=False)
-    return jnp.conj(jnp.swapaxes(L, -1, -2)) if upper else L
+    return lower_linalg_cholesky_ex_default(ctx, self, upper=upper)[0]
 
 
 def _cholesky_solve(B, factor, upper):
     """``X = A⁻¹ B`` for ``A = L Lᴴ`` (``factor`` = L) or ``A = Uᴴ U`` (``upper``): two triangular
     solves, batch dims broadcast."""
-    batch = jnp.broadcast_shapes(factor.shape[:-2], B.shape[:-2])
-    f = jnp.broadcast_to(factor, batch + factor.shape[-2:])
-    b = jnp.broadcast_to(B, batch + B.shape[-2:]).astype(f.dtype)
+    f, b = _batched(factor, B)
     solve = functools.partial(lax_linalg.triangular_solve, left_side=True, lower=not upper)
     adjoint = functools.partial(solve, transpose_a=True, conjugate_a=True)
     if upper:
@@ -353,9 +353,7 @@ def lower_triangular_solve_default(ctx, self, A, upper=True, transpose=False, un
     The deprecated ``torch.triangular_solve``: ``op(A) X = self`` (``op`` transposes with
     ``transpose``), batch dims broadcast; also returns ``A`` broadcast, as torch.
     """
-    batch = jnp.broadcast_shapes(A.shape[:-2], self.shape[:-2])
-    a = jnp.broadcast_to(A, batch + A.shape[-2:])
-    b = jnp.broadcast_to(self, batch + self.shape[-2:]).astype(a.dtype)
+    a, b = _batched(A, self)
     x = lax_linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose,
                                     unit_diagonal=unitriangular)
     return x, a
