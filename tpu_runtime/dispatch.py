@@ -27,7 +27,6 @@ For each op overload the route is decided once and cached:
 from __future__ import annotations
 
 import itertools
-import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -66,7 +65,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     try:
         return _route(func, args, kwargs)
     except Exception as e:
-        if torch._C._current_graph_task_id() < 0 or threading.current_thread() is threading.main_thread():
+        if torch._C._current_graph_task_id() < 0:  # not inside a backward pass (see defer_backward_error)
             raise
         return defer_backward_error(func, args, kwargs, e)
     finally:

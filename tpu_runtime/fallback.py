@@ -94,13 +94,14 @@ _BACKWARD_ERRORS: list[BaseException] = []
 
 
 def defer_backward_error(func: Any, args: tuple, kwargs: dict, error: Exception) -> Any:
-    """Carry an op's error out of the autograd engine's device thread.
+    """Carry an op's error out of a backward pass.
 
-    An exception raised by ``__torch_dispatch__`` on that thread terminates the
-    process (PyTorch's Python device guard calls back into Python from
-    ``noexcept`` code while it propagates). So the op returns zeros of the right
-    shapes instead, and a final callback of the backward pass — which runs on the
-    thread that called ``backward()`` — raises the original error there.
+    An exception raised by ``__torch_dispatch__`` inside the autograd engine
+    terminates the process, on whichever thread the engine runs the node
+    (PyTorch's Python device guard calls back into Python from ``noexcept`` code
+    while it propagates). So the op returns zeros of the right shapes instead,
+    and a final callback of the backward pass — which runs on the thread that
+    called ``backward()`` — raises the original error there.
     """
     from tpu_runtime.plans import out_meta
 
@@ -109,7 +110,7 @@ def defer_backward_error(func: Any, args: tuple, kwargs: dict, error: Exception)
     _BACKWARD_ERRORS.append(error)
     try:
         meta = out_meta(func, args, kwargs)[0]
-    except Exception:  # no meta kernel either (nothing may escape this thread): shaped like the input
+    except Exception:  # no meta kernel either (nothing may escape the engine): shaped like the input
         meta = _like_input(func, args, kwargs)
     return torch.utils._pytree.tree_map(
         lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import tpu_runtime
 from tests.runtime.conftest import batch, tiny_mlp, train_steps
 
 
@@ -24,6 +25,26 @@ def test_backward_gradients_match_cpu():
     for p, q in zip(model.parameters(), ref.parameters()):
         assert p.grad.device.type == "tpu"
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_backward_of_a_tpu_tensor_runs_on_the_calling_thread(mode):
+    # every backward op is Python under the GIL: PyTorch's device thread would only add a hand-off
+    import threading
+
+    seen = []
+    with tpu_runtime.set_eager_mode(mode):
+        w = torch.ones(3, 2).to("tpu").requires_grad_()
+        h = torch.ones(4, 3).to("tpu") @ w
+        h.register_hook(lambda g: seen.append(threading.get_ident()))
+        (h * h).sum().backward()
+        assert seen == [threading.get_ident()]
+        assert torch.autograd.is_multithreading_enabled()  # the switch was for that call only
+        torch.testing.assert_close(w.grad.cpu(), torch.full((3, 2), 24.0))
+        # torch.autograd.grad keeps PyTorch's own threading (same result)
+        h = torch.ones(4, 3).to("tpu") @ w
+        (g,) = torch.autograd.grad((h * h).sum(), w)
+        torch.testing.assert_close(g.cpu(), torch.full((3, 2), 24.0))
 
 
 @pytest.mark.parametrize("optim", [torch.optim.SGD, torch.optim.AdamW])
@@ -140,8 +161,15 @@ _BACKWARD_ERRORS = {
 }
 
 
+_BACKWARD_CALLS = {
+    "Tensor.backward": lambda loss, t: loss.backward(),  # on the calling thread (TpuTensor.backward)
+    "autograd.grad": lambda loss, t: torch.autograd.grad(loss, t),  # on PyTorch's device thread
+}
+
+
+@pytest.mark.parametrize("call", sorted(_BACKWARD_CALLS))
 @pytest.mark.parametrize("case", sorted(_BACKWARD_ERRORS))
-def test_error_inside_backward_is_raised_not_fatal(case):
+def test_error_inside_backward_is_raised_not_fatal(case, call):
     grad_fn, name = _BACKWARD_ERRORS[case]
 
     class Bad(torch.autograd.Function):
@@ -155,7 +183,7 @@ def test_error_inside_backward_is_raised_not_fatal(case):
 
     t = torch.ones(4, 3).to("tpu").requires_grad_()
     with pytest.raises(Exception, match=name):
-        Bad.apply(t).sum().backward()
+        _BACKWARD_CALLS[call](Bad.apply(t).sum(), t)
     # the device still works afterwards (the process was not aborted)
     assert (t.detach() + 1).sum().item() == 24.0
 
