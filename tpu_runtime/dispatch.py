@@ -428,6 +428,19 @@ def _host_factory(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
     return new_tensor(upload(cpu), tuple(cpu.shape), cpu.dtype)
 
 
+def _batch_norm(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``native_batch_norm`` in training mode with running statistics (``nn.BatchNorm*.train()``):
+    its functional form as one plan, the updated statistics written back (torch's decomposition
+    mutates them, so it could not be traced and ran as ~20 ops); other calls decompose as before."""
+    mean, var, training = args[3], args[4], args[5]
+    if training and type(mean) is TpuTensor and type(var) is TpuTensor and len(args) == 8:
+        out = _route(aten._native_batch_norm_legit_functional.default, args, kwargs)
+        _assign(mean, out[3])
+        _assign(var, out[4])
+        return out[0], out[1], out[2]
+    return _decomposed(func, args, kwargs, decomposition_table[func], func)
+
+
 def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
     return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
 
@@ -453,6 +466,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten.squeeze.default: _squeeze,
     aten.squeeze.dim: _squeeze,
     aten._fused_sdp_choice.default: _sdp_choice,
+    aten.native_batch_norm.default: _batch_norm,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
     **{aten_overload(name): _host_factory for name in HOST_FACTORIES},

@@ -78,7 +78,9 @@ def traced_plan(func: Any, key: tuple, args: tuple, kwargs: dict, decomp: Callab
 
     def f(*xs: Any) -> Any:
         values = list(xs)
-        return decomp(*_fill(cargs, values), **_fill(ckwargs, values))
+        out = decomp(*_fill(cargs, values), **_fill(ckwargs, values))
+        # a named result (``nll_loss_forward``'s return type) would be traced as a call of its class
+        return tuple(out) if isinstance(out, tuple) else out
 
     try:
         gm = make_fx(f, decomposition_table=_decompositions(), tracing_mode="fake")(*examples)
@@ -94,6 +96,8 @@ def traced_plan(func: Any, key: tuple, args: tuple, kwargs: dict, decomp: Callab
             return None
     specs: list = []
     structure = _structure(meta, specs)
+    if _traced_specs(gm) != specs:  # the decomposition took a CPU-only branch (e.g. empty saved statistics)
+        return None
 
     def fn(*values: Any) -> tuple:
         out = run_graph_module(gm, values)
@@ -102,3 +106,10 @@ def traced_plan(func: Any, key: tuple, args: tuple, kwargs: dict, decomp: Callab
 
     return OpPlan(key, f"{func} (decomposed)", fn, tuple(specs), structure, op=func,
                   extra={"targs": targs, "tkwargs": tkwargs})
+
+
+def _traced_specs(gm: torch.fx.GraphModule) -> list:
+    """``(shape, dtype)`` of each tensor output of a traced graph, in order."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else n for n in torch.utils._pytree.tree_leaves(out)]
+    return [(tuple(v.shape), v.dtype) for v in vals if isinstance(v, torch.Tensor)]

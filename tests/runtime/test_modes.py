@@ -68,6 +68,39 @@ def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
         assert torch.equal(y.cpu(), torch.full((4, 3), 7.0))
 
 
+def test_decompositions_with_named_results_record_one_node():
+    # nll_loss_forward's decomposition returns torch's named result type: still traced into one plan
+    logp = torch.randn(4, 5).log_softmax(1)
+    target = torch.tensor([0, 2, 4, 1])
+    with tpu_runtime.set_eager_mode("fused"):
+        a, b = logp.to("tpu"), target.to("tpu")
+        tpu_runtime.sync()
+        out = F.nll_loss(a, b)
+        assert len(fused.GRAPH) == 1
+        torch.testing.assert_close(out.cpu(), F.nll_loss(logp, target))
+
+
+def test_training_batch_norm_is_one_node_with_its_statistics_written_back():
+    torch.manual_seed(0)
+    ref = torch.nn.BatchNorm1d(5)
+    bn = copy.deepcopy(ref).to("tpu")
+    x = torch.randn(6, 5) * 3 + 1
+    with tpu_runtime.set_eager_mode("fused"):
+        xt = x.to("tpu")
+        tpu_runtime.sync()
+        y = bn(xt)
+        # the functional batch norm, and num_batches_tracked += 1 (torch's decomposition: ~20 ops)
+        assert len(fused.GRAPH) == 2
+        torch.testing.assert_close(y.cpu(), ref(x), rtol=1e-5, atol=1e-6)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(bn, name).cpu(), getattr(ref, name), rtol=1e-5, atol=1e-6)
+    # eval mode: torch's decomposition takes a CPU-only branch when traced on CPU (empty saved
+    # statistics); the trace is refused for that and the op still matches CPU
+    bn.eval()
+    ref.eval()
+    torch.testing.assert_close(bn(x.to("tpu")).cpu(), ref(x), rtol=1e-5, atol=1e-6)
+
+
 def test_fused_python_floats_are_graph_inputs_one_per_value():
     x = torch.tensor([1.0, -2.0, 3.0, 0.5])
     tx = x.to("tpu")
