@@ -75,7 +75,9 @@ OPS = [
     OpInfo("sigmoid", torch.sigmoid, (aten.sigmoid.default,), act_samples(ints=True), dtypes=(f32, bf16)),
     OpInfo("tanh", torch.tanh, (aten.tanh.default,), act_samples(ints=True)),
     OpInfo("gelu", lambda a, approximate="none": F.gelu(a, approximate=approximate), (aten.gelu.default,),
-           lambda dt: [Sample((make((3, 4), dt, low=-6, high=6),)), Sample((special(dt),), name="special"),
+           # +inf left out: torch's vectorized CPU gelu gives nan there on some CPUs (its scalar path, inf)
+           lambda dt: [Sample((make((3, 4), dt, low=-6, high=6),)), Sample((special(dt)[special(dt) != INF],),
+                                                                          name="special"),
                        Sample((make((3, 4), dt, low=-6, high=6), "tanh"), name="tanh"), Sample((make((), dt),), name="0d")],
            dtypes=(f32, bf16),
            errors=[ErrorSample((make((3,)), "erf"), "approximate")]),
