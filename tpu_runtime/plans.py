@@ -121,11 +121,18 @@ def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None, index
     return tuple(key), ins
 
 
+#: Element types of an argument list that is its own key part (shapes, dims).
+_PLAIN = frozenset({int, type(None), str})
+
+
 def _key(a: Any, ins: list, dyn: bool) -> Any:
-    if isinstance(a, TpuTensor):
-        ins.append(a)
-        return a._spec
     t = type(a)
+    if t is int:  # the common cases first: dims, sizes, then shape lists
+        return a
+    if t is list or t is tuple:
+        if _PLAIN.issuperset(map(type, a)):
+            return tuple(a)
+        return tuple(_key(x, ins, dyn) for x in a)
     if t is float:
         if dyn:
             ins.append(a)
@@ -133,8 +140,9 @@ def _key(a: Any, ins: list, dyn: bool) -> Any:
         return ("f", a) if a == a else ("nan",)
     if t is bool:
         return ("b", a)
-    if t is list or t is tuple:
-        return tuple(_key(x, ins, dyn) for x in a)
+    if isinstance(a, TpuTensor):
+        ins.append(a)
+        return a._spec
     if isinstance(a, torch.Tensor):
         if a.dim() != 0 and not _INDEXING[0]:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found a {a.device} tensor of "

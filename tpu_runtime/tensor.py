@@ -194,6 +194,15 @@ def wrap(value: Any, spec: tuple) -> TpuTensor:
     return r
 
 
+def view_tensor(storage: Storage, spec: tuple, chain: tuple) -> TpuTensor:
+    """A view of ``storage`` through ``chain`` (non-empty), reporting ``spec``: the per-view fast path."""
+    r = _MAKE(TpuTensor, spec[0], dtype=spec[1], device=DEVICE)
+    r._storage = storage
+    r._chain = chain
+    r._spec = spec
+    return r
+
+
 def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) -> TpuTensor:
     """:func:`wrap` reporting ``stride`` and ``storage_offset`` instead of the dense layout (the value
     is still the dense array of the view: torch.compile's outputs that are traced as views)."""
@@ -204,9 +213,14 @@ def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) ->
 
 
 def alias(t: TpuTensor) -> TpuTensor:
-    """A tensor sharing ``t``'s storage and view chain (``detach``, ``alias``)."""
-    r = TpuTensor(t._storage, t._spec[0], t._spec[1], t._chain)
-    r._cached, r._seen = t._cached, t._seen
+    """A tensor sharing ``t``'s storage and view chain (``detach``, ``alias``; autograd detaches
+    every gradient it accumulates and every output it saves: a per-op path too)."""
+    spec = t._spec
+    r = _MAKE(TpuTensor, spec[0], dtype=spec[1], device=DEVICE)
+    r._storage = t._storage
+    r._spec = spec
+    if t._chain:
+        r._chain, r._cached, r._seen = t._chain, t._cached, t._seen
     return r
 
 

@@ -29,7 +29,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef, concrete
 from tpu_runtime.plans import OpPlan, custom_plan
-from tpu_runtime.tensor import Storage, TpuTensor, wrap
+from tpu_runtime.tensor import Storage, TpuTensor, view_tensor, wrap
 
 _PLANS: dict[tuple, OpPlan] = {}
 CACHE.on_clear(_PLANS.clear)
@@ -103,7 +103,8 @@ def materialize(t: TpuTensor) -> jax.Array:
 
 
 def _chain_key(chain: tuple) -> tuple:
-    return tuple((p.key, i) for p, i in chain)
+    # a plan's uid stands for its key (one plan per key), and hashes as one int
+    return tuple((p.uid, i) for p, i in chain)
 
 
 def _replay_plan(chain: tuple, spec: tuple) -> OpPlan:
@@ -147,7 +148,7 @@ def _scatter_plan(chain: tuple, spec: tuple) -> OpPlan:
 
 def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTensor:
     """A view of ``src`` produced by output ``index`` of the view op ``plan`` (value computed lazily)."""
-    return TpuTensor(src._storage, spec[0], spec[1], src._chain + ((plan, index),))
+    return view_tensor(src._storage, spec, src._chain + ((plan, index),))
 
 
 def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:
