@@ -192,6 +192,28 @@ def _skip_runtime_frames() -> None:
 
 _skip_runtime_frames()
 
+#: ``torch.tpu`` functions that read or change host-side state (the device generator, pending
+#: work, memory counters). Inside a compiled function (``torch.manual_seed``, ``fork_rng``,
+#: ``freeze_rng_state``) dynamo must call them where the code does, not trace into them:
+#: tracing ``set_rng_state`` failed on its CPU state tensor, and a traced seed would be baked in.
+_HOST_STATE = ("manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state", "set_rng_state",
+               "get_rng_state_all", "set_rng_state_all", "synchronize", "memory_stats", "memory_allocated",
+               "max_memory_allocated", "memory_reserved", "empty_cache")
+
+
+def _host_state_runs_eagerly() -> None:
+    """Wrap the :data:`_HOST_STATE` functions of ``torch.tpu`` in ``torch._dynamo.disable`` (a
+    graph break around each call; outside torch.compile they run as before)."""
+    from tpu_runtime import torch_tpu
+
+    for name in _HOST_STATE:
+        fn = getattr(torch_tpu, name)
+        if not hasattr(fn, "_torchdynamo_disable"):
+            setattr(torch_tpu, name, torch._dynamo.disable(fn, reason=f"torch.tpu.{name} changes host state"))
+
+
+_host_state_runs_eagerly()
+
 _DECOMPOSITIONS = _decompositions()
 _AOT = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_DECOMPOSITIONS)
 

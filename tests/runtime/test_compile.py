@@ -97,6 +97,30 @@ def test_compile_tpu_cpu_tensors_dropout_follows_torch_manual_seed():
     torch.testing.assert_close(torch.compile(model, backend="tpu")(x), model(x), rtol=1e-5, atol=1e-6)
 
 
+def test_compile_tpu_seeding_and_rng_state_inside_the_compiled_function_run_eagerly():
+    # torch.manual_seed / fork_rng inside a compiled function reach torch.tpu's RNG functions:
+    # dynamo calls them (a graph break) instead of tracing them (tracing set_rng_state failed)
+    x = torch.ones(8, 8).to("tpu")
+
+    @torch.compile(backend="tpu")
+    def seeded(x):
+        torch.manual_seed(3)
+        return torch.nn.functional.dropout(x, 0.5)
+
+    @torch.compile(backend="tpu")
+    def forked(x):
+        with torch.random.fork_rng(device_type="tpu"):
+            torch.manual_seed(5)
+            return torch.rand_like(x)
+
+    a, b = seeded(x).cpu(), seeded(x).cpu()
+    assert torch.equal(a, b) and set(a.unique().tolist()) <= {0.0, 2.0}
+    state = torch.tpu.get_rng_state()
+    c, d = forked(x).cpu(), forked(x).cpu()
+    assert torch.equal(c, d) and ((c >= 0) & (c < 1)).all()
+    assert torch.equal(torch.tpu.get_rng_state(), state)  # fork_rng restored the generator
+
+
 def test_compile_tpu_dynamic_batch_training_saves_sizes_as_numbers():
     # with dynamic=True AOTAutograd saves the symbolic batch for backward: it must come back a number
     torch.manual_seed(0)
