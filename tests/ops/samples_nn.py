@@ -154,6 +154,14 @@ def _bn_train(x, rm, rv, w=None, b=None, momentum=0.1, eps=1e-5):
     return y, rm, rv
 
 
+def _bn_with_update(x, rm, rv, w, b):
+    """``torch.ops.aten._batch_norm_with_update`` (what the train-mode batch norm of a compiled graph
+    becomes) on copies of the running stats; returns its outputs but the reserve and the stats."""
+    rm, rv = rm.clone(), rv.clone()
+    y, mean, invstd, _ = aten._batch_norm_with_update(x, w, b, rm, rv, 0.2, 1e-5)
+    return y, mean, invstd, rm, rv
+
+
 NORM = [
     OpInfo("layer_norm", F.layer_norm, (aten.layer_norm.default,),
            lambda dt: [Sample((make((2, 3, 5), dt), (5,), make((5,), dt), make((5,), dt))),
@@ -184,6 +192,10 @@ NORM = [
            lambda dt: [Sample((make((2, 4, 3, 3), dt), make((4,), dt), make((4,), dt, low=0.5, high=2),
                                make((4,), dt), make((4,), dt)), {"momentum": 0.3}),
                        Sample((make((5, 3), dt), make((3,), dt), make((3,), dt, low=0.5, high=2)), name="1d")],
+           tol={F32: (1e-5, 1e-4)}),
+    OpInfo("batch_norm_with_update", _bn_with_update, (aten._batch_norm_with_update_functional.default,),
+           lambda dt: [Sample((make((2, 4, 3, 3), dt), make((4,), dt), make((4,), dt, low=0.5, high=2),
+                               make((4,), dt), make((4,), dt)))],
            tol={F32: (1e-5, 1e-4)}),
     OpInfo("batch_norm_no_stats", F.instance_norm, (aten._native_batch_norm_legit.no_stats,),
            lambda dt: [Sample((make((2, 3, 4, 4), dt),)),

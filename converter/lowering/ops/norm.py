@@ -222,3 +222,16 @@ def lower__native_batch_norm_legit_no_stats(ctx, input, weight, bias, training, 
     """
     y, mean, _, invstd = _bn_batch(input, weight, bias, eps)
     return y, mean, invstd
+
+
+@lowering(aten._batch_norm_with_update_functional.default)
+def lower__batch_norm_with_update_functional_default(ctx, input, weight, bias, running_mean, running_var, momentum,
+                                                      eps):
+    """_batch_norm_with_update_functional(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor, Tensor running_mean_out, Tensor running_var_out)
+
+    Train-mode batch norm as ``_native_batch_norm_legit_functional``; the fourth output is the
+    empty ``uint8`` reserve buffer (cuDNN's workspace on CUDA, empty on CPU).
+    """
+    y, mean, invstd, new_mean, new_var = lower__native_batch_norm_legit_functional_default(
+        ctx, input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return y, mean, invstd, jnp.zeros((0,), jnp.uint8), new_mean, new_var
