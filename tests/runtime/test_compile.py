@@ -121,6 +121,18 @@ def test_compile_tpu_seeding_and_rng_state_inside_the_compiled_function_run_eage
     assert torch.equal(torch.tpu.get_rng_state(), state)  # fork_rng restored the generator
 
 
+def test_compile_tpu_eval_batch_norm_returns_the_saved_statistics_the_device_meta_expects():
+    # torch's meta for a non-CPU device gives eval-mode native_batch_norm (C,) saved statistics
+    # (the running mean and invstd, as CUDA), where CPU gives empty ones; the row follows the graph
+    x, rm, rv = torch.randn(3, 2, 4), torch.randn(2), torch.rand(2) + 0.5
+    f = torch.compile(lambda x, rm, rv: torch.native_batch_norm(x, None, None, rm, rv, False, 0.1, 1e-5),
+                      backend="tpu")
+    y, mean, invstd = (t.cpu() for t in f(x.to("tpu"), rm.to("tpu"), rv.to("tpu")))
+    torch.testing.assert_close(y, torch.native_batch_norm(x, None, None, rm, rv, False, 0.1, 1e-5)[0])
+    torch.testing.assert_close(mean, rm)
+    torch.testing.assert_close(invstd, torch.rsqrt(rv + 1e-5))
+
+
 def test_compile_tpu_dynamic_batch_training_saves_sizes_as_numbers():
     # with dynamic=True AOTAutograd saves the symbolic batch for backward: it must come back a number
     torch.manual_seed(0)

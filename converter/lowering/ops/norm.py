@@ -179,15 +179,29 @@ def _empty(x):
     return jnp.zeros((0,), opmath_dtype(x.dtype))
 
 
+def _eval_saved(ctx, x, running_mean, running_var, eps):
+    """The two saved-statistics outputs of eval-mode batch norm: empty, as torch's CPU kernel
+    gives them; where the recorded output expects ``(C,)`` (torch's kernels for other devices:
+    a graph traced from tpu tensors), the running mean and ``rsqrt(running_var + eps)``."""
+    meta = ctx.out_meta
+    if isinstance(meta, (list, tuple)) and len(meta) > 2 and getattr(meta[1], "shape", None) is not None \
+            and tuple(meta[1].shape) != (0,):
+        acc = opmath_dtype(x.dtype)
+        return running_mean.astype(acc), jax.lax.rsqrt(running_var.astype(acc) + jnp.asarray(eps, acc))
+    return _empty(x), _empty(x)
+
+
 @lowering(aten._native_batch_norm_legit_no_training.default)
 def lower__native_batch_norm_legit_no_training_default(ctx, input, weight, bias, running_mean, running_var, momentum,
                                                         eps):
     """_native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor running_mean, Tensor running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor)
 
     Eval-mode batch norm: ``(x - running_mean) * rsqrt(running_var + eps)`` then the
-    per-channel affine; the two saved-statistics outputs are empty, as in torch.
+    per-channel affine; the two saved-statistics outputs are empty, as in torch on CPU (or
+    the running mean and invstd where the graph expects them: :func:`_eval_saved`).
     """
-    return _bn_running(input, weight, bias, running_mean, running_var, eps), _empty(input), _empty(input)
+    return (_bn_running(input, weight, bias, running_mean, running_var, eps),
+            *_eval_saved(ctx, input, running_mean, running_var, eps))
 
 
 @lowering(aten._native_batch_norm_legit_functional.default)
@@ -203,7 +217,7 @@ def lower__native_batch_norm_legit_functional_default(ctx, input, weight, bias, 
     """
     if not training:
         y = _bn_running(input, weight, bias, running_mean, running_var, eps)
-        return y, _empty(input), _empty(input), running_mean, running_var
+        return (y, *_eval_saved(ctx, input, running_mean, running_var, eps), running_mean, running_var)
     y, mean, var, invstd = _bn_batch(input, weight, bias, eps)
     n = jnp.asarray(input.size // input.shape[1], var.dtype)  # works for symbolic dims too
     unbiased = var * (n / (n - 1))
