@@ -321,3 +321,13 @@ def lower_linalg_vector_norm_default(ctx, self, ord=2, dim=None, keepdim=False, 
     out = ctx.out_dtype or (jnp.finfo(x.dtype).dtype if jnp.issubdtype(x.dtype, jnp.complexfloating) else x.dtype)
     mag = jnp.abs(x).astype(_acc(out))
     return pnorm(mag, float(ord), _axes(self, dim), keepdim).astype(out)
+
+
+@lowering(aten.dist.default)
+def lower_dist_default(ctx, self, other, p=2):
+    """dist(Tensor self, Tensor other, Scalar p=2) -> Tensor
+
+    The ``p``-norm of ``self - other`` (broadcast) over every element: linalg_vector_norm's
+    lowering on the difference.
+    """
+    return lower_linalg_vector_norm_default(ctx, jnp.subtract(self, other), p)
