@@ -11,27 +11,12 @@ import sys
 import torch
 
 from converter.capture import PRESERVED_OPS
-from converter.lowering.registry import registered
+from converter.lowering.registry import aten_overloads, registered
 
 
 def core_aten_ops() -> set:
-    """Every OpOverload tagged ``core`` in this PyTorch build.
-
-    Enumerates the dispatcher's registry (``dir(torch.ops.aten)`` only lists packets
-    already touched, which would make the count depend on what ran before).
-    """
-    out = set()
-    for full in torch._C._dispatch_get_all_op_names():
-        if not full.startswith("aten::"):
-            continue
-        name, _, overload = full[len("aten::"):].partition(".")
-        packet = getattr(torch.ops.aten, name, None)
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
-            continue
-        op = getattr(packet, overload or "default", None)
-        if isinstance(op, torch._ops.OpOverload) and torch.Tag.core in op.tags:
-            out.add(op)
-    return out
+    """Every OpOverload tagged ``core`` in this PyTorch build."""
+    return {op for op in aten_overloads() if torch.Tag.core in op.tags}
 
 
 def render() -> str:

@@ -110,6 +110,21 @@ def find(op: Any) -> Lowering | None:
     return _OVERRIDES.get(op) or _TABLE.get(op)
 
 
+def aten_overloads() -> Iterator[OpOverload]:
+    """Every ATen ``OpOverload`` of this PyTorch build, from the dispatcher's registry
+    (``dir(torch.ops.aten)`` lists only the packets already touched)."""
+    for full in torch._C._dispatch_get_all_op_names():
+        if not full.startswith("aten::"):
+            continue
+        name, _, overload = full[len("aten::"):].partition(".")
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        op = getattr(packet, overload or "default", None)
+        if isinstance(op, OpOverload):
+            yield op
+
+
 def registered() -> dict[OpOverload, Lowering]:
     """A copy of the whole table (loads every family module first)."""
     _ensure_loaded()

@@ -184,8 +184,8 @@ def _eval_saved(ctx, x, running_mean, running_var, eps):
     gives them; where the recorded output expects ``(C,)`` (torch's kernels for other devices:
     a graph traced from tpu tensors), the running mean and ``rsqrt(running_var + eps)``."""
     meta = ctx.out_meta
-    if isinstance(meta, (list, tuple)) and len(meta) > 2 and getattr(meta[1], "shape", None) is not None \
-            and tuple(meta[1].shape) != (0,):
+    saved = meta[1] if isinstance(meta, (list, tuple)) and len(meta) > 2 else None
+    if isinstance(saved, torch.Tensor) and tuple(saved.shape) != (0,):
         acc = opmath_dtype(x.dtype)
         return running_mean.astype(acc), jax.lax.rsqrt(running_var.astype(acc) + jnp.asarray(eps, acc))
     return _empty(x), _empty(x)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from jax import lax
 
-from converter.lowering.registry import _TABLE, Lowering, lowering
+from converter.lowering.registry import _TABLE, Lowering, aten_overloads, lowering
 
 aten = torch.ops.aten
 
@@ -44,15 +44,8 @@ def _row(op: Any, view: Lowering) -> Callable:
 def _register() -> list:
     """Register a row for each view-copy op whose view twin has one; returns the new ops."""
     added = []
-    for full in torch._C._dispatch_get_all_op_names():
-        if not full.startswith("aten::") or "_copy" not in full:
-            continue
-        name, _, overload = full[len("aten::"):].partition(".")
-        packet = getattr(aten, name, None)
-        op = getattr(packet, overload or "default", None) if packet is not None else None
-        if not isinstance(op, torch._ops.OpOverload) or torch.Tag.view_copy not in op.tags or op in _TABLE:
-            continue
-        if any(a.is_out for a in op._schema.arguments):
+    for op in aten_overloads():
+        if torch.Tag.view_copy not in op.tags or op in _TABLE or any(a.is_out for a in op._schema.arguments):
             continue
         twin = _view_twin(op)
         view = _TABLE.get(twin) if twin is not None else None
