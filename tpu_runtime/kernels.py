@@ -201,6 +201,25 @@ def _multilabel_margin_meta(self: torch.Tensor, target: torch.Tensor, reduction:
     return self.new_empty(shape), self.new_empty(target.shape)
 
 
+
+def _histogram_meta(self: Any, bins: Any = 100, *, range: Any = None, weight: Any = None,
+                    density: bool = False) -> tuple:
+    """histogram.bin_ct / .bins_tensor: ``(hist, bin_edges)`` in ``self``'s dtype."""
+    edges = bins + 1 if isinstance(bins, int) else bins.shape[0]
+    return self.new_empty((edges - 1,)), self.new_empty((edges,))
+
+
+def _histogramdd_meta(self: Any, bins: Any, *, range: Any = None, weight: Any = None, density: bool = False) -> Any:
+    """_histogramdd_from_bin_cts / _from_bin_tensors: the histogram, one dimension per coordinate."""
+    return self.new_empty(tuple(b if isinstance(b, int) else b.shape[0] - 1 for b in bins))
+
+
+def _histogramdd_edges_meta(self: Any, bins: Any, *, range: Any = None, weight: Any = None,
+                            density: bool = False) -> list:
+    """_histogramdd_bin_edges: one edge tensor per coordinate."""
+    return [self.new_empty((b + 1,)) for b in bins]
+
+
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
@@ -213,6 +232,12 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten._thnn_fused_lstm_cell.default: _fused_lstm_cell_meta,
     aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta,
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward_meta,
+    aten.geqrf.default: lambda self: (torch.empty_like(self), self.new_empty(self.shape[:-2] + (min(self.shape[-2:]),))),
+    aten.histogram.bin_ct: _histogram_meta,
+    aten.histogram.bins_tensor: _histogram_meta,
+    aten._histogramdd_from_bin_cts.default: _histogramdd_meta,
+    aten._histogramdd_from_bin_tensors.default: _histogramdd_meta,
+    aten._histogramdd_bin_edges.default: _histogramdd_edges_meta,
 }
 
 KERNELS.update(optim_kernels.KERNELS)

@@ -68,7 +68,8 @@ def assert_close(got: torch.Tensor, expected: Any, rtol: float, atol: float, wha
     assert tuple(got.shape) == tuple(expected.shape), f"{what} shape {tuple(got.shape)} != {tuple(expected.shape)}"
     assert got.dtype == expected.dtype, f"{what} dtype {got.dtype} != {expected.dtype}"
     if expected.dtype.is_floating_point or expected.dtype.is_complex:
-        torch.testing.assert_close(got.double(), expected.double(), rtol=rtol, atol=atol, equal_nan=True,
+        wide = torch.complex128 if expected.dtype.is_complex else torch.float64  # complex: both parts
+        torch.testing.assert_close(got.to(wide), expected.to(wide), rtol=rtol, atol=atol, equal_nan=True,
                                    msg=lambda m: f"{what}: {m}")
     else:
         assert torch.equal(got, expected), f"{what}: values differ\n{got}\n{expected}"

@@ -1,5 +1,6 @@
 """Matrix decompositions and solves: LU (factor, solve, det, slogdet), Cholesky, QR, SVD,
-symmetric eigendecomposition, inverse, pseudo-inverse, triangular solve, matrix exponential, and the
+symmetric and general eigendecomposition (``linalg_eig``: CPU backend only, as in JAX), compact QR
+(``geqrf``), inverse, pseudo-inverse, triangular solve, matrix exponential, and the
 Cholesky-factor ops (cholesky, cholesky_solve, cholesky_inverse), LU unpacking (lu_unpack, linalg_lu) and
 the deprecated triangular_solve, Householder products (linalg_householder_product, ormqr).
 
@@ -385,3 +386,30 @@ def lower_ormqr_default(ctx, self, input2, input3, left=True, transpose=False):
         q = jnp.conj(jnp.swapaxes(q, -1, -2))
     c = input3.astype(self.dtype)
     return q @ c if left else c @ q
+
+
+@lowering(aten.geqrf.default)
+def lower_geqrf_default(ctx, self):
+    """geqrf(Tensor self) -> (Tensor a, Tensor tau)
+
+    LAPACK's compact QR: ``R`` on and above the diagonal, the Householder reflectors below
+    it, and their scales ``tau`` (``lax.linalg.geqrf``; what ``householder_product`` and
+    ``ormqr`` take). JAX keeps the primitive out of its public API (``jax._src.lax.linalg``;
+    jax is pinned).
+    """
+    from jax._src.lax.linalg import geqrf
+
+    return geqrf(self)
+
+
+@lowering(aten.linalg_eig.default)
+def lower_linalg_eig_default(ctx, self):
+    """linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)
+
+    The general (non-symmetric) eigendecomposition, complex for real input
+    (``lax.linalg.eig``: LAPACK ``geev`` on CPU, as torch's CPU kernel; each eigenvector of
+    unit norm). JAX implements it for the CPU backend only.
+    """
+    w, v = lax_linalg.eig(self, compute_left_eigenvectors=False)
+    return w, v
+
