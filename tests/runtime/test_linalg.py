@@ -1,4 +1,5 @@
-"""``torch.linalg`` on the tpu device: values, gradients and torch's errors, against CPU."""
+"""``torch.linalg`` and grouped matrix products on the tpu device: values, gradients and torch's errors,
+against CPU."""
 
 from __future__ import annotations
 
@@ -137,3 +138,32 @@ def test_general_eig_compiles():
     a = torch.randn(3, 3, generator=torch.Generator().manual_seed(6))
     fn = torch.compile(lambda m: torch.linalg.eigvals(m) * 2, backend="tpu")
     torch.testing.assert_close(fn(a.to("tpu")).cpu(), torch.linalg.eigvals(a) * 2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_grouped_mm_matches_cpu(mode):
+    # F.grouped_mm (mixture-of-experts layers, e.g. transformers' Mixtral) had no lowering; float32 works on the
+    # device (torch's meta kernel wants CUDA's bfloat16); rows past the last offset are zero (torch: unwritten)
+    g = torch.Generator().manual_seed(8)
+    x, w, b = torch.randn(6, 8, generator=g), torch.randn(3, 8, 4, generator=g), torch.randn(2, 4, 8, generator=g)
+    offs = torch.tensor([2, 2, 6], dtype=torch.int32)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    want = torch.nn.functional.grouped_mm(xr, wr, offs=offs)
+    want.pow(2).sum().backward()
+    with tpu_runtime.set_eager_mode(mode):
+        xt, wt = x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()
+        got = torch.nn.functional.grouped_mm(xt, wt, offs=offs.to("tpu"))
+        got.pow(2).sum().backward()
+        torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(wt.grad.cpu(), wr.grad, rtol=1e-5, atol=1e-5)
+        short = torch.nn.functional.grouped_mm(x.to("tpu"), w.to("tpu"), offs=torch.tensor([1, 2, 4], dtype=torch.int32).to("tpu"))
+        assert short.cpu()[4:].eq(0).all()
+        for a, m, o in ((torch.randn(4, 8, generator=g), torch.randn(8, 4, generator=g),  # 2-D x 2-D: groups of K
+                         torch.tensor([3, 8], dtype=torch.int32)),
+                        (b, torch.randn(8, 8, generator=g), torch.tensor([4, 8], dtype=torch.int32))):  # 3-D x 2-D
+            torch.testing.assert_close(torch._grouped_mm(a.to("tpu"), m.to("tpu"), o.to("tpu")).cpu(),
+                                       torch._grouped_mm(a, m, o), rtol=1e-5, atol=1e-5)
+        bf = torch._grouped_mm(x.bfloat16().to("tpu"), w.bfloat16().to("tpu"), offs.to("tpu"), out_dtype=torch.float32)
+        assert bf.dtype == torch.float32
+        torch.testing.assert_close(bf.cpu(), torch._grouped_mm(x.bfloat16().float(), w.bfloat16().float(), offs))

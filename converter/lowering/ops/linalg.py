@@ -1,4 +1,4 @@
-"""Matrix products: linear, mm, bmm, addmm, addmv, _cdist_forward.
+"""Matrix products: linear, mm, bmm, addmm, addmv, _grouped_mm, _cdist_forward.
 
 torch.export's core-ATen decomposition turns ``matmul``/``einsum``/``tensordot`` into
 ``mm``/``bmm`` plus views, ``baddbmm`` into ``bmm`` + ``mul`` + ``add``, and ``mv``/``dot``/
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import UnsupportedOpError
+from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.helpers import opmath_dtype, pnorm
 from converter.lowering.registry import lowering
 
@@ -89,6 +90,51 @@ def lower_addmv_default(ctx, self, mat, vec, *, beta=1, alpha=1):
     Emits ``dot_general`` (matrix-vector) + ``mul`` + ``add``; ``self`` ignored when beta == 0.
     """
     return _scaled_sum(ctx, self, _dot(mat, vec, ((1,), (0,)), out_dtype=ctx.out_dtype), beta, alpha)
+
+
+
+def _group_of(offs, n: int):
+    """Group index of each of ``n`` positions for cumulative group ends ``offs`` (``len(offs)``: past the last)."""
+    return jnp.searchsorted(offs.astype(jnp.int32), jnp.arange(n, dtype=jnp.int32), side="right")
+
+
+@lowering(aten._grouped_mm.default)
+def lower__grouped_mm_default(ctx, self, mat2, offs=None, bias=None, out_dtype=None):
+    """_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor
+
+    ``F.grouped_mm`` (mixture-of-experts layers): ``offs`` holds the cumulative end of each
+    group along the ragged dimension. 2-D × 3-D: row group ``g`` of ``self`` times
+    ``mat2[g]`` (``lax.ragged_dot``: native on TPU, masked dense products elsewhere);
+    2-D × 2-D: one product per group of the contracted dimension, stacked (the weight
+    gradient of the former); 3-D × 2-D: column group ``g`` of ``mat2`` times ``self[g]``;
+    3-D × 3-D: a batched product. Positions past the last offset are zero (torch leaves them
+    unwritten). Accumulates in float32 for low-precision inputs; the result has ``out_dtype``
+    (default the inputs' dtype).
+
+    Raises:
+        UnsupportedOpError: a ``bias`` (torch: "Bias not supported yet").
+    """
+    if bias is not None:
+        raise UnsupportedOpError(str(aten._grouped_mm.default), ctx.target, ctx.location,
+                                 reason="Bias not supported yet (as torch)")
+    dtype = jnp.result_type(self.dtype, mat2.dtype)
+    result = to_jax_dtype(out_dtype) if out_dtype is not None else (ctx.out_dtype or dtype)
+    acc = opmath_dtype(dtype)
+    a, b = self.astype(dtype), mat2.astype(dtype)
+    if a.ndim == 3 and b.ndim == 3:
+        out = _dot(a, b, ((2,), (1,)), ((0,), (0,)))
+    elif a.ndim == 2 and b.ndim == 3:
+        sizes = jnp.diff(offs.astype(jnp.int32), prepend=0)
+        out = jax.lax.ragged_dot(a, b, sizes, precision=_HIGHEST, preferred_element_type=acc)
+    elif a.ndim == 2:  # groups along the contracted dimension: (G, M, N)
+        groups = offs.shape[0]
+        mask = _group_of(offs, a.shape[1])[None, :] == jnp.arange(groups)[:, None]  # (G, K)
+        out = jnp.einsum("mk,gk,kn->gmn", a.astype(acc), mask.astype(acc), b.astype(acc), precision=_HIGHEST)
+    else:  # self (G, M, K), mat2 (K, N), groups along N
+        full = _dot(a, b, ((2,), (0,)))  # (G, M, N)
+        mask = _group_of(offs, b.shape[1])[None, :] == jnp.arange(a.shape[0])[:, None]  # (G, N)
+        out = jnp.sum(jnp.where(mask[:, None, :], full, jnp.zeros((), full.dtype)), axis=0)
+    return out.astype(result)
 
 
 @lowering(aten._cdist_forward.default)
