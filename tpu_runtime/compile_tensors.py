@@ -33,6 +33,7 @@ from torch._prims_common import make_contiguous_strides_for
 from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_leaves, tree_map
 
+from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime.tensor import DEVICE, TpuTensor, alias
 from tpu_runtime.values import to_cpu
@@ -43,6 +44,9 @@ _TRACING: weakref.WeakSet = weakref.WeakSet()
 _PLAIN: list = []  # the runtime's dispatcher while tracing_dispatch stands in for it
 _RESHAPES = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
                        torch.ops.aten._reshape_alias.default})
+#: Ops recorded as another with the same schema: torch's meta kernel for ``_grouped_mm`` makes
+#: CUDA's checks (bfloat16 only), the device runs every dtype (its twin has a plain fake kernel).
+_TRACED_AS = {torch.ops.aten._grouped_mm.default: GROUPED_MM}
 
 
 class TpuPayload(torch.Tensor):
@@ -142,6 +146,7 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
                                "one captured from outside the compiled function; pass it as an argument")
     unwrap = lambda x: x._fake if type(x) is TpuTensor else x  # noqa: E731
     fake_args, fake_kwargs = tree_map(unwrap, args), tree_map(unwrap, kwargs)
+    func = _TRACED_AS.get(func, func)
     try:
         out = func(*fake_args, **fake_kwargs)
     except (RuntimeError, ValueError):

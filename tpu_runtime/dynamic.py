@@ -34,7 +34,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.execute import _execute, run_op
 from tpu_runtime.plans import OpPlan, custom_plan
 from tpu_runtime.tensor import TpuTensor
-from tpu_runtime.values import materialize
+from tpu_runtime.values import materialize, to_cpu
 
 aten = torch.ops.aten
 _MASKS = (torch.bool, torch.uint8)
@@ -309,6 +309,15 @@ def _linalg_check_errors(func: Any, args: tuple, kwargs: dict) -> None:
         "singular.")
 
 
+
+def _assert_async(func: Any, args: tuple, kwargs: dict) -> None:
+    """_assert_async(Tensor self) -> () / _assert_async.msg(Tensor self, str assert_msg) -> (): the
+    one-element condition read back (a sync point; CUDA asserts on the device later) and torch's
+    CPU kernel run on it, raising its errors (``assert_msg``, or an empty or non-boolean tensor's)."""
+    self, *rest = args
+    func(to_cpu(self), *rest, **kwargs)
+
+
 def _lengths(x: Any) -> list[int]:
     """Sequence lengths as python ints: a CPU tensor as is, a tpu tensor read back (a sync point)."""
     if isinstance(x, TpuTensor):
@@ -410,6 +419,8 @@ HANDLERS: dict[Any, Callable] = {
     aten.repeat_interleave.Tensor: _repeat_interleave,
     aten._pack_padded_sequence.default: _pack_padded_sequence,
     aten._linalg_check_errors.default: _linalg_check_errors,
+    aten._assert_async.default: _assert_async,
+    aten._assert_async.msg: _assert_async,
     aten.allclose.default: _allclose,
     aten.linalg_lstsq.default: _lstsq,
     aten._ctc_loss.Tensor: _ctc_loss,

@@ -87,8 +87,8 @@ def _strided(value: Any, layout: tuple) -> TpuTensor:
 
 
 def _run_checks(infos: tuple, checks: list) -> None:
-    """Run the graph's ``torch.linalg`` error checks on their computed ``info`` (read back: a sync,
-    as the check is on any device); raises torch's own ``LinAlgError``."""
+    """Run the graph's error checks (``torch.linalg``'s ``info``, ``_assert_async`` conditions) on their
+    computed values (read back: a sync, as the check is on any device); raises torch's own errors."""
     for info, (_, op, rest, kwargs) in zip(infos, checks):
         op(torch.from_numpy(np.array(info)), *rest, **kwargs)
 
@@ -122,7 +122,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
     host = device == jax.devices()[0] and not on_tpu
     n_out = len(scalars)
-    # torch.linalg's error checks (with_effects): their info values are extra outputs, checked after the run
+    # error checks (torch.linalg's with_effects, _assert_async): their values are extra outputs, checked after the run
     checks: list = []
 
     def run(args: list) -> list:

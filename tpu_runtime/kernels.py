@@ -24,6 +24,7 @@ from converter.errors import UnsupportedOpError
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
 from converter.lowering.ops.embedding import bag_ids
+from converter.lowering.ops.linalg import grouped_mm_meta
 from tpu_runtime import optim_kernels
 
 aten = torch.ops.aten
@@ -202,15 +203,6 @@ def _multilabel_margin_meta(self: torch.Tensor, target: torch.Tensor, reduction:
 
 
 
-def _grouped_mm_meta(self: Any, mat2: Any, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Any:
-    """_grouped_mm's output (torch's meta kernel also makes CUDA's bfloat16-only and alignment checks)."""
-    if self.dim() == 2:
-        shape = (offs.shape[0], self.shape[0], mat2.shape[1]) if mat2.dim() == 2 else (self.shape[0], mat2.shape[-1])
-    else:
-        shape = (self.shape[1], mat2.shape[1]) if mat2.dim() == 2 else (self.shape[0], self.shape[1], mat2.shape[-1])
-    return self.new_empty(shape, dtype=out_dtype or self.dtype)
-
-
 def _histogram_meta(self: Any, bins: Any = 100, *, range: Any = None, weight: Any = None,
                     density: bool = False) -> tuple:
     """histogram.bin_ct / .bins_tensor: ``(hist, bin_edges)`` in ``self``'s dtype."""
@@ -242,7 +234,7 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten._thnn_fused_gru_cell.default: _fused_gru_cell_meta,
     aten._thnn_fused_gru_cell_backward.default: _fused_gru_cell_backward_meta,
     aten.geqrf.default: lambda self: (torch.empty_like(self), self.new_empty(self.shape[:-2] + (min(self.shape[-2:]),))),
-    aten._grouped_mm.default: _grouped_mm_meta,
+    aten._grouped_mm.default: grouped_mm_meta,
     aten.histogram.bin_ct: _histogram_meta,
     aten.histogram.bins_tensor: _histogram_meta,
     aten._histogramdd_from_bin_cts.default: _histogramdd_meta,

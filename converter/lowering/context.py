@@ -24,7 +24,7 @@ class LoweringContext:
         options: conversion options (e.g. ``composites``, ``kernels``).
         rng: a JAX PRNG key for random ops, or ``None`` (then seeded from 0).
         meta: the node's output FakeTensor(s), when known without a node.
-        checks: the error checks of effectful ops (``with_effects``) met so far, as
+        checks: the error checks of effectful ops (``with_effects``) and ``_assert_async`` met so far, as
             ``(info, op, args, kwargs)``: a caller that can raise after running the program
             (``torch.compile``'s backend) makes the ``info`` values outputs and checks them.
     """

@@ -402,6 +402,12 @@ def _item_scale(x, t):
     return x * n
 
 
+
+def _assert_in_range(x):
+    torch._assert_async((x.abs() < 10).all(), "out of range")  # a program computes it; the caller checks it
+    return x + 1
+
+
 CONVERT = [
     OpInfo("_to_copy", lambda a, *dts: tuple(a.to(d) for d in dts), (aten._to_copy.default,),
            lambda dt: [Sample((torch.tensor([-2.7, -0.5, -0.0, 0.5, 2.9, 100.7]), i32, i64, torch.bool, u8, bf16), name="from-float"),
@@ -416,6 +422,7 @@ CONVERT = [
                        Sample((make((2,), dt), math.inf), name="inf")]),
     OpInfo("_assert_scalar", _item_scale, (aten._assert_scalar.default, aten._local_scalar_dense.default),
            lambda dt: [Sample((make((3, 4), dt), torch.tensor(7)))]),
+    OpInfo("_assert_async", _assert_in_range, (aten._assert_async.msg,), lambda dt: [Sample((make((3, 4), dt),))]),
 ]
 
 OPS = BINARY + UNARY + COMPARE + LOGICAL + BITWISE + SELECT + DECOMPOSED + CONVERT

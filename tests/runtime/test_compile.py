@@ -371,3 +371,36 @@ def test_compile_tpu_hf_model_over_new_lengths_has_no_graph_break_in_the_runtime
         with torch.no_grad():
             torch.testing.assert_close(fn(ids.to("tpu")).logits.cpu(), model(ids).logits, rtol=1e-4, atol=1e-5)
     assert not counters["graph_break"], [k.splitlines()[0] for k in counters["graph_break"]]
+
+
+def test_compiled_grouped_mm_trains_in_float32():
+    # torch's meta kernel for _grouped_mm takes only bfloat16 (CUDA's rule): transformers routes tpu MoE layers
+    # through F.grouped_mm in every dtype, and tracing them in float32 failed before the backend ran
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(6, 8, generator=g), torch.randn(2, 8, 16, generator=g)
+    offs = torch.tensor([2, 6], dtype=torch.int32)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    F.grouped_mm(xr, wr, offs=offs).tanh().sum().backward()
+    fn = torch.compile(lambda a, b, o: F.grouped_mm(a, b, offs=o).tanh().sum(), backend="tpu", fullgraph=True)
+    xt, wt = x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()
+    fn(xt, wt, offs.to("tpu")).backward()
+    torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(wt.grad.cpu(), wr.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_async_asserts_raise_as_on_cpu():
+    # torch._assert_async (F.one_hot's range check under torch.compile) had no lowering: eager reads the
+    # condition back, a compiled graph returns it and the backend runs torch's check after the run
+    x = torch.arange(3.0).to("tpu")
+    for mode in ("strict", "fused"):
+        with tpu_runtime.set_eager_mode(mode):
+            torch._assert_async((x >= 0).all(), "negative")
+            with pytest.raises(RuntimeError, match="all negative"):
+                torch._assert_async((x < 0).all(), "all negative")
+    torch._dynamo.reset()
+    fn = torch.compile(lambda i: F.one_hot(i, num_classes=3), backend="tpu")
+    good, bad = torch.tensor([[0, 1], [2, 1]]), torch.tensor([[0, 3]])
+    assert torch.equal(fn(good.to("tpu")).cpu(), F.one_hot(good, num_classes=3))
+    with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):
+        fn(bad.to("tpu"))

@@ -93,14 +93,35 @@ def lower_addmv_default(ctx, self, mat, vec, *, beta=1, alpha=1):
 
 
 
+def grouped_mm_meta(self, mat2, offs=None, bias=None, out_dtype=None):
+    """``_grouped_mm``'s output, from meta tensors (torch's meta kernel makes CUDA's checks too:
+    bfloat16 inputs only, rows of 16 bytes)."""
+    if self.dim() == 2:
+        shape = (offs.shape[0], self.shape[0], mat2.shape[1]) if mat2.dim() == 2 else (self.shape[0], mat2.shape[-1])
+    else:
+        shape = (self.shape[1], mat2.shape[1]) if mat2.dim() == 2 else (self.shape[0], self.shape[1], mat2.shape[-1])
+    return self.new_empty(shape, dtype=out_dtype or self.dtype)
+
+
+#: ``aten._grouped_mm`` as ``torch.compile`` on the tpu device records it: the same schema, with
+#: :func:`grouped_mm_meta` as its fake kernel, so float32 traces (``tpu_runtime.compile_tensors``).
+_LIB = torch.library.Library("tpu_export", "DEF")
+_LIB.define("grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, "
+            "ScalarType? out_dtype=None) -> Tensor")
+torch.library.register_fake("tpu_export::grouped_mm", grouped_mm_meta, lib=_LIB)
+GROUPED_MM = torch.ops.tpu_export.grouped_mm.default
+
+
 def _group_of(offs, n: int):
     """Group index of each of ``n`` positions for cumulative group ends ``offs`` (``len(offs)``: past the last)."""
     return jnp.searchsorted(offs.astype(jnp.int32), jnp.arange(n, dtype=jnp.int32), side="right")
 
 
-@lowering(aten._grouped_mm.default)
+@lowering(aten._grouped_mm.default, GROUPED_MM)
 def lower__grouped_mm_default(ctx, self, mat2, offs=None, bias=None, out_dtype=None):
     """_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor
+
+    Also ``tpu_export::grouped_mm`` (the same op, as ``torch.compile`` on the tpu device records it).
 
     ``F.grouped_mm`` (mixture-of-experts layers): ``offs`` holds the cumulative end of each
     group along the ragged dimension. 2-D × 3-D: row group ``g`` of ``self`` times
