@@ -56,6 +56,8 @@ INDEX_PUT = {
     "setitem-colon-neg": _setitem_colon,
     "index_add-copy-fill": lambda x, i, v: (x.index_add(1, i, v), x.index_copy(1, i, v), x.index_fill(1, i, -1)),
     "mask-value": _setitem_mask,
+    "mask-values-accumulate": lambda x, m, v: (_setitem_mask(x, m, v), x.index_put((m,), v, accumulate=True)),
+    "mask-int": lambda x, m, i, v: x.index_put((m, i), v),
 }
 
 
@@ -67,7 +69,14 @@ def _index_put_samples(dt):
                    name="setitem-colon-neg"),
             Sample((x, torch.tensor([3, 0]), make((3, 2), dt, seed=3)), {"how": "index_add-copy-fill"},
                    name="index_add-copy-fill"),
-            Sample((x, make((3, 4), b8, seed=4), make((), dt, seed=5)), {"how": "mask-value"}, name="mask-value")]
+            Sample((x, make((3, 4), b8, seed=4), make((), dt, seed=5)), {"how": "mask-value"}, name="mask-value"),
+            # several values (their count, the mask's true elements, is static as torch.compile traces it)
+            Sample((x, torch.tensor([[True, False, True, True], [False] * 4, [True, False, False, True]]),
+                    make((5,), dt, seed=6)), {"how": "mask-values-accumulate"}, name="mask-values"),
+            Sample((x, torch.tensor([True, False, True]), make((2, 4), dt, seed=7)), {"how": "mask-values-accumulate"},
+                   name="mask-rows"),
+            Sample((x, torch.tensor([True, False, True]), make((2, 1), dt, seed=8)), {"how": "mask-values-accumulate"},
+                   name="mask-rows-broadcast")]
 
 
 def _index_select(x, dim, i, roll=False):
@@ -122,8 +131,8 @@ INDEXING = [
            errors=[ErrorSample((make((3, 4)), make((3, 4), b8)), "boolean mask has a data-dependent output shape",
                                {"how": "mask"})]),
     OpInfo("index_put", _apply(INDEX_PUT), (aten.index_put.default,), _index_put_samples, dtypes=(f32, i64),
-           errors=[ErrorSample((make((2, 2)), torch.tensor([[True, False], [True, True]]), make((3,))),
-                               "boolean-mask write needs a single value", {"how": "mask-value"})]),
+           errors=[ErrorSample((make((2, 2)), torch.tensor([True, True]), torch.tensor([0, 1]), make((2,))),
+                               "mixed with integer indices has a data-dependent shape", {"how": "mask-int"})]),
     OpInfo("index_select", _index_select, (aten.index_select.default,),
            lambda dt: [Sample((make((3, 4), dt), 1, idx((5,), 4))),
                        Sample((make((3, 4), dt), 0, idx((), 3)), name="0d-index"),

@@ -404,3 +404,20 @@ def test_async_asserts_raise_as_on_cpu():
     assert torch.equal(fn(good.to("tpu")).cpu(), F.one_hot(good, num_classes=3))
     with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes"):
         fn(bad.to("tpu"))
+
+
+def test_compiled_mask_write_of_several_values_matches_cpu():
+    # x[mask] = values raised 'needs a single value' under compile; a count mismatch raises torch's error after the run
+    torch._dynamo.reset()
+
+    def put(x, m, v):
+        y = x.clone()
+        y[m] = v
+        return y * 2
+
+    fn = torch.compile(put, backend="tpu")
+    x = torch.arange(8.0)
+    for mask, values in ((x > 4, torch.tensor([10.0, 11.0, 12.0])), (x < 3, torch.tensor([-1.0, -2.0, -3.0]))):
+        torch.testing.assert_close(fn(x.to("tpu"), mask.to("tpu"), values.to("tpu")).cpu(), put(x, mask, values))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        fn(x.to("tpu"), (x > 5).to("tpu"), torch.tensor([1.0, 2.0, 3.0]).to("tpu"))

@@ -59,17 +59,39 @@ def lower_index_tensor(ctx, self, indices):
 
 
 def _mask_put(ctx, self, indices, values, accumulate):
-    """``x[mask] = v`` with a single value ``v``: a ``select``, no data-dependent shape."""
+    """``x[mask] = v`` (``x[:, mask] = v``): a ``select``, no data-dependent shape.
+
+    One value broadcasts over the selected elements. Values along the selected elements (as
+    ``torch.compile`` traces ``x[mask] = values``: their count is static) are taken in order, the
+    ``k``-th selected element getting the ``k``-th value (a running count of the mask picks it);
+    that the mask selects exactly that many elements is an error check (``ctx.checks``) the
+    caller runs after the program, as torch raises on a mismatch.
+    """
     given = [i for i in indices if i is not None]
-    if len(given) != 1 or values.size != 1:
+    if len(given) != 1:
         raise _unsupported(ctx, aten.index_put.default,
-                           "a boolean-mask write needs a single value (a tensor of nnz values or mixed "
-                           "mask/integer indices has a data-dependent shape); use torch.where")
+                           "a boolean-mask write mixed with integer indices has a data-dependent shape; use torch.where")
     pos = next(d for d, i in enumerate(indices) if i is not None)
     mask = given[0].astype(bool)
-    mask = mask.reshape((1,) * pos + mask.shape + (1,) * (self.ndim - pos - mask.ndim))
-    v = values.reshape(()).astype(self.dtype)
-    return jnp.where(mask, self + v if accumulate else v, self)
+    rest = self.shape[pos + mask.ndim:]
+    if values.size == 1:
+        full = mask.reshape((1,) * pos + mask.shape + (1,) * len(rest))
+        v = values.reshape(()).astype(self.dtype)
+        return jnp.where(full, self + v if accumulate else v, self)
+    flat = mask.reshape(-1)
+    x = self.reshape(self.shape[:pos] + flat.shape + rest)
+    target = x.ndim
+    v = values.astype(self.dtype).reshape((1,) * (target - values.ndim) + values.shape)
+    count = v.shape[pos]
+    v = jnp.broadcast_to(v, self.shape[:pos] + (count,) + rest)
+    if count != 1:
+        ctx.checks.append((jnp.sum(flat) == count, aten._assert_async.msg,
+                           (f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                            "indexing result (the mask selects another number of elements)",), {}))
+    order = jnp.clip(jnp.cumsum(flat) - 1, 0, count - 1)
+    picked = jnp.take(v, order, axis=pos)
+    sel = flat.reshape((1,) * pos + flat.shape + (1,) * len(rest))
+    return jnp.where(sel, x + picked if accumulate else picked, x).reshape(self.shape)
 
 
 @lowering(aten.index_put.default)
@@ -77,8 +99,8 @@ def lower_index_put_default(ctx, self, indices, values, accumulate=False):
     """index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor
 
     Emits a ``scatter`` (``scatter-add`` when accumulating) of ``values``
-    broadcast to the indexed shape. A boolean mask with one value becomes a
-    ``select``. ``x[i] = v``, index_add, index_copy and index_fill decompose to this.
+    broadcast to the indexed shape. A boolean mask becomes a ``select`` (of one value, or of
+    values in mask order: :func:`_mask_put`). ``x[i] = v``, index_add, index_copy and index_fill decompose to this.
     """
     if any(i is not None and i.dtype in _MASK_DTYPES for i in indices):
         return _mask_put(ctx, self, indices, values, accumulate)
