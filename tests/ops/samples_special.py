@@ -26,7 +26,31 @@ def _zeta(x, q, s=None):
     return torch.special.zeta(x, s), torch.special.zeta(s + 1.5, q)  # a scalar q, a scalar x
 
 
+_EDGES = [("edges", [0.0, -1.0, 1e-6, 0.999, 1.0, 39.99, 40.0, 40.01, 500.0, float("inf"), float("nan")])]
+#: torch's own float64 J0/Y0 are ~1e-8 from SciPy's (ours: ~1e-12)
+_BESSEL_TOL = {f32: (1e-5, 1e-5), f64: (1e-7, 1e-7)}
+
+
+def _bessel(name, low, high):
+    # few samples: each is a graph of quadrature loops (compile time)
+    def samples(dt):
+        edges = torch.tensor(_EDGES[0][1], dtype=dt)
+        return [Sample((torch.cat([make((12,), dt, low=low, high=high), edges]),)),
+                Sample((make((0, 2), dt),), name="empty")] + \
+            ([Sample((make((2, 3), i32, low=0, high=9),), name="int")] if dt == f32 else [])
+    return OpInfo(name, getattr(torch.special, name[8:]), (getattr(aten, name).default,), samples, dtypes=(f32, f64),
+                  tol=_BESSEL_TOL)
+
+
 OPS = [
+    _bessel("special_bessel_j0", -60.0, 60.0),
+    _bessel("special_bessel_j1", -60.0, 60.0),
+    _bessel("special_bessel_y0", 0.01, 60.0),
+    _bessel("special_bessel_y1", 0.01, 60.0),
+    _bessel("special_modified_bessel_k0", 0.01, 30.0),
+    _bessel("special_modified_bessel_k1", 0.01, 30.0),
+    _bessel("special_scaled_modified_bessel_k0", 0.01, 300.0),
+    _bessel("special_scaled_modified_bessel_k1", 0.01, 300.0),
     _unary("special_i0e", torch.special.i0e, aten.special_i0e.default, -20.0, 20.0),
     _unary("special_i1", torch.special.i1, aten.special_i1.default, -9.0, 9.0),
     _unary("special_i1e", torch.special.i1e, aten.special_i1e.default, -20.0, 20.0),
