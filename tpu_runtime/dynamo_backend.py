@@ -231,8 +231,36 @@ def _late_decompositions() -> None:
         _DECOMPOSITIONS.setdefault(fma.default, _fma)
 
 
+def _storage_of(node: Any) -> Any:
+    val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+    return val.untyped_storage()._cdata if isinstance(val, torch.Tensor) else None
+
+
+def _copy_shared_outputs(gm: torch.fx.GraphModule) -> None:
+    """Return copies for graph outputs that are views of one intermediate shared with another output
+    (``y = x * 2; return y[0], y[1]``: ELECTRA's heads). AOTAutograd refuses such outputs when the
+    inputs are tensor subclasses ("ANY output aliasing ... is currently unsupported"); the copies
+    no longer alias each other (an in-place write into one is not seen through the other)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    inputs = {_storage_of(n) for n in gm.graph.nodes if n.op == "placeholder"}
+    leaves = [n for n in torch.utils._pytree.tree_leaves(out.args) if isinstance(n, torch.fx.Node)]
+    counts: dict = {}
+    for n in leaves:
+        key = _storage_of(n)
+        counts[key] = counts.get(key, 0) + 1
+    shared = {n for n in leaves if counts[_storage_of(n)] > 1 and _storage_of(n) not in inputs | {None}}
+    if not shared:
+        return
+    with gm.graph.inserting_before(out):
+        copies = {n: gm.graph.call_function(torch.clone, (n,)) for n in shared}
+    out.args = torch.utils._pytree.tree_map(lambda a: copies.get(a, a) if isinstance(a, torch.fx.Node) else a,
+                                            out.args)
+    gm.recompile()
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
     :func:`compile_graph` for the forward and backward graphs."""
     _late_decompositions()
+    _copy_shared_outputs(gm)
     return _AOT(gm, example_inputs, **kwargs)

@@ -132,7 +132,10 @@ def _sym(x, how):
     return torch.arange(x.shape[0]) * x.shape[1]
 
 
-def _as_strided(x, size, stride, offset=None, src=None):
+def _as_strided(x, size, stride, offset=None, src=None, chunks=False):
+    if chunks:  # Longformer's overlapping chunks of a transposed (non-contiguous) view: storage strides
+        q = (x * 1).transpose(0, 1).reshape(x.shape[1], x.shape[0] // 4, 4)
+        return q.as_strided((q.shape[0], q.shape[1] * 2 - 1, 4), (q.stride(0), q.stride(1) // 2, q.stride(2)))
     if src is not None:
         return torch.as_strided_scatter(x, src, size, stride, offset)
     return torch.as_strided(x, size, stride, offset)
@@ -193,7 +196,8 @@ SHAPE = [
     OpInfo("as_strided", _as_strided, (aten.as_strided.default,),
            lambda dt: [Sample((make((3, 4), dt), (4, 2), (1, 4))),
                        Sample((make((2, 6), dt), (3, 4), (4, 1)), name="reshape"),
-                       Sample((make((3, 4), dt), (2, 2), (2, 1), 3), name="offset")]),
+                       Sample((make((3, 4), dt), (2, 2), (2, 1), 3), name="offset"),
+                       Sample((make((8, 3), dt), None, None), {"chunks": True}, name="view_chunks")]),
     OpInfo("as_strided_scatter", _as_strided, (aten.as_strided_scatter.default,),
            lambda dt: [Sample((make((3, 4), dt), (2, 2), (1, 4), 1, make((2, 2), dt, seed=1)))]),
     OpInfo("sym_size", _sym, (aten.sym_size.int,),

@@ -421,3 +421,28 @@ def test_compiled_mask_write_of_several_values_matches_cpu():
         torch.testing.assert_close(fn(x.to("tpu"), mask.to("tpu"), values.to("tpu")).cpu(), put(x, mask, values))
     with pytest.raises(RuntimeError, match="shape mismatch"):
         fn(x.to("tpu"), (x > 5).to("tpu"), torch.tensor([1.0, 2.0, 3.0]).to("tpu"))
+
+
+def test_compiled_chunks_and_shared_outputs_match_cpu():
+    # Longformer: as_strided chunks of a transposed view (arguments from the tpu tensor's dense strides) raised
+    # 'non-contiguous view'; ELECTRA: two outputs viewing one intermediate failed in AOTAutograd for subclass inputs
+    torch._dynamo.reset()
+
+    def chunks(x):
+        q = (x * 2).transpose(0, 1).reshape(x.shape[1], x.shape[0] // 4, 4)
+        return q.as_strided((q.shape[0], q.shape[1] * 2 - 1, 4), (q.stride(0), q.stride(1) // 2, q.stride(2)))
+
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(torch.compile(chunks, backend="tpu")(x.to("tpu")).cpu(), chunks(x))
+
+    def heads(t):
+        y = t * 2
+        return y[0], y[1]
+
+    ref = x.clone().requires_grad_()
+    a, b = heads(ref)
+    (a.sum() + 3 * b.sum()).backward()
+    xt = x.to("tpu").requires_grad_()
+    a, b = torch.compile(heads, backend="tpu")(xt)
+    (a.sum() + 3 * b.sum()).backward()
+    torch.testing.assert_close(xt.grad.cpu(), ref.grad)

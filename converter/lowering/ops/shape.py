@@ -225,21 +225,51 @@ def lower_unfold_default(ctx, self, dimension, size, step):
     return jnp.moveaxis(jnp.take(self, idx, axis=d), d + 1, -1)
 
 
-def _strided_indices(ctx, op, self, size, stride, storage_offset):
-    """Flat storage indices of an as_strided view of a contiguous, offset-0 input."""
+def _strided_indices(ctx, op, self, size, stride, storage_offset, views=False):
+    """Flat indices into ``self`` of an as_strided view (computed at conversion time).
+
+    torch's as_strided reads storage: for a contiguous input at offset 0 the storage positions
+    are ``self``'s flat indices, as for every tensor of the tpu device (each reports the dense
+    layout whatever its traced strides, so code traced from it, such as Longformer's chunks of a
+    transposed projection under ``torch.compile``, computes the arguments against that layout).
+    With ``views`` (a read), a non-contiguous or offset CPU input whose layout the node's meta
+    gives maps each storage position back to the element of ``self`` stored there; a position no
+    element of ``self`` holds (storage beyond the view) raises UnsupportedOpError.
+    """
     meta = ctx.node.args[0].meta.get("val") if ctx.node is not None else None
-    if meta is not None and (not meta.is_contiguous() or meta.storage_offset() != 0):
+    # tpu tensors report the dense layout whatever their traced (inner) strides: code traced from
+    # them computes as_strided's arguments against the dense layout
+    dense = meta is None or meta.device.type == "tpu"
+    strided = not dense and (not meta.is_contiguous() or meta.storage_offset() != 0)
+    layout = (tuple(meta.stride()), meta.storage_offset()) if strided else None
+    if strided and (not views or not all(isinstance(v, int) for v in (*layout[0], layout[1]))):
         raise UnsupportedOpError(str(op), ctx.target, ctx.location,
                                  reason="as_strided of a non-contiguous or offset view reads torch's storage layout")
     if not all(isinstance(v, int) for v in (*size, *stride, storage_offset or 0)):
         raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason="as_strided needs static sizes and strides")
-    idx = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    start = storage_offset if storage_offset is not None else (layout[1] if layout else 0)
+    idx = _positions(tuple(size), tuple(stride), start)
+    if layout is None:
+        if idx.size and idx.max() >= math.prod(self.shape):
+            raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason="as_strided reads past the input's storage")
+        return idx
+    held = _positions(tuple(self.shape), layout[0], layout[1]).reshape(-1)
+    where = np.full(max(int(held.max(initial=0)), int(idx.max(initial=0))) + 1, -1, dtype=np.int64)
+    where[held] = np.arange(held.size)
+    picked = where[idx]
+    if (picked < 0).any():
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason="as_strided reads storage that the (non-contiguous) input does not hold")
+    return picked
+
+
+def _positions(size: tuple, stride: tuple, offset: int) -> np.ndarray:
+    """Storage position of each element of a ``size``/``stride`` layout starting at ``offset``."""
+    idx = np.full(size, offset, dtype=np.int64)
     for axis, (n, s) in enumerate(zip(size, stride)):
         shape = [1] * len(size)
         shape[axis] = n
         idx = idx + (np.arange(n, dtype=np.int64) * s).reshape(shape)
-    if idx.size and idx.max() >= math.prod(self.shape):
-        raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason="as_strided reads past the input's storage")
     return idx
 
 
@@ -247,11 +277,12 @@ def _strided_indices(ctx, op, self, size, stride, storage_offset):
 def lower_as_strided_default(ctx, self, size, stride, storage_offset=None):
     """as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)
 
-    For a contiguous input: the view's flat indices are computed at conversion
-    time; emits ``reshape`` when they are simply 0..n-1, else one ``gather``.
-    Non-contiguous or offset inputs raise UnsupportedOpError (torch reads raw storage).
+    The view's flat indices are computed at conversion time; emits ``reshape`` when they are
+    simply 0..n-1, else one ``gather``. A non-contiguous or offset input reads through its
+    layout in the node's meta (torch reads raw storage); storage it does not hold raises
+    UnsupportedOpError.
     """
-    idx = _strided_indices(ctx, aten.as_strided.default, self, size, stride, storage_offset)
+    idx = _strided_indices(ctx, aten.as_strided.default, self, size, stride, storage_offset, views=True)
     flat = self.reshape(-1)
     if np.array_equal(idx.reshape(-1), np.arange(idx.size)):
         return flat[: idx.size].reshape(tuple(size))
