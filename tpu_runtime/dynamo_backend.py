@@ -96,14 +96,13 @@ def _run_checks(infos: tuple, checks: list) -> None:
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     """Compile one AOTAutograd graph (forward or backward) for the TPU runtime.
 
-    A graph traced from tpu tensors returns tpu tensors; one traced from CPU
-    tensors returns CPU tensors.
+    Each output is returned on the device its traced value has (tpu tensors from a graph of tpu
+    tensors, CPU tensors from a CPU graph, and tpu tensors a CPU graph makes on the device).
     """
     end_tracing()  # AOTAutograd traced fw and bw before compiling either: tpu ops need no tracing check now
     check_supported(gm, "tpu")
     device = jax.devices()[0]
     on_tpu = any(isinstance(a, torch.Tensor) and a.device == DEVICE for a in example_inputs)
-    out_fn = array_to_tpu if on_tpu else to_torch
     graph_id = next(_GRAPH_IDS)  # graphs with equal code may close over different constants
     # random ops draw from the device generator (torch.manual_seed reproduces them); a graph
     # without any takes a constant, so it leaves the generator's counter alone
@@ -116,11 +115,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     scalars = [isinstance(getattr(a, "meta", {}).get("val"), (int, float, torch.SymInt, torch.SymFloat))
                for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
-    layouts = [_view_layout(getattr(a, "meta", {}).get("val")) if on_tpu else None
-               for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
+    # each output goes where its traced value is (a graph without tpu inputs may make tpu tensors:
+    # torch.ones(3, device="tpu"), a module moved .to("tpu") inside the compiled code)
+    vals = [getattr(a, "meta", {}).get("val") for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
+    to_tpu = [v.device == DEVICE if isinstance(v, torch.Tensor) else on_tpu for v in vals]
+    out_fns = [array_to_tpu if t else to_torch for t in to_tpu]
+    layouts = [_view_layout(v) if t else None for v, t in zip(vals, to_tpu)]
     # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch before
     # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
     host = device == jax.devices()[0] and not on_tpu
+    wait = host and any(to_tpu)  # tpu outputs of such a graph: done before its inputs' memory may change
     n_out = len(scalars)
     # error checks (torch.linalg's with_effects, _assert_async): their values are extra outputs, checked after the run
     checks: list = []
@@ -149,11 +153,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             else:
                 outs = fn(key, *arrays)
             args.clear()
+            if wait:
+                jax.block_until_ready(outs)
             _run_checks(outs[n_out:], checks)
             outs = outs[:n_out]
             return [_scalar(o) if sym else _strided(o, layout) if layout is not None
                     else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
-                    for o, sym, layout in zip(outs, scalars, layouts)]
+                    for o, sym, layout, out_fn in zip(outs, scalars, layouts, out_fns)]
         finally:
             restore(prev)
 

@@ -446,3 +446,12 @@ def test_compiled_chunks_and_shared_outputs_match_cpu():
     a, b = torch.compile(heads, backend="tpu")(xt)
     (a.sum() + 3 * b.sum()).backward()
     torch.testing.assert_close(xt.grad.cpu(), ref.grad)
+
+
+def test_compiled_graph_without_tpu_inputs_returns_tpu_tensors_it_makes():
+    # the output device came from the inputs only: torch.ones(3, device="tpu") in a compiled function came back on
+    # the CPU (DETR's loss moves its criterion .to(device) inside the compiled code)
+    torch._dynamo.reset()
+    out = torch.compile(lambda x: (torch.ones(3).to("tpu") * 2, x + 1), backend="tpu")(torch.zeros(2))
+    assert out[0].device.type == "tpu" and out[1].device.type == "cpu"
+    torch.testing.assert_close(out[0].cpu(), torch.full((3,), 2.0))
