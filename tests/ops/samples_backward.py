@@ -58,6 +58,19 @@ def _max_pool_backward(g, x, idx, kernel, stride, padding, dilation, ceil_mode):
     return op(g, x, kernel, stride, padding, dilation, ceil_mode, idx)
 
 
+def _fractional_backward(g, x, idx, kernel, size):
+    op = aten.fractional_max_pool3d_backward if x.dim() == 5 else aten.fractional_max_pool2d_backward
+    return op(g, x, kernel, size, idx)
+
+
+def _fractional_backward_sample(dt, shape, kernel, size, name):
+    x = make(shape, dt)
+    samples = torch.rand(shape[:2] + (len(kernel),), generator=torch.Generator().manual_seed(1)).to(dt)
+    op = aten.fractional_max_pool3d if len(kernel) == 3 else aten.fractional_max_pool2d
+    _, idx = op(x, kernel, size, samples)
+    return Sample((make(idx.shape, dt, seed=2), x, idx, kernel, size), name=name)
+
+
 def _max_pool_sample(dt, shape, kernel, stride, padding, dilation, ceil_mode, name):
     x = make(shape, dt)
     pool = F.max_pool3d if len(kernel) == 3 else F.max_pool2d
@@ -178,6 +191,10 @@ def _cdist_samples(dt):
 POOL = [
     OpInfo("convolution_backward", _conv_backward, (aten.convolution_backward.default,), _conv_samples,
            dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 1e-1)}),
+    OpInfo("fractional_max_pool_backward", _fractional_backward,
+           (aten.fractional_max_pool2d_backward.default, aten.fractional_max_pool3d_backward.default),
+           lambda dt: [_fractional_backward_sample(dt, (2, 3, 9, 11), (2, 3), (4, 5), "2d"),
+                       _fractional_backward_sample(dt, (1, 2, 6, 7, 8), (2, 2, 3), (3, 4, 3), "3d")]),
     OpInfo("max_pool_backward", _max_pool_backward,
            (aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default),
            _max_pool_samples, dtypes=(F32, BF16), tol=BF16_TOL),

@@ -121,7 +121,25 @@ def _adaptive(x, kind, nd, size, **kw):
     return getattr(F, f"adaptive_{kind}_pool{nd}d")(x, size, **kw)
 
 
+def _fractional(x, samples, kernel, size):
+    fn = F.fractional_max_pool2d if len(kernel) == 2 else F.fractional_max_pool3d
+    return fn(x, kernel, output_size=size, return_indices=True, _random_samples=samples)
+
+
+def _fractional_samples(dt):
+    u = lambda *shape: torch.rand(shape, generator=torch.Generator().manual_seed(len(shape) + sum(shape)))  # noqa: E731
+    nan = make((1, 2, 6, 6), dt)
+    nan[0, 0, 1, 1], nan[0, 0, 2, 2] = float("nan"), float("nan")
+    return [Sample((make((2, 3, 9, 11), dt), u(2, 3, 2).to(dt), (2, 3), (4, 5)), name="2d"),
+            Sample((make((3, 7, 8), dt), u(1, 3, 2).to(dt), (2, 2), (3, 4)), name="2d_unbatched"),
+            Sample((make((1, 2, 5, 6), dt), u(1, 2, 2).to(dt), (3, 2), (1, 3)), name="2d_one_window"),
+            Sample((nan, u(1, 2, 2).to(dt), (3, 3), (2, 2)), name="2d_nan"),
+            Sample((make((2, 2, 6, 7, 8), dt), u(2, 2, 3).to(dt), (2, 2, 3), (3, 4, 3)), name="3d")]
+
+
 POOL = [
+    OpInfo("fractional_max_pool", _fractional, (aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default),
+           _fractional_samples),
     OpInfo("max_pool", _max_pool, (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default),
            lambda dt: [Sample((make((2, 3, 7, 6), dt), 2, 3, 2, 1), {"ceil_mode": True, "return_indices": True},
                               name="2d_ceil_pad"),

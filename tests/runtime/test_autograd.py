@@ -259,3 +259,20 @@ def test_complex_values_and_gradients_match_cpu(dtype):
     torch.testing.assert_close(out.detach().cpu(), fn(x, y), rtol=1e-5, atol=1e-5)
     for g, r in zip(got, ref):
         torch.testing.assert_close(g.grad.cpu(), r.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_fractional_max_pool_trains_as_on_cpu(mode):
+    # fractional_max_pool2d/3d and their backward had no lowering (fractional_max_pool3d_backward: no meta in torch)
+    g = torch.Generator().manual_seed(3)
+    for x, kernel, size in ((torch.randn(2, 3, 9, 11, generator=g), (2, 3), (4, 5)),
+                            (torch.randn(1, 2, 6, 7, 8, generator=g), (2, 2, 3), (3, 4, 3))):
+        fn = torch.nn.functional.fractional_max_pool2d if x.dim() == 4 else torch.nn.functional.fractional_max_pool3d
+        samples = torch.rand(x.shape[:2] + (len(kernel),), generator=g)
+        ref = x.clone().requires_grad_()
+        fn(ref, kernel, output_size=size, _random_samples=samples).square().sum().backward()
+        with tpu_runtime.set_eager_mode(mode):
+            xt = x.to("tpu").requires_grad_()
+            out = fn(xt, kernel, output_size=size, _random_samples=samples.to("tpu"))
+            out.square().sum().backward()
+            torch.testing.assert_close(xt.grad.cpu(), ref.grad)
