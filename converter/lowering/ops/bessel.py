@@ -1,5 +1,6 @@
 """Bessel functions of integer order 0 and 1 that JAX lacks: ``torch.special.bessel_j0/j1``,
-``bessel_y0/y1``, ``modified_bessel_k0/k1`` and their exponentially scaled forms.
+``bessel_y0/y1``, ``modified_bessel_k0/k1`` and their exponentially scaled forms; and ``airy_ai``,
+from the Bessel functions of order ±1/3 (its Maclaurin series for |x| ≤ 2).
 
 Computed from integral representations with fixed quadratures (static loops, no data-dependent
 control flow), and asymptotic expansions for large arguments:
@@ -197,3 +198,45 @@ def lower_special_scaled_modified_bessel_k1_default(ctx, x):
     ``exp(x) K_1(x)``.
     """
     return _float_unary(ctx, x, lambda v: _k(v, 1, True))
+
+
+def _j_frac(z, nu: float):
+    """``J_ν(z)`` for non-integer ν and 1 ≤ z: Schläfli's integral (Gauss–Legendre) up to 40, Hankel above."""
+    mid = jnp.clip(z, _SMALL, _LARGE)
+    first = _gauss(lambda t: jnp.cos(nu * t - mid * jnp.sin(t)), 0.0, math.pi, mid)
+    second = _gauss(lambda t: jnp.exp(-mid * jnp.sinh(t) - nu * t), 0.0, jnp.arcsinh(100 / mid), mid)
+    integral = (first - math.sin(nu * math.pi) * second) / math.pi
+    big = jnp.maximum(z, _LARGE)
+    p, q, chi = _hankel(big, nu)
+    return jnp.where(z <= _LARGE, integral, jnp.sqrt(2 / (math.pi * big)) * (p * jnp.cos(chi) - q * jnp.sin(chi)))
+
+
+#: Ai(0) and −Ai′(0)
+_AI0, _AI1 = 0.3550280538878172, 0.2588194037928068
+
+
+def _airy_ai(x):
+    """Ai(x): the Maclaurin series for |x| ≤ 2, ``√(x/3)/π · K_{1/3}(ζ)`` above, ``√|x|/3 ·
+    (J_{1/3}(ζ) + J_{−1/3}(ζ))`` below (ζ = 2|x|^{3/2}/3)."""
+    s = jnp.clip(x, -2.0, 2.0)
+    cube, f, g, tf, tg = s ** 3, jnp.ones_like(s), s, jnp.ones_like(s), s
+    for k in range(1, 16):  # f = Σ 3^k (1/3)_k x^{3k} / (3k)!, g = Σ 3^k (2/3)_k x^{3k+1} / (3k+1)!
+        tf = tf * cube / ((3 * k - 1) * 3 * k)
+        tg = tg * cube / (3 * k * (3 * k + 1))
+        f, g = f + tf, g + tg
+    series = _AI0 * f - _AI1 * g
+    a = jnp.maximum(jnp.abs(x), 2.0)
+    zeta = 2 / 3 * a ** 1.5
+    right = jnp.sqrt(a / 3) / math.pi * _k(zeta, 1 / 3, False)
+    left = jnp.sqrt(a) / 3 * (_j_frac(zeta, 1 / 3) + _j_frac(zeta, -1 / 3))
+    out = jnp.where(jnp.abs(x) <= 2, series, jnp.where(x > 0, right, left))
+    return jnp.where(jnp.isinf(x), jnp.nan, out)  # as torch's kernel (the limits are 0)
+
+
+@lowering(aten.special_airy_ai.default)
+def lower_special_airy_ai_default(ctx, x):
+    """special_airy_ai(Tensor x) -> Tensor
+
+    The Airy function Ai (module docstring).
+    """
+    return _float_unary(ctx, x, _airy_ai)
