@@ -201,17 +201,18 @@ def test_torch_save_and_load_of_a_tpu_checkpoint(tmp_path):
 
 
 def test_unsupported_op_names_the_op_and_fallback_is_reported():
-    cpu = torch.tensor([0.5, 1.0, 1.5, 2.0])
+    cpu = torch.tensor([[2.0, 0.5, 0.0], [0.5, 3.0, 1.0], [0.0, 1.0, 4.0]])
     t = cpu.to("tpu")
-    with pytest.raises(UnsupportedOpError, match=r"aten\.special_airy_ai\.default.*set_cpu_fallback"):
-        torch.special.airy_ai(t)
+    with pytest.raises(UnsupportedOpError, match=r"aten\.linalg_ldl_factor_ex\.default.*set_cpu_fallback"):
+        torch.linalg.ldl_factor(t)
     tpu_runtime.set_cpu_fallback(True)
     try:
-        out = torch.special.airy_ai(t)
+        out = torch.linalg.ldl_factor(t)
     finally:
         tpu_runtime.set_cpu_fallback(False)
-    assert out.device.type == "tpu" and torch.equal(out.cpu(), torch.special.airy_ai(cpu))
-    assert tpu_runtime.fallback_report()["aten.special_airy_ai.default"] >= 1
+    want = torch.linalg.ldl_factor(cpu)
+    assert all(o.device.type == "tpu" and torch.equal(o.cpu(), w) for o, w in zip(out, want))
+    assert tpu_runtime.fallback_report()["aten.linalg_ldl_factor_ex.default"] >= 1
 
 
 def test_mixing_a_cpu_tensor_raises_like_torch():
