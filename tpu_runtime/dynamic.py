@@ -309,7 +309,6 @@ def _linalg_check_errors(func: Any, args: tuple, kwargs: dict) -> None:
         "singular.")
 
 
-
 def _assert_async(func: Any, args: tuple, kwargs: dict) -> None:
     """_assert_async(Tensor self) -> () / _assert_async.msg(Tensor self, str assert_msg) -> (): the
     one-element condition read back (a sync point; CUDA asserts on the device later) and torch's

@@ -18,6 +18,8 @@ land on the tpu parameters, ready for an eager optimizer step.
 
 from __future__ import annotations
 
+import collections
+
 import itertools
 from typing import Any, Callable
 
@@ -250,10 +252,7 @@ def _copy_shared_outputs(gm: torch.fx.GraphModule) -> None:
     out = next(n for n in gm.graph.nodes if n.op == "output")
     inputs = {_storage_of(n) for n in gm.graph.nodes if n.op == "placeholder"}
     leaves = [n for n in torch.utils._pytree.tree_leaves(out.args) if isinstance(n, torch.fx.Node)]
-    counts: dict = {}
-    for n in leaves:
-        key = _storage_of(n)
-        counts[key] = counts.get(key, 0) + 1
+    counts = collections.Counter(_storage_of(n) for n in leaves)  # an output returned twice counts twice
     shared = {n for n in leaves if counts[_storage_of(n)] > 1 and _storage_of(n) not in inputs | {None}}
     if not shared:
         return

@@ -202,7 +202,6 @@ def _multilabel_margin_meta(self: torch.Tensor, target: torch.Tensor, reduction:
     return self.new_empty(shape), self.new_empty(target.shape)
 
 
-
 def _histogram_meta(self: Any, bins: Any = 100, *, range: Any = None, weight: Any = None,
                     density: bool = False) -> tuple:
     """histogram.bin_ct / .bins_tensor: ``(hist, bin_edges)`` in ``self``'s dtype."""

@@ -402,7 +402,6 @@ def _item_scale(x, t):
     return x * n
 
 
-
 def _assert_in_range(x):
     torch._assert_async((x.abs() < 10).all(), "out of range")  # a program computes it; the caller checks it
     return x + 1

@@ -93,7 +93,6 @@ def lower__assert_tensor_metadata_default(ctx, a, size=None, stride=None, dtype=
     return None
 
 
-
 @lowering(aten._assert_async.default, aten._assert_async.msg)
 def lower__assert_async_default(ctx, self, assert_msg=None):
     """_assert_async(Tensor self) -> ()

@@ -92,7 +92,6 @@ def lower_addmv_default(ctx, self, mat, vec, *, beta=1, alpha=1):
     return _scaled_sum(ctx, self, _dot(mat, vec, ((1,), (0,)), out_dtype=ctx.out_dtype), beta, alpha)
 
 
-
 def grouped_mm_meta(self, mat2, offs=None, bias=None, out_dtype=None):
     """``_grouped_mm``'s output, from meta tensors (torch's meta kernel makes CUDA's checks too:
     bfloat16 inputs only, rows of 16 bytes)."""

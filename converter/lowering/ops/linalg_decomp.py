@@ -410,6 +410,4 @@ def lower_linalg_eig_default(ctx, self):
     (``lax.linalg.eig``: LAPACK ``geev`` on CPU, as torch's CPU kernel; each eigenvector of
     unit norm). JAX implements it for the CPU backend only.
     """
-    w, v = lax_linalg.eig(self, compute_left_eigenvectors=False)
-    return w, v
-
+    return tuple(lax_linalg.eig(self, compute_left_eigenvectors=False))
