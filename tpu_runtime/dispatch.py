@@ -6,9 +6,10 @@ For each op overload the route is decided once and cached:
    ``copy_``), scalars (``item``), aliases (``detach``), view spellings that map
    onto table ops (``t``/``transpose`` → ``permute``, ``_unsafe_view`` → ``view``),
    in-place view ops (``unsqueeze_``: the tensor becomes the view), the fused
-   transformer inference fast paths (:mod:`tpu_runtime.fastpath`) and the ops with a
+   transformer inference fast paths (:mod:`tpu_runtime.fastpath`), the ops with a
    data-dependent output shape (:mod:`tpu_runtime.dynamic`; boolean-mask indexing is
-   routed there from the indexing ops' table rows);
+   routed there from the indexing ops' table rows) and those that give a tensor another
+   shape in place (``resize_``, ``set_``: :mod:`tpu_runtime.resize`);
 2. ops with a row in the lowering table, or a runtime kernel built from rows
    (:mod:`tpu_runtime.kernels`): an :class:`~tpu_runtime.plans.OpPlan` run by the
    current eager mode (:mod:`tpu_runtime.execute`, the per-op hot path). View ops (``view``, ``slice``, ``permute``…) return views
@@ -34,7 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels
+from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels, resize
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -219,12 +220,14 @@ def _functional_of_out(func: Any, outs: list) -> Any:
     if packet is None:
         return None
     ov = func._overloadname
-    wanted = [a.name for a in func._schema.arguments if not a.is_out]
-    for cand in ([ov[:-4]] if ov.endswith("_out") else []) + ["default", "Tensor", "start_step"]:
-        if cand in packet.overloads():
-            f = getattr(packet, cand)
-            if [a.name for a in f._schema.arguments] == wanted:
-                return f
+    wanted = [(a.name, str(a.type)) for a in func._schema.arguments if not a.is_out]
+    preferred = ([ov[:-4]] if ov.endswith("_out") else []) + ["default", "Tensor", "start_step"]
+    overloads = packet.overloads()
+    # then any overload with the same arguments (sum.IntList_out's twin is sum.dim_IntList)
+    for cand in [c for c in preferred if c in overloads] + sorted(set(overloads) - set(preferred)):
+        f = getattr(packet, cand)
+        if [(a.name, str(a.type)) for a in f._schema.arguments] == wanted:
+            return f
     return None
 
 
@@ -305,10 +308,9 @@ def _out(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
     for o, r in zip(outs, results):
         if not isinstance(o, TpuTensor):
             o.copy_(to_cpu(r))
-        elif tuple(o.shape) != r._spec[0]:
-            raise RuntimeError(f"{functional}: out= tensor of shape {list(o.shape)} cannot be resized to "
-                               f"{list(r._spec[0])} on the tpu device; pass an out= tensor of the right shape")
         else:
+            if o._spec[0] != r._spec[0]:
+                resize.resize_out(o, r._spec[0], functional)
             _assign(o, r)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -368,12 +370,11 @@ def _equal(func: Any, args: tuple, kwargs: dict) -> bool:
     return torch.equal(a, b)
 
 
-def _resize(func: Any, args: tuple, kwargs: dict) -> Any:
-    self, size = args[0], tuple(args[1])
-    if size != tuple(self.shape):
-        raise RuntimeError(f"resize_ of a tpu tensor from {list(self.shape)} to {list(size)} is not supported; "
-                           "tpu tensors have a fixed shape (allocate a new tensor instead)")
-    return self
+def _copy_from_and_resize(func: Any, args: tuple, kwargs: dict) -> Any:
+    src, dst = args[0], args[1]
+    if isinstance(dst, TpuTensor) and dst._spec[0] != tuple(src.shape):
+        resize.resize(dst, src.shape)
+    return _copy_(func, (dst, src), {})
 
 
 def _t(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -455,10 +456,9 @@ _SPECIAL: dict[Any, Callable] = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._copy_from.default: lambda func, args, kwargs: _copy_(func, (args[1], args[0]), {}),
-    aten._copy_from_and_resize.default: lambda func, args, kwargs: _copy_(func, (args[1], args[0]), {}),
+    aten._copy_from_and_resize.default: _copy_from_and_resize,
     aten._local_scalar_dense.default: _item,
     aten.equal.default: _equal,
-    aten.resize_.default: _resize,
     aten.t.default: _t,
     aten.transpose.int: _transpose,
     aten._unsafe_view.default: _reshape_view,
@@ -469,6 +469,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten.native_batch_norm.default: _batch_norm,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
+    **resize.HANDLERS,
     **{aten_overload(name): _host_factory for name in HOST_FACTORIES},
 }
 

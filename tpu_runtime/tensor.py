@@ -57,6 +57,7 @@ class TpuTensor(torch.Tensor):
     _seen: int = -1
     _fake: Any = None  # set only on the tensors torch.compile traces (tpu_runtime.compile_tensors)
     _payload_stride: Any = None  # the strides its payload reports, when a traced graph expects others
+    _prefix: bool = False  # a view made by ``resize_``: the first elements of its storage (tpu_runtime.resize)
 
     @staticmethod
     def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),
@@ -220,7 +221,7 @@ def alias(t: TpuTensor) -> TpuTensor:
     r._storage = t._storage
     r._spec = spec
     if t._chain:
-        r._chain, r._cached, r._seen = t._chain, t._cached, t._seen
+        r._chain, r._cached, r._seen, r._prefix = t._chain, t._cached, t._seen, t._prefix
     return r
 
 

@@ -1,0 +1,116 @@
+"""Giving a tpu tensor another shape in place: ``resize_``, ``resize_as_``, ``set_`` and ``out=``
+tensors of the wrong shape.
+
+A :class:`~tpu_runtime.tensor.TpuTensor` is a wrapper subclass whose sizes live in C++;
+:func:`rebind` changes them as ``t.data = new`` does (torch's shallow copy of the metadata)
+and points the tensor at ``new``'s storage and view chain, so every Python reference to
+``t`` (a parameter, an ``out=`` buffer) sees the new shape.
+
+``resize_`` keeps torch's storage semantics for a base tensor: the tensor reads the first
+``numel`` elements of its storage in order, so shrinking keeps the storage (the tensor becomes
+a prefix view of it, and growing back within the storage brings the old elements back);
+growing beyond the storage copies the elements into a larger one whose new elements are
+zeros (torch leaves them uninitialized). Views taken before a growing ``resize_`` keep the
+old storage (in torch they follow the tensor's reallocated storage). A view other than such
+a prefix view (a slice, a transpose) cannot be resized to another shape: torch would lay it
+out again from its storage offset, which a view chain does not describe.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from tpu_runtime.tensor import TpuTensor, alias, new_tensor
+from tpu_runtime.values import read
+
+aten = torch.ops.aten
+
+
+def rebind(t: TpuTensor, new: TpuTensor) -> TpuTensor:
+    """Make ``t`` report ``new``'s shape and share its storage and view chain; returns ``t``."""
+    torch._C.TensorBase.data.__set__(t, new)  # sizes and strides, in C++
+    t._storage, t._chain, t._spec = new._storage, new._chain, new._spec
+    t._cached, t._seen = new._cached, new._seen
+    t._prefix = new._prefix
+    return t
+
+
+def resize(t: TpuTensor, size: Any) -> TpuTensor:
+    """``t.resize_(size)`` for a tpu tensor (see the module docstring).
+
+    Raises:
+        RuntimeError: a negative size, or ``t`` is a view other than a prefix of its storage.
+    """
+    size = tuple(int(s) for s in size)
+    if size == t._spec[0]:
+        return t
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    if t._chain and not t._prefix:
+        raise RuntimeError(f"resize_ of a view of a tpu tensor (shape {list(t.shape)}) to {list(size)} is not "
+                           "supported: resize the tensor it views, or make the view contiguous with .clone()")
+    storage, n = t._storage, math.prod(size)
+    shape, dtype = storage.spec
+    base = TpuTensor(storage, shape, dtype)  # the whole storage, in order
+    held = math.prod(shape)
+    if n <= held:
+        new = base.reshape(-1)[:n].view(size)
+        new._prefix = bool(new._chain)
+    elif storage.value is None:  # never written: reads as zeros, at any size
+        new = new_tensor(None, size, dtype)
+    else:
+        grown = torch.cat([base.reshape(-1), torch.zeros(n - held, dtype=dtype, device=t.device)])
+        new = new_tensor(read(grown.view(size)), size, dtype)
+    return rebind(t, new)
+
+
+def resize_out(out: TpuTensor, shape: tuple, op: Any) -> None:
+    """Resize an ``out=`` tensor of another shape to ``shape``, warning as torch does when it had elements."""
+    if out.numel() != 0:
+        warnings.warn(f"{op}: an output with one or more elements was resized since it had shape {list(out.shape)}, "
+                      f"which does not match the required output shape {list(shape)}. This behavior is deprecated, "
+                      "and in a future PyTorch release outputs will not be resized unless they have zero elements. "
+                      "You can explicitly reuse an out tensor t by resizing it, inplace, to zero elements with "
+                      "t.resize_(0).", UserWarning, stacklevel=2)
+    resize(out, shape)
+
+
+def _resize_(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)"""
+    return resize(args[0], args[1])
+
+
+def _resize_as_(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) -> Tensor(a!)"""
+    return resize(args[0], args[1].shape)
+
+
+def _set_source(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """set_.source_Tensor(Tensor(a!) self, Tensor source) -> Tensor(a!): ``self`` becomes an alias of ``source``.
+
+    Raises:
+        RuntimeError: ``source`` is not a tpu tensor of ``self``'s dtype (as torch's check).
+    """
+    self, source = args[0], args[1]
+    if not isinstance(source, TpuTensor) or source.dtype != self.dtype:
+        raise RuntimeError(f"Could not set tensor of type {self.dtype} on the tpu device to a tensor of type "
+                           f"{source.dtype} on {source.device}")
+    return rebind(self, alias(source))
+
+
+def _set_empty(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """set_(Tensor(a!) self) -> Tensor(a!): ``self`` becomes an empty tensor with a storage of its own."""
+    return rebind(args[0], new_tensor(None, (0,), args[0].dtype))
+
+
+#: Dispatcher entries (see :mod:`tpu_runtime.dispatch`).
+HANDLERS: dict[Any, Callable] = {
+    aten.resize_.default: _resize_,
+    aten.resize_as_.default: _resize_as_,
+    aten.set_.source_Tensor: _set_source,
+    aten.set_.default: _set_empty,
+}
