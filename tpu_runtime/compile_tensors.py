@@ -35,7 +35,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
-from tpu_runtime.tensor import DEVICE, TpuTensor, alias
+from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias
 from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
@@ -61,7 +61,8 @@ class TpuPayload(torch.Tensor):
     @staticmethod
     def __new__(cls, tensor: TpuTensor) -> "TpuPayload":
         strides = tensor._payload_stride or tensor.stride()
-        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=strides)
+        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=strides,
+                  storage_size=_storage_size(tensor._spec[0], tensor.dtype))  # see tensor._storage_size
         r.tensor = tensor
         return r
 

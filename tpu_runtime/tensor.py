@@ -62,7 +62,8 @@ class TpuTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),
                 requires_grad: bool = False) -> "TpuTensor":
-        r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
+        r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad,
+                                                storage_size=_storage_size(shape, dtype))
         r._storage = storage
         if chain:
             r._chain = chain
@@ -187,9 +188,24 @@ def new_tensor(value: Any, shape: tuple, dtype: torch.dtype) -> TpuTensor:
 _MAKE = torch.Tensor._make_wrapper_subclass
 
 
+def _storage_size(shape: tuple, dtype: torch.dtype) -> int | None:
+    """The storage bytes a wrapper reports: torch's (``None``), or one element's for an empty tensor.
+
+    torch.compile fakes a tensor whose storage has no bytes by resizing the fake's storage to zero,
+    which for a PrivateUse1 device needs C++ hooks (``resizePrivateUse1Bytes``) that a Python
+    backend cannot register; an empty tpu tensor's (never read) storage therefore reports one element.
+    """
+    return None if 0 not in shape else dtype.itemsize
+
+
+def _empty(shape: tuple, dtype: torch.dtype) -> "TpuTensor":
+    return _MAKE(TpuTensor, shape, dtype=dtype, device=DEVICE, storage_size=dtype.itemsize)
+
+
 def wrap(value: Any, spec: tuple) -> TpuTensor:
     """:func:`new_tensor` from a ``(shape, dtype)`` spec: the per-op fast path."""
-    r = _MAKE(TpuTensor, spec[0], dtype=spec[1], device=DEVICE)
+    shape = spec[0]
+    r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
     r._storage = Storage(value, spec)
     r._spec = spec
     return r
@@ -197,7 +213,8 @@ def wrap(value: Any, spec: tuple) -> TpuTensor:
 
 def view_tensor(storage: Storage, spec: tuple, chain: tuple) -> TpuTensor:
     """A view of ``storage`` through ``chain`` (non-empty), reporting ``spec``: the per-view fast path."""
-    r = _MAKE(TpuTensor, spec[0], dtype=spec[1], device=DEVICE)
+    shape = spec[0]
+    r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
     r._storage = storage
     r._chain = chain
     r._spec = spec
@@ -207,7 +224,8 @@ def view_tensor(storage: Storage, spec: tuple, chain: tuple) -> TpuTensor:
 def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) -> TpuTensor:
     """:func:`wrap` reporting ``stride`` and ``storage_offset`` instead of the dense layout (the value
     is still the dense array of the view: torch.compile's outputs that are traced as views)."""
-    r = _MAKE(TpuTensor, spec[0], strides=stride, storage_offset=storage_offset, dtype=spec[1], device=DEVICE)
+    r = _MAKE(TpuTensor, spec[0], strides=stride, storage_offset=storage_offset, dtype=spec[1], device=DEVICE,
+              storage_size=_storage_size(spec[0], spec[1]))
     r._storage = Storage(value, spec)
     r._spec = spec
     return r
@@ -217,7 +235,8 @@ def alias(t: TpuTensor) -> TpuTensor:
     """A tensor sharing ``t``'s storage and view chain (``detach``, ``alias``; autograd detaches
     every gradient it accumulates and every output it saves: a per-op path too)."""
     spec = t._spec
-    r = _MAKE(TpuTensor, spec[0], dtype=spec[1], device=DEVICE)
+    shape = spec[0]
+    r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
     r._storage = t._storage
     r._spec = spec
     if t._chain:

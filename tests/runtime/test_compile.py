@@ -455,3 +455,17 @@ def test_compiled_graph_without_tpu_inputs_returns_tpu_tensors_it_makes():
     out = torch.compile(lambda x: (torch.ones(3).to("tpu") * 2, x + 1), backend="tpu")(torch.zeros(2))
     assert out[0].device.type == "tpu" and out[1].device.type == "cpu"
     torch.testing.assert_close(out[0].cpu(), torch.full((3,), 2.0))
+
+
+def test_compiled_empty_tpu_inputs_match_cpu():
+    # dynamo's fake of a tensor whose storage has no bytes resized the fake's storage to zero, which raised
+    # NotImplementedError (resizePrivateUse1Bytes, a C++-only hook); an empty batch also trains
+    torch._dynamo.reset()
+    fn = lambda x: (x.sum(0) + 1, torch.cat([x, x * 2]), x.mean())  # noqa: E731
+    x = torch.zeros(0, 3)
+    for w, g in zip(fn(x), torch.compile(fn, backend="tpu")(x.to("tpu"))):
+        assert g.device.type == "tpu" and g.shape == w.shape
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+    model = torch.nn.Linear(3, 2).to("tpu")
+    torch.compile(model, backend="tpu")(x.to("tpu")).sum().backward()
+    assert model.weight.grad.cpu().eq(0).all()
