@@ -42,7 +42,7 @@ from converter.lowering import registry
 from converter.lowering.context import LoweringContext
 from converter.lowering.interpreter import LoweredProgram, TensorSpec, conform, run_graph
 from tpu_runtime.module import to_jax, to_torch
-from validators.metrics import OutputError, compare
+from validators.metrics import OutputError, compare, to_numpy
 from validators.report.data import Localization, NodeError
 from validators.tolerances import tolerance
 
@@ -190,13 +190,9 @@ def probed_intermediates(program: LoweredProgram, target: str, flat_inputs: list
     if len(got) != len(names):
         raise ConversionError(f"the probed {target} artifact returned {len(outs)} outputs, "
                               f"expected {len(program.outputs) + len(names)}")
-    return {n: _numpy(v) for n, v in zip(names, got)}
+    return {n: to_numpy(v) for n, v in zip(names, got)}
 
 
-def _numpy(v: Any) -> np.ndarray:
-    if isinstance(v, torch.Tensor):
-        return v.detach().cpu().float().numpy() if v.dtype == torch.bfloat16 else v.detach().cpu().numpy()
-    return np.asarray(v)
 
 
 def node_tolerance(node: torch.fx.Node, dtype: torch.dtype, overrides: dict | None) -> tuple[float, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,11 +62,19 @@ def histogram(diff: np.ndarray) -> tuple:
     return tuple(counts)
 
 
-def _np(x) -> np.ndarray:
+#: dtypes NumPy lacks (ml_dtypes aside): compared as float32, which holds each of their values exactly.
+_WIDENED = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A tensor (or array-like) as NumPy for comparison; bfloat16 and float8 widened to float32."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
-        return x.float().numpy() if x.dtype == torch.bfloat16 else x.numpy()
+        return x.float().numpy() if x.dtype in _WIDENED else x.numpy()
     return np.asarray(x)
+
+
+
 
 
 def compare(name: str, ref, got, rtol: float | None = None, atol: float | None = None) -> OutputError:
@@ -78,21 +87,23 @@ def compare(name: str, ref, got, rtol: float | None = None, atol: float | None =
     d_rtol, d_atol = tolerance(dtype)
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
-    r, g = _np(ref), _np(got)
+    r, g = to_numpy(ref), to_numpy(got)
     if r.shape != g.shape:
         return OutputError(name, tuple(r.shape), str(dtype), float("inf"), float("inf"), float("inf"), 0.0, False,
                            f"shape {tuple(g.shape)} != {tuple(r.shape)}")
     if r.size == 0:
         return OutputError(name, tuple(r.shape), str(dtype), 0.0, 0.0, 0.0, 1.0, True)
     r64, g64 = r.astype(np.float64), g.astype(np.float64)
-    diff = np.abs(r64 - g64)
-    both_nan = np.isnan(r64) & np.isnan(g64)
-    diff = np.where(both_nan, 0.0, diff)
+    equal = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))  # also the same infinity, and NaN against NaN
+    with np.errstate(invalid="ignore"):  # inf - inf where they are equal (masked)
+        diff = np.where(equal, 0.0, np.abs(r64 - g64))
     max_abs = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
     scale = max(float(np.max(np.abs(np.where(np.isfinite(r64), r64, 0.0)))), 1e-6)
     max_rel = max_abs / scale
-    denom = float(np.linalg.norm(r64) * np.linalg.norm(g64))
-    cos = float(np.sum(r64 * g64) / denom) if denom > 0 else (1.0 if max_abs == 0 else 0.0)
+    finite = np.isfinite(r64) & np.isfinite(g64)  # the cosine of the finite part (the rest is in max_abs)
+    rf, gf = np.where(finite, r64, 0.0), np.where(finite, g64, 0.0)
+    denom = float(np.linalg.norm(rf) * np.linalg.norm(gf))
+    cos = float(np.sum(rf * gf) / denom) if denom > 0 else (1.0 if max_abs == 0 else 0.0)
     exact = r.dtype.kind in "biu"
     passed = max_abs == 0 if exact else (max_rel <= rtol or max_abs <= atol)
     return OutputError(name, tuple(r.shape), str(dtype).replace("torch.", ""), max_abs, max_rel,
@@ -102,7 +113,7 @@ def compare(name: str, ref, got, rtol: float | None = None, atol: float | None =
 
 def snr_db(ref, got) -> float:
     """Signal-to-noise ratio ``10·log10(Σref² / Σ(ref − got)²)`` in dB (``inf`` when equal)."""
-    r, g = _np(ref).astype(np.float64), _np(got).astype(np.float64)
+    r, g = to_numpy(ref).astype(np.float64), to_numpy(got).astype(np.float64)
     noise = float(np.sum((r - g) ** 2))
     signal = float(np.sum(r ** 2))
     if noise == 0:
@@ -114,7 +125,7 @@ def snr_db(ref, got) -> float:
 
 def top1_agreement(ref, got) -> float:
     """Fraction of rows (all dims but the last) whose argmax over the last dim agrees."""
-    r, g = _np(ref).astype(np.float64), _np(got).astype(np.float64)
+    r, g = to_numpy(ref).astype(np.float64), to_numpy(got).astype(np.float64)
     if r.ndim == 0 or r.size == 0:
         return 1.0
     return float(np.mean(np.argmax(r, axis=-1) == np.argmax(g, axis=-1)))
@@ -143,7 +154,7 @@ def task_agreement(name: str, ref, got, precision: str, task: str | None = None)
     base = compare(name, ref, got)
     if base.mode == "exact" or base.detail:
         return base
-    r = _np(ref)
+    r = to_numpy(ref)
     if task is None:
         task = "classification" if r.ndim == 2 and r.shape[-1] >= 2 else "regression"
     min_top1, min_snr = task_thresholds(precision)

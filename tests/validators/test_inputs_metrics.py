@@ -102,6 +102,19 @@ def test_compare_metrics_and_exact_integers():
     assert compare("i", torch.tensor([1, 2]), torch.tensor([1, 3])).mode == "exact"
 
 
+def test_compare_counts_matching_infinities_and_nans_as_equal():
+    # an output with inf where PyTorch has the same inf failed (inf - inf is NaN), as did its cosine
+    inf, nan = float("inf"), float("nan")
+    ref = torch.tensor([1.0, inf, -inf, nan, 2.0])
+    e = compare("y", ref, ref.clone())
+    assert e.passed and e.max_abs == 0 and abs(e.cosine - 1) < 1e-12
+    for other in (torch.tensor([1.0, -inf, -inf, nan, 2.0]), torch.tensor([1.0, 5.0, -inf, nan, 2.0]),
+                  torch.tensor([1.0, inf, -inf, 0.0, 2.0])):
+        assert not compare("y", ref, other).passed
+    e = compare("q", torch.tensor([448.0, -3.0]).to(torch.float8_e4m3fn), torch.tensor([448.0, -3.0]))  # float8
+    assert e.passed and e.dtype == "float8_e4m3fn"
+
+
 def test_task_level_metrics():
     ref = torch.tensor([[0.1, 0.9], [0.8, 0.2]])
     assert top1_agreement(ref, torch.tensor([[0.2, 0.7], [0.1, 0.3]])) == 0.5
