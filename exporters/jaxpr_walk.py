@@ -150,6 +150,8 @@ class JaxprTranslator:
     COMPOSITES: ClassVar[dict] = {}
     #: Primitive names never folded (their rules handle constant inputs themselves).
     NO_FOLD: ClassVar[frozenset] = frozenset()
+    #: Names of dtypes the target has no type for: an eqn making one is refused where it is.
+    NO_DTYPES: ClassVar[frozenset] = frozenset()
 
     def __init__(self, em: Any, locate: Any = None):
         self.em = em
@@ -240,6 +242,9 @@ class JaxprTranslator:
         if rule is None:
             raise self.unsupported(eqn, f"jaxpr primitive '{prim.name}' has no {self.TARGET} rule "
                                         f"(add one in exporters/{self.KEY}/rules/)")
+        for v in eqn.outvars if self.NO_DTYPES else ():
+            if v.aval.dtype.name in self.NO_DTYPES:
+                raise self.unsupported(eqn, f"dtype {v.aval.dtype.name} has no {self.TARGET} type")
         return self._apply(rule, eqn, ins)
 
     def _apply(self, rule: Any, eqn: Any, ins: list, attrs: dict | None = None,

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
+from converter.lowering.dtypes import numpy_to_tensor, tensor_to_numpy, to_jax_dtype, to_torch_dtype
 from tpu_runtime._x64 import x64
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
@@ -169,13 +169,12 @@ def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:
 
 
 def numpy_view(t: torch.Tensor) -> np.ndarray:
-    """A torch tensor's data as a NumPy array on the host (bfloat16 through an int16 view);
+    """A torch tensor's data as a NumPy array on the host (bfloat16/float8 as ml_dtypes arrays);
     a view of its memory when it already is a contiguous CPU tensor."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    t = t.contiguous()
-    return t.view(torch.int16).numpy().view(jnp.bfloat16) if t.dtype == torch.bfloat16 else t.numpy()
+    return tensor_to_numpy(t.contiguous())
 
 
 def upload(cpu: torch.Tensor) -> jax.Array:
@@ -201,11 +200,8 @@ def array_to_tpu(a: Any) -> TpuTensor:
 
 
 def array_to_torch(a: Any) -> torch.Tensor:
-    """A JAX array → a CPU torch tensor (bfloat16 kept, data copied)."""
-    arr = np.asarray(a)
-    if arr.dtype == jnp.bfloat16:
-        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.array(arr, copy=True))
+    """A JAX array → a CPU torch tensor (bfloat16/float8 kept, data copied)."""
+    return numpy_to_tensor(np.array(a, copy=True))
 
 
 def to_cpu(t: TpuTensor) -> torch.Tensor:

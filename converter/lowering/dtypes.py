@@ -19,8 +19,35 @@ TORCH_TO_JAX = {
     torch.bool: jnp.bool_,
     torch.complex64: jnp.complex64,
     torch.complex128: jnp.complex128,
+    # storage/matmul-input types (``torch._scaled_mm``); torch has no arithmetic on them
+    torch.float8_e4m3fn: jnp.float8_e4m3fn,
+    torch.float8_e5m2: jnp.float8_e5m2,
+    torch.float8_e4m3fnuz: jnp.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz: jnp.float8_e5m2fnuz,
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
+
+#: dtypes NumPy only has through ml_dtypes (no torch.from_numpy): moved as the integer type of their width.
+BIT_VIEWS = {
+    torch.bfloat16: (torch.int16, np.int16),
+    torch.float8_e4m3fn: (torch.uint8, np.uint8),
+    torch.float8_e5m2: (torch.uint8, np.uint8),
+    torch.float8_e4m3fnuz: (torch.uint8, np.uint8),
+    torch.float8_e5m2fnuz: (torch.uint8, np.uint8),
+}
+
+
+def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A contiguous CPU tensor's data as NumPy (a view of its memory; bfloat16/float8 as ml_dtypes arrays)."""
+    bits = BIT_VIEWS.get(t.dtype)
+    return t.numpy() if bits is None else t.view(bits[0]).numpy().view(TORCH_TO_JAX[t.dtype])
+
+
+def numpy_to_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A NumPy array (ml_dtypes ones too) as a CPU tensor sharing its memory."""
+    dtype = JAX_TO_TORCH.get(arr.dtype)
+    bits = BIT_VIEWS.get(dtype)
+    return torch.from_numpy(arr) if bits is None else torch.from_numpy(arr.view(bits[1])).view(dtype)
 
 
 def to_jax_dtype(dtype: torch.dtype | None):

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 from torch.export import ExportedProgram
@@ -28,7 +27,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
 from converter.lowering import effects, registry, rng_ops
 from converter.lowering.context import LoweringContext
-from converter.lowering.dtypes import to_jax_dtype
+from converter.lowering.dtypes import tensor_to_numpy, to_jax_dtype
 
 
 @dataclass(frozen=True)
@@ -163,10 +162,7 @@ def _is_tensor_arg(exported: ExportedProgram, spec: Any) -> bool:
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(jnp.bfloat16)
-    return t.numpy().copy()
+    return tensor_to_numpy(t.detach().cpu().contiguous()).copy()
 
 
 def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = None,

@@ -35,6 +35,7 @@ class Translator(JaxprTranslator):
     COMPOSITES = rules.COMPOSITES
     #: Broadcasting a scalar to a large shape at export time would bloat the file.
     NO_FOLD = frozenset({"broadcast_in_dim", "iota", "dim_as_value"})
+    NO_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
 
     def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
         """Evaluate an eqn on constant inputs now (:func:`exporters.litert.fold.fold`)."""

@@ -115,6 +115,8 @@ class OnnxGraph:
         """Cast ``name`` from dtype ``src`` to ``dst`` (no node when they are equal in the model)."""
         if onnx_dtype(src) == onnx_dtype(dst):
             return name
+        if np.dtype(dst).itemsize == 1 and np.dtype(dst).kind not in "biu":  # float8: lax's conversion does not saturate
+            return self.op("Cast", [name], to=elem_type(dst), saturate=0)
         return self.op("Cast", [name], to=elem_type(dst))
 
     # -- values --------------------------------------------------------------------------

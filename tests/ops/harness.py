@@ -10,7 +10,7 @@ import torch
 
 from converter.capture import capture
 from converter.lowering import lower
-from converter.lowering.dtypes import to_torch_dtype
+from converter.lowering.dtypes import numpy_to_tensor, tensor_to_numpy, to_torch_dtype
 
 
 class FnModule(torch.nn.Module):
@@ -46,19 +46,13 @@ def run_both(fn: Callable, args: tuple, kwargs: dict | None = None, target: str 
 
 
 def to_jax(t: torch.Tensor) -> jax.Array:
-    """torch → JAX (bfloat16 via a bit view)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        return jax.numpy.asarray(t.view(torch.int16).numpy().view(jax.numpy.bfloat16))
-    return jax.numpy.asarray(t.numpy())
+    """torch → JAX (bfloat16 and float8 via a bit view)."""
+    return jax.numpy.asarray(tensor_to_numpy(t.detach().cpu().contiguous()))
 
 
 def to_torch(a: Any) -> torch.Tensor:
-    """JAX → torch (bfloat16 via a bit view)."""
-    arr = np.asarray(a)
-    if arr.dtype == jax.numpy.bfloat16:
-        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(arr.copy())
+    """JAX → torch (bfloat16 and float8 via a bit view)."""
+    return numpy_to_tensor(np.array(a, copy=True))
 
 
 def assert_close(got: torch.Tensor, expected: Any, rtol: float, atol: float, what: str = "") -> None:

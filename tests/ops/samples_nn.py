@@ -22,6 +22,10 @@ def _nan_self(dt):
     return t
 
 
+def _f8(shape, dtype=torch.float8_e4m3fn, seed=0):
+    return make(shape, F32, seed=seed).to(dtype)
+
+
 # ----------------------------------------------------------------------------- linalg
 LINALG = [
     OpInfo("mm", torch.mm, (aten.mm.default,),
@@ -40,6 +44,15 @@ LINALG = [
                               name="3d_2d"),
                        Sample((make((2, 8, 16), dt), make((2, 16, 8), dt, seed=1)), name="3d_3d")],
            dtypes=(BF16,), tol=LOW_TOL),
+    # float8 operands (mat2 column-major, sizes of 16: torch's meta kernel makes CUDA's checks); ``dt``: the result's
+    OpInfo("scaled_mm", torch._scaled_mm, (aten._scaled_mm.default,),
+           lambda dt: [Sample((_f8((16, 32)), _f8((16, 32), seed=1).T, torch.tensor(0.7), torch.tensor(1.3)),
+                              {"out_dtype": dt}),
+                       Sample((_f8((16, 32)), _f8((32, 32), seed=1).T, make((16, 1), F32).abs() + 0.5,
+                               make((1, 32), F32, seed=2).abs() + 0.5), {"out_dtype": dt}, name="rowwise"),
+                       Sample((_f8((16, 32)), _f8((16, 32), torch.float8_e5m2, seed=1).T, torch.tensor(0.7),
+                               torch.tensor(1.3)), {"out_dtype": dt, "bias": make((16,), dt, seed=3)}, name="bias")],
+           dtypes=(F32, BF16), tol=LOW_TOL),
     OpInfo("matmul_bmm", torch.matmul, (aten.bmm.default,),
            lambda dt: [Sample((make((2, 3, 4), dt), make((2, 4, 5), dt))),
                        Sample((make((2, 1, 3, 4), dt), make((3, 4, 2), dt)), name="bcast4d")],

@@ -24,7 +24,8 @@ def cast(x, dtype):
 
     float → int truncates toward zero; anything → bool is ``x != 0`` (NaN is
     True); float → uint8 goes through int64 and wraps (-1.0 → 255), the rule
-    torch's ``c10::convert`` documents. Deviation: float → signed int out of the
+    torch's ``c10::convert`` documents; → float8_e4m3fn saturates at ±448 (inf too), as
+    torch's CPU conversion. Deviation: float → signed int out of the
     target's range is undefined in torch (x86 gives INT_MIN); XLA saturates.
     """
     dtype = np.dtype(dtype)
@@ -32,7 +33,14 @@ def cast(x, dtype):
         return x
     if dtype == np.dtype(np.uint8) and is_floating(x.dtype):
         return x.astype(jnp.int64).astype(jnp.uint8)
+    if dtype == _E4M3FN:  # torch saturates at +-448 (also inf); XLA makes NaN of what rounds past it
+        if not (is_floating(x.dtype) and jnp.finfo(x.dtype).bits >= 32):
+            x = x.astype(jnp.float32)
+        return jnp.clip(x, -448, 448).astype(dtype)
     return x.astype(dtype)
+
+
+_E4M3FN = np.dtype(jnp.float8_e4m3fn)
 
 
 @lowering(aten._to_copy.default)

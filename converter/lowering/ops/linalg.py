@@ -1,4 +1,4 @@
-"""Matrix products: linear, mm, bmm, addmm, addmv, _grouped_mm, _cdist_forward.
+"""Matrix products: linear, mm, bmm, addmm, addmv, _grouped_mm, _scaled_mm, _cdist_forward.
 
 torch.export's core-ATen decomposition turns ``matmul``/``einsum``/``tensordot`` into
 ``mm``/``bmm`` plus views, ``baddbmm`` into ``bmm`` + ``mul`` + ``add``, and ``mv``/``dot``/
@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from converter.errors import UnsupportedOpError
+from converter.errors import LoweringError, UnsupportedOpError
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.helpers import opmath_dtype, pnorm
+from converter.lowering.ops.convert import cast
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -205,3 +206,42 @@ def lower__trilinear_default(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim,
     acc = opmath_dtype(dtype)
     return jnp.einsum(f"{spec(expand1)},{spec(expand2)},{spec(expand3)}->{out}", i1.astype(acc), i2.astype(acc),
                       i3.astype(acc), precision=_HIGHEST).astype(dtype)
+
+
+def scaled_mm_meta(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                   use_fast_accum=False):
+    """``_scaled_mm``'s output, from meta tensors (torch's meta kernel makes CUDA's checks too: sizes
+    divisible by 16, ``mat2`` column-major; its CPU kernel takes any)."""
+    return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype or self.dtype)
+
+
+@lowering(aten._scaled_mm.default)
+def lower__scaled_mm_default(ctx, self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                             use_fast_accum=False):
+    """_scaled_mm(Tensor self, Tensor mat2, Tensor scale_a, Tensor scale_b, Tensor? bias=None, Tensor? scale_result=None, ScalarType? out_dtype=None, bool use_fast_accum=False) -> Tensor
+
+    The float8 matmul of float8 training and inference (torchao's ``Float8Linear``): the
+    product of the float8 operands accumulated in float32 (each product of two float8 values
+    is exact there), times the tensorwise (one element) or rowwise (``[M, 1]`` and ``[1, N]``)
+    scales, plus ``bias``; for a float8 result divided by ``scale_result`` first (as torch's CPU
+    kernel; other result types ignore it), then rounded to ``out_dtype`` (default ``self``'s
+    dtype; float8_e4m3fn saturates). ``use_fast_accum`` changes nothing here.
+
+    Raises:
+        LoweringError: scales that are neither tensorwise nor rowwise (blockwise MX scales).
+    """  # noqa: E501 (the first line is the exact schema)
+    m, n = self.shape[0], mat2.shape[1]
+    for scale, shapes in ((scale_a, ((), (1,), (1, 1), (m, 1))), (scale_b, ((), (1,), (1, 1), (1, n)))):
+        if tuple(scale.shape) not in shapes:
+            raise LoweringError(str(aten._scaled_mm.default), ctx.location,
+                                f"scales of shape {list(scale_a.shape)} and {list(scale_b.shape)} for a "
+                                f"[{m}, {n}] product: only tensorwise and rowwise scales are supported")
+    f32 = jnp.float32
+    out = jax.lax.dot(self.astype(f32), mat2.astype(f32), precision=_HIGHEST, preferred_element_type=f32)
+    out = out * scale_a.astype(f32).reshape(-1, 1) * scale_b.astype(f32).reshape(1, -1)
+    if bias is not None:
+        out = out + bias.astype(f32)
+    dtype = ctx.out_dtype or (to_jax_dtype(out_dtype) if out_dtype is not None else self.dtype)
+    if scale_result is not None and jnp.finfo(dtype).bits == 8:
+        out = out / scale_result.astype(f32).reshape(())
+    return cast(out, dtype)
