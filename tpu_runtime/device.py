@@ -114,6 +114,21 @@ def _factory(op: Any, *args: Any, **kwargs: Any) -> Any:
     return dispatch(op, args, kwargs)
 
 
+def _register_foreach_type() -> None:
+    """Let torch.optim and ``clip_grad_norm_`` take their foreach paths for tpu tensors by default, as
+    they do for every PrivateUse1 device whose tensors are plain ``torch.Tensor``: both check the exact
+    type against a list that tensor subclasses join (PyTorch's DTensor appends itself the same way).
+    Other types are unaffected. Without it each optimizer step ran one op per parameter and update."""
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    from tpu_runtime.tensor import TpuTensor
+
+    for types in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if TpuTensor not in types:
+            types.append(TpuTensor)
+
+
 def register() -> None:
     """Make ``"tpu"`` a torch device backed by ``jax.devices()[0]`` (idempotent).
 
@@ -149,6 +164,7 @@ def register() -> None:
     from tpu_runtime import autocast
 
     _STATE["autocast"] = autocast.register()
+    _register_foreach_type()
 
     _STATE["registered"] = True
     jax.devices()  # initialize the JAX backend now, not inside the first op

@@ -201,3 +201,28 @@ def _kernel(functional: Any, name: str, op: Any) -> Callable:
 
 def _is_list(arg: Any) -> bool:
     return isinstance(arg.type, torch.ListType)
+
+
+def _decompose(func: Any, name: str, *args: Any, **kwargs: Any) -> list:
+    """A functional foreach call as its per-tensor op on each element (what ``torch.compile`` traces)."""
+    base = _ALIASES.get(name, name)
+    packet = getattr(aten, base)
+    return [packet(*pos, **kw) for pos, kw in _elements(func, base, args, kwargs)]
+
+
+def decompositions() -> dict:
+    """AOTAutograd decompositions of every functional ``aten._foreach_*`` overload whose per-tensor op
+    exists: a compiled optimizer step (torch.optim takes its foreach path for tpu tensors) becomes
+    the per-tensor ops, which the lowering table has rows for."""
+    table = {}
+    for packet_name in dir(aten):
+        if not packet_name.startswith("_foreach_") or packet_name.endswith("_"):
+            continue
+        name = packet_name[len("_foreach_"):]
+        if not hasattr(aten, _ALIASES.get(name, name)):
+            continue
+        packet = getattr(aten, packet_name)
+        for overload in packet.overloads():
+            func = getattr(packet, overload)
+            table[func] = functools.partial(_decompose, func, name)
+    return table

@@ -26,6 +26,31 @@ def test_foreach_optimizer_steps_match_cpu(optim, kwargs):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_optimizers_default_to_foreach_for_tpu_tensors_as_for_a_privateuse1_device():
+    # torch.optim checks the exact tensor type before its foreach default: tpu parameters (a tensor
+    # subclass) took the per-parameter loop, one op per parameter and update; CPU tensors are unaffected
+    import tpu_runtime
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    from tpu_runtime.eager.debug import REPORT
+
+    assert _default_to_fused_or_foreach(list(tiny_mlp().parameters()), False) == (False, False)
+    assert _default_to_fused_or_foreach(list(tiny_mlp().to("tpu").parameters()), False) == (False, True)
+    x, y = batch()
+    ops = {}
+    for foreach in (None, True, False):
+        model = tiny_mlp()
+        ref = copy.deepcopy(model)
+        model.to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=0.05, foreach=foreach)
+        train_steps(model, opt, x.to("tpu"), y.to("tpu"), 1)
+        with tpu_runtime.set_eager_mode("debug"):
+            got = train_steps(model, opt, x.to("tpu"), y.to("tpu"), 1)
+            ops[foreach] = REPORT.ops
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.05)
+        assert got == pytest.approx(train_steps(ref, ref_opt, x, y, 2)[1:], rel=1e-5)
+    assert ops[None] == ops[True] < ops[False]
+
+
 def _lists(seed: int = 0) -> tuple[list, list]:
     g = torch.Generator().manual_seed(seed)
     cpu = [torch.randn(3, 4, generator=g), torch.randn(5, generator=g), torch.randn(2, 2, 2, generator=g)]
