@@ -8,6 +8,7 @@ FX node, the module path and the user's ``file:line`` taken from
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,18 @@ def source_location(node: Any) -> SourceLocation:
     if chosen is None:
         return SourceLocation(module_path=module_path, module_type=module_type)
     return SourceLocation(chosen[0], int(chosen[1]), chosen[2], module_path, module_type)
+
+
+def caller_location() -> SourceLocation:
+    """The innermost frame of the running Python stack outside torch and tpu-export (eager ops: the
+    user's line that issued the op, or the ``backward()`` call a gradient op came from)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if not any(s in file for s in _INTERNAL):
+            return SourceLocation(file, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return SourceLocation()
 
 
 class ConversionError(Exception):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from converter.errors import UnsupportedOpError
+from converter.errors import UnsupportedOpError, caller_location
 from converter.lowering import registry
 from tpu_runtime.tensor import TpuTensor, new_tensor
 from tpu_runtime.values import to_cpu, upload, write
@@ -48,11 +48,15 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
     Raises:
         UnsupportedOpError: the CPU fallback is off.
     """
+    if "sparse" in func._schema.name:  # the fallback cannot help: its result could not be uploaded either
+        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
+                                 reason="sparse tensors have no layout on the tpu device (for nn.Embedding and "
+                                        "nn.EmbeddingBag, use sparse=False: dense gradients)")
     if not _FALLBACK["enabled"]:
         names = sorted(str(k) for k in registry.registered())
         packet = str(func).rsplit(".", 1)[0]
         nearest = [n for n in names if n.startswith(packet + ".")] or difflib.get_close_matches(str(func), names, 3)
-        raise UnsupportedOpError(str(func), "tpu", None, nearest=nearest[:5],
+        raise UnsupportedOpError(str(func), "tpu", caller_location(), nearest=nearest[:5],
                                  reason="no lowering, runtime kernel or decomposition; "
                                         "tpu_runtime.set_cpu_fallback(True) runs it on CPU (reported)")
     return cpu_fallback(func, args, kwargs)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import jax
 import torch
 
-from converter.errors import ConversionError, LoweringError, SourceLocation
+from converter.errors import ConversionError, LoweringError, caller_location
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
 from converter.lowering.interpreter import conform
@@ -225,7 +225,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     except ConversionError:
         raise
     except Exception as e:
-        raise ShapeInferenceError(func, SourceLocation(),
+        raise ShapeInferenceError(func, caller_location(),
                                   f"its output shape cannot be inferred without running it ({type(e).__name__}: "
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e
     random = torch.Tag.nondeterministic_seeded in func.tags
@@ -234,6 +234,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     # Lowerings see device=None: JAX has one device and "meta" must not leak into them.
     tkwargs = {k: (None if isinstance(v, torch.device) else v) for k, v in tkwargs.items()}
     name = str(func)
+    where = caller_location()  # the user's line that first ran this signature (errors surface at trace time)
 
     def call(values: tuple, rng: Any, cast: bool) -> tuple:
         ctx = LoweringContext(target="tpu", meta=meta, rng=rng)
@@ -244,7 +245,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
             raise
         except Exception as e:
             shapes = ", ".join(f"{v.dtype}{list(v.shape)}" for v in values if hasattr(v, "shape"))
-            raise LoweringError(func, SourceLocation(), f"{type(e).__name__}: {e} (inputs: {shapes})") from e
+            raise LoweringError(func, where, f"{type(e).__name__}: {e} (inputs: {shapes})") from e
         if cast:
             res = conform(res, meta, _OpNode(func))
         return tuple(_tensor_leaves(res, meta))

@@ -203,7 +203,9 @@ def test_torch_save_and_load_of_a_tpu_checkpoint(tmp_path):
 def test_unsupported_op_names_the_op_and_fallback_is_reported():
     cpu = torch.tensor([[2.0, 0.5, 0.0], [0.5, 3.0, 1.0], [0.0, 1.0, 4.0]])
     t = cpu.to("tpu")
-    with pytest.raises(UnsupportedOpError, match=r"aten\.linalg_ldl_factor_ex\.default.*set_cpu_fallback"):
+    # the error names the user's line (it said "at unknown location")
+    with pytest.raises(UnsupportedOpError, match=r"aten\.linalg_ldl_factor_ex\.default for target 'tpu' at "
+                                                 r".*test_device\.py:\d+ in test_unsupported_op.*set_cpu_fallback"):
         torch.linalg.ldl_factor(t)
     tpu_runtime.set_cpu_fallback(True)
     try:
@@ -213,6 +215,14 @@ def test_unsupported_op_names_the_op_and_fallback_is_reported():
     want = torch.linalg.ldl_factor(cpu)
     assert all(o.device.type == "tpu" and torch.equal(o.cpu(), w) for o, w in zip(out, want))
     assert tpu_runtime.fallback_report()["aten.linalg_ldl_factor_ex.default"] >= 1
+
+
+def test_sparse_gradients_raise_that_the_device_has_no_sparse_layout():
+    emb = torch.nn.Embedding(5, 3, sparse=True).to("tpu")
+    loss = emb(torch.tensor([1, 2], device="tpu")).sum()
+    with pytest.raises(UnsupportedOpError, match=r"at .*test_device\.py:\d+ .*sparse tensors have no layout on the "
+                                                 r"tpu device \(for nn.Embedding and nn.EmbeddingBag, use sparse=False"):
+        loss.backward()
 
 
 def test_mixing_a_cpu_tensor_raises_like_torch():
