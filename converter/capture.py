@@ -184,5 +184,7 @@ def _all_lowered(ep: ExportedProgram) -> bool:
     from converter.lowering import registry
 
     table = registry.registered()
-    return all(n.target in table for n in ep.graph.nodes
+    graphs = [ep.graph] + [m.graph for m in ep.graph_module.modules()
+                           if isinstance(m, torch.fx.GraphModule) and m is not ep.graph_module]  # cond branches
+    return all(n.target in table for g in graphs for n in g.nodes
                if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_INTERNAL = ("/torch/", "/site-packages/", "/converter/", "/tpu_runtime/", "<frozen")
+_INTERNAL = ("/torch/", "/site-packages/", "/converter/", "/tpu_runtime/", "<frozen", "<eval_with_key>")  # the last: FX code
 
 
 @dataclass(frozen=True)

@@ -89,12 +89,14 @@ def fx_locator(program: Any) -> Any:
     if ep is None:
         return None
     from converter.errors import source_location
+    from converter.lowering import control_flow
     from converter.lowering.registry import registered
     by_fn: dict[tuple, list] = {}
-    for op, row in registered().items():
-        code = getattr(row.fn, "__code__", None)
+    fns = [(op, row.fn) for op, row in registered().items()] + list(control_flow.HOPS.items())
+    for op, fn in fns:
+        code = getattr(fn, "__code__", None)
         if code is not None:
-            by_fn.setdefault((code.co_filename, row.fn.__name__), []).append(op)
+            by_fn.setdefault((code.co_filename, fn.__name__), []).append(op)
     nodes: dict[Any, list] = {}
     for node in ep.graph.nodes:
         if node.op == "call_function":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -36,6 +36,10 @@ class LoweringContext:
     meta: Any = None
     checks: list = field(default_factory=list)
     _rng_count: int = 0
+
+    def fork(self, **changes: Any) -> "LoweringContext":
+        """A copy for lowering a sub-graph (a control-flow body): same target, options and key."""
+        return replace(self, node=None, meta=None, **changes)
 
     @property
     def out_meta(self) -> Any:

@@ -13,7 +13,7 @@ import torch
 
 from converter.errors import ConversionError
 from converter.lowering.context import LoweringContext
-from converter.lowering.interpreter import _call, _materialize
+from converter.lowering.interpreter import _call, _materialize, attribute
 from converter.lowering.interpreter import check_supported as _check_graph
 
 
@@ -26,20 +26,22 @@ def run_graph_module(gm: torch.fx.GraphModule, inputs: tuple, *, target: str = "
                      options: dict | None = None, rng: Any = None, checks: list | None = None) -> tuple:
     """Evaluate ``gm`` on JAX values (traceable under ``jax.jit``); ``checks`` (a list) collects
     the error checks of effectful ops (see :class:`LoweringContext`) for the caller to run."""
-    env: dict[str, Any] = {}
-    it = iter(inputs)
     ctx = LoweringContext(target=target, options=dict(options or {}), rng=rng,
                           checks=checks if checks is not None else [])
+    return run_nodes(gm, inputs, ctx)
+
+
+def run_nodes(gm: torch.fx.GraphModule, inputs: tuple, ctx: LoweringContext) -> tuple:
+    """Evaluate ``gm``'s nodes with ``ctx`` (also a control-flow body: :mod:`converter.lowering.control_flow`)."""
+    env: dict[str, Any] = {}
+    it = iter(inputs)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             env[node.name] = next(it)
         elif node.op == "call_function":
             env[node.name] = _call(node, env, ctx)
         elif node.op == "get_attr":
-            from converter.lowering.interpreter import _to_numpy
-            import jax.numpy as jnp
-
-            env[node.name] = jnp.asarray(_to_numpy(getattr(gm, node.target)))
+            env[node.name] = attribute(gm, node.target)
         elif node.op == "output":
             out = _materialize(node.args[0], env)
             return tuple(out) if isinstance(out, (list, tuple)) else (out,)

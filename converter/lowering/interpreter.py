@@ -25,7 +25,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
-from converter.lowering import effects, registry, rng_ops
+from converter.lowering import control_flow, effects, registry, rng_ops
 from converter.lowering.context import LoweringContext
 from converter.lowering.dtypes import tensor_to_numpy, to_jax_dtype
 
@@ -106,9 +106,13 @@ def check_supported(graph: torch.fx.Graph, target: str) -> None:
             rng_ops.check(node, target, source_location(node))
         elif node.op == "call_function" and node.target in effects.EFFECT_OPS:
             effects.check(node, target, source_location(node))
+        elif node.op == "call_function" and node.target in control_flow.HOPS:
+            for sub in control_flow.subgraphs(node):
+                check_supported(sub.graph, target)
         elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
-            raise UnsupportedOpError(str(node.target), target, source_location(node),
-                                     reason="higher-order ops (control flow) are not supported yet")
+            reason = control_flow.REFUSED.get(str(node.target), "this higher-order op is not supported "
+                                                                "(torch.cond and while_loop are)")
+            raise UnsupportedOpError(str(node.target), target, source_location(node), reason=reason, hint=False)
 
 
 def lower(exported: ExportedProgram, target: str = "tpu", options: dict | None = None) -> LoweredProgram:
@@ -199,7 +203,7 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
         elif node.op == "call_function":
             env[node.name] = _call(node, env, ctx)
         elif node.op == "get_attr":
-            env[node.name] = jax.device_put(_to_numpy(getattr(ep.graph_module, node.target)))
+            env[node.name] = attribute(ep.graph_module, node.target)
         if observer is not None and node.name in env:
             observer(node, env[node.name])
         if node.op == "output":
@@ -212,6 +216,12 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
                     outs.append(v)
             return tuple(outs), muts
     raise ConversionError("graph has no output node")
+
+
+def attribute(gm: torch.fx.GraphModule, name: str) -> Any:
+    """A ``get_attr`` node's value: a constant tensor as a JAX array, a sub-graph (control flow) as is."""
+    value = getattr(gm, name)
+    return value if isinstance(value, torch.nn.Module) else jax.device_put(_to_numpy(value))
 
 
 def _materialize(x: Any, env: dict) -> Any:
@@ -234,6 +244,8 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
         return effects.call(node, args, kwargs, ctx)
     if target in rng_ops.RNG_OPS:  # activation checkpointing's saved / replayed generator state
         return rng_ops.call(node, args, kwargs, ctx, source_location(node), conform)
+    if target in control_flow.HOPS:  # torch.cond, while_loop
+        return control_flow.HOPS[target](node, args, kwargs, ctx)
     if not isinstance(target, torch._ops.OpOverload):
         # SymInt arithmetic (operator.mul, torch.sym_max, …) works on python ints and
         # on jax.export symbolic dims alike.

@@ -1,0 +1,94 @@
+"""torch.cond and while_loop: lowered to lax.cond / lax.while_loop for every jaxpr target and torch.compile."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from converter import convert
+from converter.errors import UnsupportedOpError
+from validators import validate
+
+while_loop = torch._higher_order_ops.while_loop
+
+
+class _Branchy(torch.nn.Module):
+    """A data-dependent branch (two different weights), then a loop whose trip count is data-dependent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        y = torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t) * 2, (x,))
+        n, z = while_loop(lambda i, t: t.abs().sum() < 100, lambda i, t: (i + 1, t * 1.5 + 1), (torch.tensor(0), y))
+        return z, n
+
+
+def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches():
+    # they raised "higher-order ops (control flow) are not supported yet"; the program keeps the control
+    # flow: one export serves inputs taking either branch and any trip count
+    pos, neg = torch.rand(2, 4) + 0.1, -torch.rand(2, 4) - 0.1
+    report = validate(_Branchy().eval(), (pos,), targets=("tpu", "stablehlo"), num_random_inputs=0)
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+    module = convert(_Branchy().eval(), (pos,), target="tpu")
+    for x in (pos, neg, pos * 50):
+        want = _Branchy()(x)
+        got = module(x)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+        assert int(got[1]) == int(want[1])
+    assert {int(_Branchy()(x)[1]) for x in (pos, pos * 50)} != {0}  # the loop ran, a different number of times
+
+
+def test_control_flow_errors_name_the_users_line():
+    # ONNX and LiteRT have no rule for lax.cond; an unsupported op inside a branch is found before tracing
+    class Bad(torch.nn.Module):
+        def forward(self, x, lengths):
+            return torch.cond(x.sum() > 0, lambda t, n: torch.segment_reduce(t, "sum", lengths=n),
+                              lambda t, n: t[:2] * 1.0, (x, lengths))
+
+    for target in ("onnx", "litert"):
+        with pytest.raises(UnsupportedOpError, match=rf"cond \(lax.cond\) for target '{target}' at "
+                                                     r".*test_control_flow.py:\d+ in forward"):
+            convert(_Branchy().eval(), (torch.rand(2, 4),), target=target)
+    with pytest.raises(UnsupportedOpError, match=r"aten.segment_reduce.default for target 'tpu' at "
+                                                 r".*test_control_flow.py:\d+"):
+        convert(Bad(), (torch.arange(6.0), torch.tensor([2, 4])), target="tpu")
+
+
+def test_a_branch_is_decomposed_like_the_graph():
+    # the branches kept ops the lowering table leaves to the decomposition (detach): "unsupported aten.detach"
+    class Detached(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda t: F.gelu(t).detach() * 2, lambda t: t.clone(), (x,))
+
+    report = validate(Detached(), (torch.eye(3),), targets=("tpu",), num_random_inputs=1)
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+
+
+def test_compiled_cond_trains_and_while_loop_runs_as_eager():
+    # torch.compile(backend="tpu", fullgraph=True) of CPU tensors: values and gradients through both branches;
+    # a loop in inference; a loop whose gradient is needed is refused with the reason
+    torch._dynamo.reset()
+    w0 = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+
+    def f(x, w):
+        return torch.cond(x.sum() > 0, lambda t, w: (t @ w).sin(), lambda t, w: (t @ w).cos() * 3, (x, w)).sum()
+
+    def loop(x):
+        return while_loop(lambda i, t: t.abs().sum() < 100, lambda i, t: (i + 1, t * 1.5 + 1), (torch.tensor(0), x))
+
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    for x in (torch.rand(2, 4), -torch.rand(2, 4)):
+        w, ref = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+        got = compiled(x, w)
+        want = f(x, ref)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(w.grad, ref.grad, rtol=1e-5, atol=1e-5)
+        with torch.no_grad():
+            for g, e in zip(torch.compile(loop, backend="tpu", fullgraph=True)(x), loop(x)):
+                torch.testing.assert_close(g, e)
+    with pytest.raises(Exception, match="a while_loop whose gradient is needed saves every iteration"):
+        torch.compile(lambda x: loop(x)[1].sum(), backend="tpu", fullgraph=True)(w0.clone().requires_grad_())
