@@ -47,7 +47,7 @@ HOST_FACTORIES = (
 
 FACTORIES = (
     "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
-    "full", "rand", "randn", "randint", "randint.low", "randperm", "scalar_tensor", "eye", "eye.m",
+    "full", "rand", "randn", "randint", "randint.low", "randperm", "randperm.generator", "scalar_tensor", "eye", "eye.m",
     "_copy_from", "_copy_from_and_resize", "_efficientzerotensor", *HOST_FACTORIES,
 )
 

@@ -35,7 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels, resize
+from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels, resize, rng
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -73,10 +73,11 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         restore(token)
 
 
-def _route(func: Any, args: tuple, kwargs: dict) -> Any:
-    route = _ROUTES.get(id(func))
-    if route is None or route[-1] is not func:
-        route = _ROUTES[id(func)] = _classify(func) + (func,)
+def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> Any:
+    if route is None:
+        route = _ROUTES.get(id(func))
+        if route is None or route[-1] is not func:
+            route = _ROUTES[id(func)] = _generator_route(func) + (func,)
     kind = route[0]
     if kind == "op":
         if route[3] and dynamic.needs_masks(func, args):  # x[mask]: the mask becomes indices (a sync)
@@ -99,7 +100,35 @@ def _route(func: Any, args: tuple, kwargs: dict) -> Any:
         return _mutating(route[1], route[2], route[3], args, kwargs)
     if kind == "decomp":
         return _decomposed(func, args, kwargs, route[1], route[2])
+    if kind == "generator":
+        return _with_generator(func, args, kwargs, route)
     return missing(func, args, kwargs)
+
+
+def _generator_route(func: Any) -> tuple:
+    """The route of ``func``; for an op taking a ``generator``, one that first looks at it."""
+    inner = _classify(func) + (func,)
+    pos = next((i for i, a in enumerate(func._schema.arguments) if a.name == "generator"), None)
+    return inner[:-1] if pos is None else ("generator", pos, inner)
+
+
+def _generator_arg(pos: int, args: tuple, kwargs: dict) -> Any:
+    return args[pos] if pos < len(args) else kwargs.get("generator")
+
+
+def _with_generator(func: Any, args: tuple, kwargs: dict, route: tuple) -> Any:
+    """An op given ``generator=``: without it, its random ops drawing from the generator (see
+    :func:`tpu_runtime.rng.generator_stream`); with ``None``, as it is."""
+    pos, inner = route[1], route[2]
+    g = _generator_arg(pos, args, kwargs)
+    if g is None:
+        return _route(func, args, kwargs, inner)
+    if pos < len(args):
+        args = args[:pos] + (None,) + args[pos + 1:]
+    else:
+        kwargs = {**kwargs, "generator": None}
+    with rng.generator_stream(g, func):
+        return _route(func, args, kwargs, inner)
 
 
 def _classify(func: Any) -> tuple:
@@ -234,6 +263,8 @@ def _functional_of_out(func: Any, outs: list) -> Any:
 def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     self = args[0]
     route = _ROUTES.get(id(functional))
+    if route is not None and route[0] == "generator" and _generator_arg(route[1], args, kwargs) is None:
+        route = route[2]  # (a given generator was taken off by the in-place op's own route)
     if (type(self) is TpuTensor and route is not None and route[0] == "op" and route[-1] is functional
             and not (route[3] and dynamic.needs_masks(functional, args))):
         try:  # the common case: the result goes into ``self`` without a wrapper tensor in between

@@ -111,6 +111,40 @@ def test_fork_rng_restores_the_device_generator():
         torch.tpu.get_rng_state(1)
 
 
+_DRAWS = {
+    "randn": lambda g: torch.randn(3, device="tpu", generator=g),
+    "rand": lambda g: torch.rand(3, device="tpu", generator=g),
+    "randint": lambda g: torch.randint(0, 1000, (3,), device="tpu", generator=g),  # ignored its generator
+    "randperm": lambda g: torch.randperm(16, device="tpu", generator=g),  # raised (randperm.generator)
+    "normal_": lambda g: torch.empty(3, device="tpu").normal_(generator=g),
+    "uniform_": lambda g: torch.empty(3, device="tpu").uniform_(generator=g),
+    "exponential_": lambda g: torch.empty(3, device="tpu").exponential_(generator=g),
+    "bernoulli": lambda g: torch.bernoulli(torch.full((16,), 0.5, device="tpu"), generator=g),
+    "multinomial": lambda g: torch.multinomial(torch.ones(64, device="tpu"), 4, generator=g),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_cpu_generator_seeds_device_random_ops(mode):
+    # generator= raised "an explicit torch.Generator cannot be honoured" (randint ignored it): the same
+    # generator state gives the same values, the next draw others, and the device generator is untouched
+    def draws(seed: int) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        first = {k: f(g).cpu() for k, f in _DRAWS.items()}
+        return first, {k: f(g).cpu() for k, f in _DRAWS.items()}
+
+    with tpu_runtime.set_eager_mode(mode):
+        torch.manual_seed(7)
+        (a, a2), (b, _), (c, _) = draws(0), draws(0), draws(1)
+        after = torch.rand(8, device="tpu").cpu()
+        torch.manual_seed(7)
+        assert torch.equal(torch.rand(8, device="tpu").cpu(), after)
+    for k in _DRAWS:
+        assert torch.equal(a[k], b[k]), k
+        assert not torch.equal(a[k], c[k]) and not torch.equal(a[k], a2[k]), k
+    assert sorted(a["randperm"].tolist()) == list(range(16))
+
+
 @pytest.mark.parametrize("dropout", ["dropout2d", "alpha_dropout", "feature_alpha_dropout", "bernoulli_"])
 def test_channel_and_alpha_dropout_at_the_default_p(dropout):
     # p=0.5 is bernoulli_'s default, so torch leaves it out of the call; the functional twin

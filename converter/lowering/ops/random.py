@@ -7,7 +7,8 @@ name and a per-call counter), not from torch's Philox/MT19937 generator state. V
 therefore differ from PyTorch for the same seed, while shapes, dtypes, supports and
 distributions match; the same ``rng`` key reproduces the same values. Tests check
 statistics (``tests/ops/test_random.py``), not values. A ``generator=`` argument cannot
-be honoured and is rejected.
+be honoured in an exported program and is rejected; the tpu device's eager runtime takes a
+CPU generator off the call and seeds the op's key from it (``tpu_runtime.rng``).
 
 torch.export produces ``native_dropout`` for ``nn.Dropout``/``F.dropout`` in train mode,
 ``bernoulli.p`` for ``dropout2d``/``alpha_dropout``, and ``rand`` + ``lt`` for
@@ -230,12 +231,14 @@ def lower_exponential_default(ctx, self, lambd=1.0, *, generator=None):
     return (e / lambd).astype(dtype)
 
 
-@lowering(aten.randperm.default)
-def lower_randperm_default(ctx, n, *, dtype=None, layout=None, device=None, pin_memory=None):
+@lowering(aten.randperm.default, aten.randperm.generator)
+def lower_randperm_default(ctx, n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
     """randperm(SymInt n, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 
+    Also ``randperm.generator`` (the runtime takes a CPU generator off first: it seeds the key).
     ``jax.random.permutation(key, n)`` (a sort by random keys), cast to the dtype.
     """
+    _check_generator(ctx, generator)
     return jax.random.permutation(ctx.next_key(), n).astype(ctx.out_dtype or jnp.int64)
 
 
