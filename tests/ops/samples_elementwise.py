@@ -413,6 +413,12 @@ CONVERT = [
                        Sample((special(), torch.bool), name="special-to-bool"),
                        Sample((make((2, 3), i64), f32, i32, torch.bool), name="from-int"),
                        Sample((make((3,), torch.bool), f32, u8), name="from-bool")]),
+    # bit reinterpretation: narrower dtypes grow the last dim, wider ones shrink it; bool and complex too
+    OpInfo("view_dtype", lambda a, *dts: tuple(a.view(d) * 1 for d in dts), (aten.view.dtype,),
+           lambda dt: [Sample((make((2, 8), f32), i32, u8, torch.float16, i64), name="float32"),
+                       Sample((make((2, 4), i64, low=-1000, high=1000), f32, torch.int16, u8), name="int64"),
+                       Sample((make((3, 4), torch.bool), u8, torch.int8), name="bool"),
+                       Sample((make((2, 3), f32).to(torch.complex64), f32, i64), name="complex")]),
     OpInfo("clone", lambda a: a.clone(), (aten.clone.default,),
            lambda dt: [Sample((make((3, 4), dt),)), Sample((make((), dt),), name="0d"),
                        Sample((make((2,), torch.bool),), name="bool")]),

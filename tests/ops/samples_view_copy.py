@@ -30,6 +30,8 @@ def _conj_copy(x):
 OPS = [
     _one("view_copy", lambda x, s: aten.view_copy.default(x, s), aten.view_copy.default,
          ((2, 3, 4), [6, 4]), ((2, 3), [-1]), ((), [1, 1])),
+    _one("view_copy_dtype", lambda x, d: aten.view_copy.dtype(x, d), aten.view_copy.dtype,
+         ((2, 4), torch.int32), ((2, 4), torch.float16), dtypes=(f32,)),
     _one("permute_copy", torch.permute_copy, aten.permute_copy.default, ((2, 3, 4), (2, 0, 1)), ((3, 2), (1, 0))),
     _one("expand_copy", lambda x, s: aten.expand_copy.default(x, s), aten.expand_copy.default,
          ((3, 1), [2, 3, 4]), ((1,), [-1])),

@@ -117,7 +117,7 @@ UNTESTED_BY_OPINFO: dict = {
         aten.randint_like.low_dtype, aten.randint_like.default, aten.normal.Tensor_float,
         aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal_functional.default,
         aten.uniform.default, aten.exponential.default, aten.randperm.default, aten.multinomial.default,
-        aten.rrelu_with_noise_functional.default, aten.poisson.default,
+        aten.rrelu_with_noise_functional.default, aten.poisson.default, aten.randperm.generator,
     )
 }
 _DECOMPOSED = ("torch.export's default decompositions remove it even when called directly; "

@@ -353,3 +353,19 @@ def test_stft_with_a_device_window_matches_cpu():
     got = torch.stft(x.to("tpu"), 8, return_complex=True, window=torch.hann_window(8, device="tpu"))
     want = torch.stft(x, 8, return_complex=True, window=torch.hann_window(8))
     torch.testing.assert_close(got.abs().cpu(), want.abs(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_view_as_another_dtype_reinterprets_the_bits_as_on_cpu(mode):
+    # aten.view.dtype had no lowering (float bit tricks, float8 as bytes)
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    cases = [(x, torch.int32), (x, torch.uint8), (x, torch.float16), (x, torch.int64),
+             (x.to(torch.float8_e4m3fn), torch.uint8), (torch.arange(8, dtype=torch.uint8).reshape(2, 4), torch.float32),
+             (x > 0, torch.uint8), (x.to(torch.complex64), torch.float32)]
+    with tpu_runtime.set_eager_mode(mode):
+        for src, dtype in cases:
+            got, want = src.to("tpu").view(dtype).cpu(), src.view(dtype)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (src.dtype, dtype)
+        exponent = (x.to("tpu").view(torch.int32) >> 23) & 0xFF
+        assert torch.equal(exponent.cpu(), (x.view(torch.int32) >> 23) & 0xFF)

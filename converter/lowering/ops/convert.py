@@ -1,4 +1,4 @@
-"""Type conversion and identity-like ops: _to_copy, clone, scalar_tensor,
+"""Type conversion and identity-like ops: _to_copy, view.dtype (bit reinterpretation), clone, scalar_tensor,
 _local_scalar_dense, and the runtime assertions torch.export leaves in graphs.
 
 ``.to(dtype)``, ``.float()``, ``type_as`` and ``fill.Scalar``'s dtype handling
@@ -7,6 +7,7 @@ decompose to ``_to_copy``; ``lift_fresh_copy`` to ``clone``.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -128,3 +129,54 @@ def lower__assert_scalar_default(ctx, self, assert_msg):
     if isinstance(self, (bool, int, np.bool_)) and not self:
         raise LoweringError(str(aten._assert_scalar.default), ctx.location, str(assert_msg))
     return None
+
+
+def _bits(x):
+    """``x`` as unsigned integers of its width (bool as uint8; complex as its real/imag pairs)."""
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.uint8)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        parts = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1)
+        return _bits(parts.reshape(x.shape[:-1] + (2 * x.shape[-1],)) if x.ndim else parts)
+    return jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{jnp.dtype(x.dtype).itemsize * 8}"))
+
+
+def _from_bits(u, dtype):
+    """Unsigned integers of ``dtype``'s width → ``dtype`` (inverse of :func:`_bits`)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.dtype(np.bool_):
+        return u != 0
+    if dtype.kind == "c":
+        half = np.dtype(f"float{dtype.itemsize * 4}")
+        f = _from_bits(u, half)
+        f = f.reshape(f.shape[:-1] + (f.shape[-1] // 2, 2)) if f.ndim else f
+        return jax.lax.complex(f[..., 0], f[..., 1]).astype(dtype)
+    return jax.lax.bitcast_convert_type(u, dtype)
+
+
+@lowering(aten.view.dtype)
+def lower_view_dtype(ctx, self, dtype):
+    """view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)
+
+    Reinterprets the bits (``bitcast_convert_type``): to a narrower dtype the last dim grows by
+    the size ratio, to a wider one it shrinks (torch checks the sizes and the layout first);
+    bool goes through uint8, complex through its (real, imag) pairs. On the tpu device the
+    result is a copy, not an alias: writing into it does not change ``self``.
+    """
+    to = np.dtype(to_jax_dtype(dtype))
+    src = np.dtype(self.dtype)
+    if to == src:
+        return self
+    if to.itemsize == src.itemsize and "b" not in to.kind + src.kind and "c" not in to.kind + src.kind:
+        return jax.lax.bitcast_convert_type(self, to)  # one primitive (ONNX computes float32 → int32)
+    u = _bits(self)
+    width = np.dtype(u.dtype).itemsize
+    size = to.itemsize // 2 if to.kind == "c" else to.itemsize
+    word = np.dtype(f"uint{size * 8}")
+    if size < width:  # each element splits into width // size words (little-endian, as torch's memory)
+        u = jax.lax.bitcast_convert_type(u, word)
+        u = u.reshape(u.shape[:-2] + (u.shape[-2] * u.shape[-1],))
+    elif size > width:
+        u = u.reshape(u.shape[:-1] + (u.shape[-1] // (size // width), size // width))
+        u = jax.lax.bitcast_convert_type(u, word)
+    return _from_bits(u, to)
