@@ -205,9 +205,7 @@ def _is_list(arg: Any) -> bool:
 
 def _decompose(func: Any, name: str, *args: Any, **kwargs: Any) -> list:
     """A functional foreach call as its per-tensor op on each element (what ``torch.compile`` traces)."""
-    base = _ALIASES.get(name, name)
-    packet = getattr(aten, base)
-    return [packet(*pos, **kw) for pos, kw in _elements(func, base, args, kwargs)]
+    return _elementwise(func, name, args, kwargs)
 
 
 def decompositions() -> dict:

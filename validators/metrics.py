@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from converter.lowering.dtypes import FLOAT8
 from validators.tolerances import tolerance
 
 
@@ -63,7 +64,7 @@ def histogram(diff: np.ndarray) -> tuple:
 
 
 #: dtypes NumPy lacks (ml_dtypes aside): compared as float32, which holds each of their values exactly.
-_WIDENED = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+_WIDENED = (torch.bfloat16, *FLOAT8)
 
 
 def to_numpy(x: Any) -> np.ndarray:

@@ -27,14 +27,11 @@ TORCH_TO_JAX = {
 }
 JAX_TO_TORCH = {np.dtype(v): k for k, v in TORCH_TO_JAX.items()}
 
+#: The float8 dtypes tpu-export takes.
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+
 #: dtypes NumPy only has through ml_dtypes (no torch.from_numpy): moved as the integer type of their width.
-BIT_VIEWS = {
-    torch.bfloat16: (torch.int16, np.int16),
-    torch.float8_e4m3fn: (torch.uint8, np.uint8),
-    torch.float8_e5m2: (torch.uint8, np.uint8),
-    torch.float8_e4m3fnuz: (torch.uint8, np.uint8),
-    torch.float8_e5m2fnuz: (torch.uint8, np.uint8),
-}
+BIT_VIEWS = {torch.bfloat16: (torch.int16, np.int16), **{d: (torch.uint8, np.uint8) for d in FLOAT8}}
 
 
 def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from converter.lowering.dtypes import FLOAT8
 from exporters.jaxpr_walk import JaxprTranslator
 from exporters.litert import rules
 from exporters.litert.emitter import Val
@@ -35,7 +36,7 @@ class Translator(JaxprTranslator):
     COMPOSITES = rules.COMPOSITES
     #: Broadcasting a scalar to a large shape at export time would bloat the file.
     NO_FOLD = frozenset({"broadcast_in_dim", "iota", "dim_as_value"})
-    NO_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
+    NO_DTYPES = frozenset(str(d).removeprefix("torch.") for d in FLOAT8)
 
     def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
         """Evaluate an eqn on constant inputs now (:func:`exporters.litert.fold.fold`)."""

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from converter.errors import ParityError
+from converter.lowering.dtypes import FLOAT8
 from tpu_runtime.eager.strict import run_now
 
 #: (rtol, atol) per dtype. Mirrors validators/tolerances.py BY_DTYPE: the runtime may
@@ -35,8 +36,7 @@ TOLERANCES = {
     torch.float16: (1e-2, 1e-3),
     torch.bfloat16: (2e-2, 1e-2),
     # one unit in the last place of 3 (e4m3) or 2 (e5m2) mantissa bits: a scale applied in another order
-    **{d: (0.25, 0.0) for d in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
-                                torch.float8_e5m2fnuz)},
+    **{d: (0.25, 0.0) for d in FLOAT8},
 }
 
 
