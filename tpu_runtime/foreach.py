@@ -78,14 +78,40 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
                 plan = None
             _PLANS[key] = plan
         if plan is not None:
-            results = _execute(plan, ins)
             if functional is func:
-                return results
-            from tpu_runtime.dispatch import assign_each
-
-            assign_each(args[0], results)
-            return None
+                return _execute(plan, ins)
+            if not _overlapping(args):
+                _write_each(plan, ins, args[0])
+                return None
     return _elementwise(func, name, args, kwargs)
+
+
+def _overlapping(args: tuple) -> bool:
+    """Whether an in-place foreach call's targets (``args[0]``) share a storage with each other, or
+    with another list's element at a different position: torch then runs element by element, each
+    write seen by the next element (one plan would read every input before any write)."""
+    where = {}
+    for i, t in enumerate(args[0]):
+        if where.setdefault(id(getattr(t, "_storage", t)), i) != i:
+            return True
+    for a in args[1:]:
+        if type(a) is list or type(a) is tuple:
+            for j, t in enumerate(a):
+                if where.get(id(getattr(t, "_storage", t)), j) != j:
+                    return True
+    return False
+
+
+def _write_each(plan: Any, ins: list, dsts: Any) -> None:
+    """Run the functional twin's ``plan`` and write its ``i``-th result straight into ``dsts[i]``
+    (no wrapper tensor in between: an optimizer's in-place foreach calls write every parameter
+    and state tensor this way)."""
+    from tpu_runtime.eager import executor
+    from tpu_runtime.execute import _values, assign_value
+
+    results = executor().run(plan, _values(plan, ins))
+    for dst, value, spec in zip(dsts, results, plan.out_specs):
+        assign_value(dst, value, spec)
 
 
 def _elementwise(func: Any, name: str, args: tuple, kwargs: dict) -> Any:

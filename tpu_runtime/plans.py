@@ -134,8 +134,12 @@ def _key(a: Any, ins: list, dyn: bool) -> Any:
     if t is int:  # the common cases first: dims, sizes, then shape lists
         return a
     if t is list or t is tuple:
-        if _PLAIN.issuperset(map(type, a)):
+        types = set(map(type, a))
+        if _PLAIN.issuperset(types):
             return tuple(a)
+        if len(types) == 1 and TpuTensor in types:  # a foreach op's tensor list
+            ins.extend(a)
+            return tuple([x._spec for x in a])
         return tuple(_key(x, ins, dyn) for x in a)
     if t is float:
         if dyn:

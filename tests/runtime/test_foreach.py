@@ -111,3 +111,32 @@ def test_a_foreach_call_is_one_node_of_the_fused_graph_and_a_new_scalar_reuses_i
     torch._foreach_mul_(a, 0.75)
     for x, y in zip(ta, a):
         torch.testing.assert_close(x.cpu(), y)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_an_in_place_foreach_call_writes_through_views_into_their_base(mode):
+    # each result is written straight into its target: a view's write must reach the base it aliases
+    import tpu_runtime
+
+    base = torch.arange(12.0).reshape(3, 4)
+    tbase = base.to("tpu")
+    with tpu_runtime.set_eager_mode(mode):
+        torch._foreach_mul_([tbase[0], tbase[:, 3], tbase[2, 1:3]], [2.0, -1.0, 0.5])
+        got = tbase.cpu()
+    torch._foreach_mul_([base[0], base[:, 3], base[2, 1:3]], [2.0, -1.0, 0.5])
+    torch.testing.assert_close(got, base)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_an_in_place_foreach_call_over_aliasing_lists_runs_element_by_element_as_torch_does(mode):
+    # torch writes element 0 before it reads element 1: a target that another element reads (or
+    # that overlaps another target) sees the earlier writes
+    import tpu_runtime
+
+    a, b = torch.randn(4), torch.randn(4)
+    ta, tb = a.to("tpu"), b.to("tpu")
+    with tpu_runtime.set_eager_mode(mode):
+        torch._foreach_add_([ta, tb], [tb, ta])
+        got = [ta.cpu(), tb.cpu()]
+    torch._foreach_add_([a, b], [b, a])
+    torch.testing.assert_close(got, [a, b])

@@ -146,8 +146,8 @@ class FusedGraph:
             self.refs.append(_ref(r))
             outs = (r,)
         else:
-            outs = tuple(LazyRef(self, node, i, spec) for i, spec in enumerate(specs))
-            self.refs.extend(_ref(r) for r in outs)
+            outs = tuple([LazyRef(self, node, i, spec) for i, spec in enumerate(specs)])
+            self.refs.extend(map(_ref, outs))
         if len(self.nodes) >= MAX_OPS:
             self.flush()
         return outs
