@@ -165,7 +165,9 @@ def register() -> None:
 
     _STATE["autocast"] = autocast.register()
     _register_foreach_type()
+    from tpu_runtime import serialization
 
+    serialization.register()
     _STATE["registered"] = True
     jax.devices()  # initialize the JAX backend now, not inside the first op
 

@@ -35,7 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels, resize, rng
+from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels, resize, rng, serialization
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -501,6 +501,7 @@ _SPECIAL: dict[Any, Callable] = {
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
     **resize.HANDLERS,
+    **serialization.HANDLERS,
     **{aten_overload(name): _host_factory for name in HOST_FACTORIES},
 }
 

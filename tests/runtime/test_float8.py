@@ -59,8 +59,14 @@ def test_scaled_mm_matches_cpu(mode):
             tpu_kw = {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
             got = torch._scaled_mm(a.to("tpu"), b.to("tpu"), **tpu_kw).cpu()
             assert got.shape == want.shape and got.dtype == want.dtype, kw
-            tol = {"rtol": 0, "atol": 0} if want.dtype.itemsize == 1 else {"rtol": 1e-2, "atol": 1e-5}
-            torch.testing.assert_close(got.float(), want.float(), **tol)
+            if want.dtype.itemsize == 1:
+                # a float8 result: torch's CPU kernel rounds values next to a rounding midpoint its own way
+                # (seen: exact 0.148408 below the midpoint 0.1484375, torch 0.15625, ours 0.140625), so
+                # one float8 step apart, rarely
+                torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -3, atol=0)
+                assert (got.float() != want.float()).float().mean() <= 0.01, kw
+            else:
+                torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-5)
     a, b = _operands(16, 32, 16)
     with pytest.raises(Exception, match="only tensorwise and rowwise scales"):
         torch._scaled_mm(a.to("tpu"), b.to("tpu"), torch.ones(16, 2, device="tpu"), s2.to("tpu"),

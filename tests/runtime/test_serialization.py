@@ -1,0 +1,87 @@
+"""``torch.save`` / ``torch.load`` with tpu tensors and ``map_location="tpu"``."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+import tpu_runtime  # noqa: F401  (registers the device)
+
+
+def _roundtrip(obj, **load_kwargs):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, **load_kwargs)
+
+
+def _cpu_checkpoint() -> dict:
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(4, 6, generator=g)
+    return {
+        "weight": torch.nn.Parameter(base.clone()),
+        "view": base[1:3, 2:],             # shares ``base``'s storage, offset and strided
+        "base": base,
+        "transposed": base.t(),
+        "bf16": torch.randn(3, generator=g).to(torch.bfloat16),
+        "ids": torch.arange(5),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 3),
+        "nested": [torch.ones(2), {"x": torch.full((1,), 7.0)}],
+    }
+
+
+def _assert_on_tpu_and_equal(got, want) -> None:
+    if isinstance(want, torch.Tensor):
+        assert got.device.type == "tpu" and got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=0, atol=0)
+    elif isinstance(want, dict):
+        assert got.keys() == want.keys()
+        for k in want:
+            _assert_on_tpu_and_equal(got[k], want[k])
+    else:
+        for a, b in zip(got, want, strict=True):
+            _assert_on_tpu_and_equal(a, b)
+
+
+@pytest.mark.parametrize("where", ["tpu", "tpu:0", "device", "dict"])
+def test_a_cpu_checkpoint_loads_onto_the_tpu_device(where):
+    # the built-in PrivateUse1 deserializer allocated a device storage in C++: a segfault
+    ckpt = _cpu_checkpoint()
+    location = {"device": torch.device("tpu"), "dict": {"cpu": "tpu"}}.get(where, where)
+    got = _roundtrip(ckpt, map_location=location)
+    _assert_on_tpu_and_equal(got, ckpt)
+    assert isinstance(got["weight"], torch.nn.Parameter) and got["weight"].requires_grad
+    got["view"].add_(1.0)  # a loaded tensor is a tensor of its own, usable in place
+    torch.testing.assert_close(got["view"].cpu(), ckpt["view"] + 1.0)
+
+
+def test_a_tpu_checkpoint_loads_on_the_tpu_device_and_on_the_cpu():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4)).to("tpu")
+    state = model.state_dict()
+    for location in (None, "tpu", "cpu"):
+        got = _roundtrip(state, map_location=location)
+        for k, v in state.items():
+            assert got[k].device.type == ("cpu" if location == "cpu" else "tpu")
+            torch.testing.assert_close(got[k].cpu(), v.cpu())
+
+
+def test_load_state_dict_from_a_checkpoint_mapped_to_tpu_trains():
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    model = torch.nn.Linear(3, 2).to("tpu")
+    model.load_state_dict(_roundtrip(ref.state_dict(), map_location="tpu"))
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(model(x.to("tpu")).detach().cpu(), ref(x).detach())
+    model(x.to("tpu")).sum().backward()
+    assert model.weight.grad.device.type == "tpu"
+
+
+def test_a_missing_tpu_index_and_a_foreign_storage_are_clear_errors():
+    with pytest.raises(RuntimeError, match=r"tpu device 1 but torch.tpu.device_count\(\) is 1"):
+        _roundtrip({"w": torch.ones(2)}, map_location="tpu:1")
+    t = torch.zeros(2, device="tpu")
+    with pytest.raises(RuntimeError, match="set_ of a tpu tensor from a storage on cpu"):
+        t.set_(torch.ones(2).untyped_storage(), 0, (2,), (1,))

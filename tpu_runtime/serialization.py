@@ -1,0 +1,103 @@
+"""``torch.load(..., map_location="tpu")``: checkpoint storages restored onto the tpu device.
+
+``torch.load`` restores each storage of a checkpoint to its location (``map_location``
+overrides it) through the deserializers of ``torch.serialization.register_package``; the
+built-in one for a PrivateUse1 device calls ``storage.to(device)``, which allocates a storage
+on the device in C++ — a Python backend has no allocator there (PyTorch crashed). Ours,
+registered ahead of it, restores a ``tpu`` location as an empty placeholder storage on the
+device that carries the CPU storage read from the file; torch then rebuilds each tensor as
+``torch.empty(0, device="tpu").set_(placeholder, offset, size, stride)``, and the
+dispatcher's ``set_`` from a storage (:func:`set_storage`) uploads that view of the CPU data.
+
+Tensors of a checkpoint saved from tpu tensors are CPU copies with torch's
+device-rebuild function (see ``TpuTensor.__reduce_ex__``), so they load with any
+``map_location`` as well. Tensors that shared one storage in the file load as separate
+tensors on the device (``load_state_dict`` copies each into its parameter either way).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from tpu_runtime.resize import rebind
+from tpu_runtime.tensor import TpuTensor
+
+aten = torch.ops.aten
+_PRIORITY = 19  # ahead of torch's own PrivateUse1 deserializer (23)
+
+
+def _tag(obj: Any) -> None:
+    """Saving: no storage is tagged here (tpu tensors pickle as CPU copies)."""
+    return None
+
+
+def _restore(storage: Any, location: str) -> Any:
+    """A storage read from a checkpoint, for ``location``: a placeholder on the tpu device carrying
+    it when ``location`` names the tpu device, else ``None`` (the next deserializer's turn).
+
+    Raises:
+        RuntimeError: ``location`` names a tpu device index that does not exist.
+    """
+    if location != "tpu" and not location.startswith("tpu:"):
+        return None
+    index = int(location.split(":", 1)[1]) if ":" in location else 0
+    if index >= torch.tpu.device_count():
+        raise RuntimeError(f"Attempting to deserialize object on tpu device {index} but "
+                           f"torch.tpu.device_count() is {torch.tpu.device_count()}; use map_location to place "
+                           "the storages on another device")
+    placeholder = torch._C._acc.create_empty_tensor([0], torch.uint8).untyped_storage()
+    placeholder._tpu_host = storage.cpu()
+    return placeholder
+
+
+def _contiguous_strides(size: tuple) -> tuple:
+    strides, step = [], 1
+    for s in reversed(size):
+        strides.append(step)
+        step *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def set_storage(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """set_.source_Storage_storage_offset(Tensor(a!) self, Storage source, SymInt storage_offset, SymInt[] size,
+    SymInt[] stride=[]) -> Tensor(a!) (and ``set_.source_Storage``): ``self`` becomes the ``size``/``stride``
+    view of a placeholder storage's CPU data (see the module docstring), uploaded.
+
+    Raises:
+        RuntimeError: ``source`` is not a storage that :func:`_restore` made (a Python backend's
+            tensors have no device storage to share).
+    """
+    self, source = args[0], args[1]
+    host = getattr(source, "_tpu_host", None)
+    if host is None:
+        raise RuntimeError(f"set_ of a tpu tensor from a storage on {source.device} is not supported: tpu tensors "
+                           "hold JAX arrays, not device storages; use t.copy_(src) or src.to('tpu')")
+    offset = int(kwargs.get("storage_offset", args[2] if len(args) > 2 else 0))
+    if len(args) > 3 or "size" in kwargs:
+        size = tuple(int(s) for s in kwargs.get("size", args[3] if len(args) > 3 else ()))
+    else:
+        size = (host.nbytes() // self.element_size(),)
+    stride = kwargs.get("stride", args[4] if len(args) > 4 else ())
+    stride = tuple(int(s) for s in stride) if stride else _contiguous_strides(size)
+    cpu = torch.empty(0, dtype=self.dtype).set_(host, offset, size, stride)
+    if math.prod(size):
+        cpu = cpu.clone()
+    return rebind(self, cpu.to(self.device))
+
+
+def register() -> None:
+    """Register the deserializer with ``torch.serialization`` (once)."""
+    from torch.serialization import _package_registry
+
+    if not any(entry[2] is _restore for entry in _package_registry):
+        torch.serialization.register_package(_PRIORITY, _tag, _restore)
+
+
+#: Dispatcher entries (see :mod:`tpu_runtime.dispatch`).
+HANDLERS: dict[Any, Callable] = {
+    aten.set_.source_Storage_storage_offset: set_storage,
+    aten.set_.source_Storage: set_storage,
+}
