@@ -108,9 +108,21 @@ def aten_overload(name: str) -> Any:
     return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
 
+def check_index(device: Any) -> None:
+    """Refuse a tpu device index other than 0 (as CUDA refuses an invalid ordinal; it was mapped to 0).
+
+    Raises:
+        RuntimeError: ``device`` (a ``torch.device`` or ``None``) names another index.
+    """
+    if device is not None and device.index not in (None, 0):
+        raise RuntimeError(f"tpu device {device.index} does not exist: torch.tpu.device_count() is 1 (the runtime "
+                           "uses jax.devices()[0]); use device='tpu' or 'tpu:0'")
+
+
 def _factory(op: Any, *args: Any, **kwargs: Any) -> Any:
     from tpu_runtime.dispatch import dispatch
 
+    check_index(kwargs.get("device"))
     return dispatch(op, args, kwargs)
 
 
@@ -172,4 +184,4 @@ def register() -> None:
     jax.devices()  # initialize the JAX backend now, not inside the first op
 
 
-__all__ = ["register", "FACTORIES", "HOST_FACTORIES", "aten_overload"]
+__all__ = ["register", "FACTORIES", "HOST_FACTORIES", "aten_overload", "check_index"]

@@ -39,7 +39,7 @@ from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kerne
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
-from tpu_runtime.device import HOST_FACTORIES, aten_overload
+from tpu_runtime.device import HOST_FACTORIES, aten_overload, check_index
 from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
@@ -362,9 +362,12 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
 def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     x = args[0]
     device, dtype = kwargs.get("device"), kwargs.get("dtype")
-    if device is not None and torch.device(device).type != "tpu":
-        cpu = to_cpu(x)
-        return cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
+    if device is not None:
+        device = torch.device(device)
+        if device.type != "tpu":
+            cpu = to_cpu(x)
+            return cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
+        check_index(device)
     if dtype is None or dtype == x.dtype:
         return new_tensor(read(x), x._spec[0], x._spec[1])
     return run_op(aten._to_copy.default, (x,), {"dtype": dtype})

@@ -369,3 +369,17 @@ def test_view_as_another_dtype_reinterprets_the_bits_as_on_cpu(mode):
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (src.dtype, dtype)
         exponent = (x.to("tpu").view(torch.int32) >> 23) & 0xFF
         assert torch.equal(exponent.cpu(), (x.view(torch.int32) >> 23) & 0xFF)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(2, device="tpu:1"),
+    lambda: torch.randn(2, device=torch.device("tpu", 2)),
+    lambda: torch.ones(2).to("tpu:1"),
+    lambda: torch.ones(2).to("tpu").to("tpu:1"),
+    lambda: torch.nn.Linear(2, 2).to("tpu:1"),
+], ids=["factory", "random factory", "cpu to", "tpu to", "module to"])
+def test_a_device_index_other_than_zero_is_refused(make):
+    # it was silently mapped to tpu:0 (CUDA refuses an invalid ordinal)
+    with pytest.raises(RuntimeError, match=r"tpu device \d does not exist: torch.tpu.device_count\(\) is 1"):
+        make()
+    assert torch.ones(1, device="tpu:0").device == torch.ones(1).to("tpu").to("tpu:0").device == torch.device("tpu:0")
