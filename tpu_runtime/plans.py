@@ -213,6 +213,34 @@ def out_meta(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None) -> A
     return fn(*_fill(targs, metas), **_fill(tkwargs, metas)), targs, tkwargs
 
 
+#: Inputs larger than this (elements in all) are not rebuilt on the CPU to reproduce an error.
+_REPRO_NUMEL = 1 << 22
+
+
+def _raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, error: Exception) -> None:
+    """Raise what PyTorch on the CPU raises for this call, if it refuses it (shapes that do not match, a dim out
+    of range): the same exception type and message a user's ``except`` expects; the op and the user's line are
+    added as a note. Returns when the meta failure is the runtime's own (no meta kernel, a data-dependent shape)."""
+    if isinstance(error, NotImplementedError):  # no meta kernel, or a data-dependent output shape
+        return
+    counter = [0, func in DYNAMIC_FLOAT_OPS if dyn is None else dyn]
+    targs, tkwargs = _template(tuple(args), counter), _template(dict(kwargs), counter)
+    ins: list = []
+    _collect(args, ins, counter[1])
+    _collect(tuple(kwargs.values()), ins, counter[1])
+    if sum(x.numel() for x in ins if isinstance(x, torch.Tensor)) > _REPRO_NUMEL:
+        return
+    cpu = [torch.zeros(tuple(x.shape), dtype=x.dtype) if isinstance(x, TpuTensor) else x for x in ins]
+    fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
+    try:
+        func(*_fill(targs, cpu), **fill)
+    except Exception as e:  # noqa: BLE001 (re-raised as it is)
+        if isinstance(e, NotImplementedError) or not isinstance(e, type(error)):  # not the same refusal
+            return
+        e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()})")
+        raise e.with_traceback(None) from None
+
+
 def _collect(args: Any, ins: list, dyn: bool) -> None:
     for a in args:
         if isinstance(a, torch.Tensor) or (dyn and type(a) is float):
@@ -233,6 +261,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     except ConversionError:
         raise
     except Exception as e:
+        _raise_as_on_cpu(func, args, kwargs, dyn, e)
         raise ShapeInferenceError(func, caller_location(),
                                   f"its output shape cannot be inferred without running it ({type(e).__name__}: "
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e

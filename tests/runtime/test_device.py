@@ -383,3 +383,18 @@ def test_a_device_index_other_than_zero_is_refused(make):
     with pytest.raises(RuntimeError, match=r"tpu device \d does not exist: torch.tpu.device_count\(\) is 1"):
         make()
     assert torch.ones(1, device="tpu:0").device == torch.ones(1).to("tpu").to("tpu:0").device == torch.device("tpu:0")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_call_torch_refuses_raises_torchs_own_error(mode):
+    # it raised the runtime's ShapeInferenceError (not a RuntimeError, hinting at the CPU fallback),
+    # so a user's ``except RuntimeError`` / ``except IndexError`` missed it
+    x, w = torch.randn(2, 3), torch.randn(4, 4)
+    for call, error in ((lambda a, b: a @ b, RuntimeError), (lambda a, b: a.sum(5), IndexError),
+                        (lambda a, b: a + b, RuntimeError), (lambda a, b: a.view(5), RuntimeError)):
+        with pytest.raises(error) as want:
+            call(x, w)
+        with tpu_runtime.set_eager_mode(mode), pytest.raises(error) as got:
+            call(x.to("tpu"), w.to("tpu"))
+        assert str(got.value) == str(want.value)
+        assert "test_device.py" in got.value.__notes__[0]
