@@ -16,6 +16,10 @@ TORCH_TO_JAX = {
     torch.int16: jnp.int16,
     torch.int32: jnp.int32,
     torch.int64: jnp.int64,
+    # torch's "limited support" unsigned types: bitwise ops, shifts, comparisons, ``hash_tensor``'s result
+    torch.uint16: jnp.uint16,
+    torch.uint32: jnp.uint32,
+    torch.uint64: jnp.uint64,
     torch.bool: jnp.bool_,
     torch.complex64: jnp.complex64,
     torch.complex128: jnp.complex128,

@@ -311,3 +311,20 @@ def test_fractional_max_pool_trains_as_on_cpu(mode):
             out = fn(xt, kernel, output_size=size, _random_samples=samples.to("tpu"))
             out.square().sum().backward()
             torch.testing.assert_close(xt.grad.cpu(), ref.grad)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_segment_reduce_trains_on_the_device_as_on_cpu(mode):
+    # segment_reduce and its backward have rows (they raised 'unsupported op')
+    g = torch.Generator().manual_seed(0)
+    data, lengths = torch.randn(6, 3, generator=g), torch.tensor([2, 0, 4])
+    x = data.clone().requires_grad_()
+    with tpu_runtime.set_eager_mode(mode):
+        xt = data.to("tpu").requires_grad_()
+        for reduce in ("sum", "mean", "max", "prod"):
+            got = torch.segment_reduce(xt, reduce, lengths=lengths.to("tpu"), initial=0.5)
+            want = torch.segment_reduce(x, reduce, lengths=lengths, initial=0.5)
+            (got * torch.arange(9.0).view(3, 3).to("tpu")).sum().backward()
+            (want * torch.arange(9.0).view(3, 3)).sum().backward()
+            torch.testing.assert_close(got.detach().cpu(), want.detach())
+            torch.testing.assert_close(xt.grad.cpu(), x.grad)

@@ -296,3 +296,47 @@ def lower_nextafter_default(ctx, self, other):
     dt = out_dtype(ctx, self, other)
     a, b = promote(self, other, dtype=dt)
     return jnp.nextafter(a, b)
+
+
+def _gcd(a, b):
+    """Euclid's algorithm on ``|a|``, ``|b|`` in their integer dtype, as torch's ``calc_gcd`` (``abs`` of
+    the most negative value wraps to itself, so ``gcd(INT_MIN, INT_MIN)`` is ``INT_MIN``)."""
+    a, b = jnp.abs(a), jnp.abs(b)
+
+    def step(ab):
+        a, b = ab
+        live = a != 0
+        return jnp.where(live, jax.lax.rem(b, jnp.where(live, a, 1)), a), jnp.where(live, a, b)
+
+    return jax.lax.while_loop(lambda ab: jnp.any(ab[0] != 0), step, (a, b))[1]
+
+
+@lowering(aten.gcd.default)
+def lower_gcd_default(ctx, self, other):
+    """gcd(Tensor self, Tensor other) -> Tensor
+
+    Integer dtypes only (torch refuses floats). Emits a ``while`` loop of ``rem``/``select``
+    (Euclid) until every element is done, in int32 for the narrower types (C's integer
+    promotion, as torch's kernel computes), wrapped into the dtype.
+    """
+    dt = out_dtype(ctx, self, other)
+    a, b = promote(self, other, dtype=_c_int(dt))
+    return _gcd(*bcast(a, b)).astype(dt)
+
+
+@lowering(aten.lcm.default)
+def lower_lcm_default(ctx, self, other):
+    """lcm(Tensor self, Tensor other) -> Tensor
+
+    ``|a / gcd(a, b) * b|`` computed as C does (int32 for narrower types), then wrapped into the
+    dtype as torch's result is; 0 where the gcd is 0.
+    """
+    dt = out_dtype(ctx, self, other)
+    a, b = bcast(*promote(self, other, dtype=_c_int(dt)))
+    g = _gcd(a, b)
+    return jnp.where(g == 0, jnp.zeros_like(a), jnp.abs(jax.lax.div(a, jnp.where(g == 0, 1, g)) * b)).astype(dt)
+
+
+def _c_int(dt):
+    """The type C arithmetic on ``dt`` happens in (integer promotion: int32 for the narrower types)."""
+    return jnp.int32 if np.dtype(dt).itemsize < 4 else dt
