@@ -142,6 +142,8 @@ def _classify(func: Any) -> tuple:
         return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
     if func in kernels.KERNELS:
         return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC, func in INDEXING_OPS, next(_TAGS))
+    if func.namespace not in ("aten", "prims") and _has_device_kernel(func):
+        return ("special", _custom_kernel)
     if is_foreach(func):
         return ("special", run_foreach)
     schema = func._schema
@@ -175,6 +177,23 @@ def _classify(func: Any) -> tuple:
     if fn is not None:
         return ("decomp", fn, next(_TAGS))
     return ("missing",)
+
+
+_PRIVATEUSE1 = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+
+
+def _has_device_kernel(func: Any) -> bool:
+    """Whether a custom op (``torch.library``) has a kernel for the tpu device or a device-agnostic one."""
+    name = func.name()
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+               for key in ("PrivateUse1", "CompositeExplicitAutograd"))
+
+
+def _custom_kernel(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A custom op without a row: its kernel for the tpu device (``register_kernel("tpu", ...)``) or its
+    device-agnostic implementation (``torch.library.custom_op`` without ``device_types``), run below this
+    dispatcher; the torch ops it calls on tpu tensors come back here one by one."""
+    return func.redispatch(_PRIVATEUSE1, *args, **kwargs)
 
 
 def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int) -> Any:

@@ -56,9 +56,12 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         names = sorted(str(k) for k in registry.registered())
         packet = str(func).rsplit(".", 1)[0]
         nearest = [n for n in names if n.startswith(packet + ".")] or difflib.get_close_matches(str(func), names, 3)
+        reason = "no lowering, runtime kernel or decomposition"
+        if func.namespace not in ("aten", "prims"):  # a custom op registered for other devices only
+            reason = ("a custom op with no kernel for the tpu device or for every device (register one with "
+                      "torch.library.register_kernel(op, 'tpu', fn), or a row with @lowering)")
         raise UnsupportedOpError(str(func), "tpu", caller_location(), nearest=nearest[:5],
-                                 reason="no lowering, runtime kernel or decomposition; "
-                                        "tpu_runtime.set_cpu_fallback(True) runs it on CPU (reported)")
+                                 reason=reason + "; tpu_runtime.set_cpu_fallback(True) runs it on CPU (reported)")
     return cpu_fallback(func, args, kwargs)
 
 

@@ -1,0 +1,72 @@
+"""Custom ops (``torch.library``) on tpu tensors: their device-agnostic or tpu kernel runs on the device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpu_runtime
+from converter.errors import UnsupportedOpError
+
+
+@torch.library.custom_op("tpu_export_test::scale_add", mutates_args=())
+def scale_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x * alpha + y
+
+
+def _scale_add_backward(ctx, grad):
+    return grad * ctx.alpha, grad, None
+
+
+def _scale_add_context(ctx, inputs, output):
+    ctx.alpha = inputs[2]
+
+
+scale_add.register_autograd(_scale_add_backward, setup_context=_scale_add_context)
+
+
+@torch.library.custom_op("tpu_export_test::cpu_only", mutates_args=(), device_types="cpu")
+def cpu_only(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@torch.library.custom_op("tpu_export_test::per_device", mutates_args=(), device_types="cpu")
+def per_device(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@per_device.register_kernel("tpu")
+def _(x):
+    return x + 2  # a kernel of the tpu device's own
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_device_agnostic_custom_op_and_its_autograd_run_on_the_device(mode):
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    xt, yt = x.to("tpu").requires_grad_(), y.to("tpu")
+    with tpu_runtime.set_eager_mode(mode):
+        out = scale_add(xt, yt, 0.5)
+        (out * 2).sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), x * 0.5 + y)
+        torch.testing.assert_close(xt.grad.cpu(), torch.ones(3, 4))
+    assert torch.ops.tpu_export_test.per_device(torch.zeros(2).to("tpu")).cpu().tolist() == [2.0, 2.0]
+
+
+def test_a_custom_op_for_other_devices_only_names_what_to_register():
+    with pytest.raises(UnsupportedOpError, match=r"tpu_export_test.cpu_only.*register_kernel\(op, 'tpu', fn\)"):
+        cpu_only(torch.zeros(2).to("tpu"))
+
+
+def test_chunked_linear_cross_entropy_runs_its_custom_op_on_the_device():
+    # torch's chunked path is a torch_nn:: custom op (it raised 'unsupported op')
+    g = torch.Generator().manual_seed(0)
+    x, w, t = torch.randn(6, 5, generator=g), torch.randn(7, 5, generator=g), torch.randint(0, 7, (6,), generator=g)
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    xr, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    want = F.linear_cross_entropy(xr, w, t, options=opts)
+    got = F.linear_cross_entropy(xt, w.to("tpu"), t.to("tpu"), options=opts)
+    want.backward()
+    got.backward()
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-6)
