@@ -264,9 +264,31 @@ def _copy_shared_outputs(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _custom_op_decompositions(gm: torch.fx.GraphModule) -> None:
+    """Decompose the graph's custom ops (``torch.library.custom_op``) that have no row into their
+    kernel for the tpu device, or their device-agnostic one, as eager mode runs them (AOTAutograd
+    still applies their registered autograd formula above the decomposition)."""
+    from torch._library.custom_ops import _maybe_get_opdef
+
+    from converter.lowering import registry
+
+    for node in gm.graph.nodes:
+        op = node.target
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            op = getattr(op, "default", None)
+        if (node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op in _DECOMPOSITIONS
+                or op.namespace in ("aten", "prims") or registry.find(op) is not None):
+            continue
+        opdef = _maybe_get_opdef(op)
+        kernel = opdef and (opdef._backend_fns.get("tpu") or opdef._backend_fns.get(None))
+        if kernel:
+            _DECOMPOSITIONS[op] = kernel
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
     :func:`compile_graph` for the forward and backward graphs."""
     _late_decompositions()
+    _custom_op_decompositions(gm)
     _copy_shared_outputs(gm)
     return _AOT(gm, example_inputs, **kwargs)
