@@ -24,7 +24,7 @@ from converter.errors import UnsupportedOpError
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
 from converter.lowering.ops.embedding import bag_ids
-from converter.lowering.ops.linalg import grouped_mm_meta, scaled_mm_meta
+from converter.lowering.ops.linalg import grouped_mm_meta, scaled_mm_meta, scaled_mm_v2_meta
 from tpu_runtime import optim_kernels
 
 aten = torch.ops.aten
@@ -235,6 +235,7 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten.geqrf.default: lambda self: (torch.empty_like(self), self.new_empty(self.shape[:-2] + (min(self.shape[-2:]),))),
     aten._grouped_mm.default: grouped_mm_meta,
     aten._scaled_mm.default: scaled_mm_meta,
+    aten._scaled_mm_v2.default: scaled_mm_v2_meta,
     aten.fractional_max_pool3d_backward.default: lambda grad_output, self, *args: torch.empty_like(self),
     aten.histogram.bin_ct: _histogram_meta,
     aten.histogram.bins_tensor: _histogram_meta,

@@ -105,3 +105,25 @@ def test_debug_mode_compares_float8_ops_with_cpu():
         torch.cat([a.to("tpu"), x])
         x + x
         assert REPORT.findings == [] and REPORT.compared >= 3 and REPORT.uncompared == 1
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_functional_scaled_mm_tensorwise_and_rowwise_match_cpu(mode):
+    # torch.nn.functional.scaled_mm is _scaled_mm_v2 (it had no row)
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(3)
+    a, b = _operands(16, 32, 24)
+    S = F.ScalingType
+    cases = [(torch.tensor(0.7), S.TensorWise, torch.tensor(1.3), S.TensorWise, torch.float32),
+             (torch.rand(16, 1, generator=g) + 0.5, S.RowWise, torch.rand(1, 24, generator=g) + 0.5, S.RowWise,
+              torch.bfloat16)]
+    with tpu_runtime.set_eager_mode(mode):
+        for sa, ra, sb, rb, dtype in cases:
+            want = F.scaled_mm(a, b, sa, ra, sb, rb, output_dtype=dtype)
+            got = F.scaled_mm(a.to("tpu"), b.to("tpu"), sa.to("tpu"), ra, sb.to("tpu"), rb, output_dtype=dtype).cpu()
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-5)
+        with pytest.raises(Exception, match="only one tensorwise or rowwise scale per operand"):
+            F.scaled_mm(a.to("tpu"), b.to("tpu"), torch.ones(16, 1).to("tpu"), S.BlockWise1x32,
+                        torch.ones(1, 24).to("tpu"), S.RowWise).cpu()

@@ -245,3 +245,37 @@ def lower__scaled_mm_default(ctx, self, mat2, scale_a, scale_b, bias=None, scale
     if scale_result is not None and jnp.finfo(dtype).bits == 8:
         out = out / scale_result.astype(f32).reshape(())
     return cast(out, dtype)
+
+
+#: ``torch.nn.functional.ScalingType`` values of the scale layouts ``_scaled_mm`` takes.
+_TENSORWISE_OR_ROWWISE = (0, 1)
+
+
+def scaled_mm_v2_meta(self, mat2, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias, out_dtype,
+                      contraction_dim=(), use_fast_accum=False):
+    """``_scaled_mm_v2``'s output, from meta tensors (as :func:`scaled_mm_meta`)."""
+    return self.new_empty((self.shape[0], mat2.shape[1]), dtype=out_dtype or self.dtype)
+
+
+@lowering(aten._scaled_mm_v2.default)
+def lower__scaled_mm_v2_default(ctx, self, mat2, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias,
+                                out_dtype, contraction_dim=(), use_fast_accum=False):
+    """_scaled_mm_v2(Tensor self, Tensor mat2, Tensor[] scale_a, int[] recipe_a, int[] swizzle_a, Tensor[] scale_b, int[] recipe_b, int[] swizzle_b, Tensor? bias, ScalarType? out_dtype, int[] contraction_dim=[], bool use_fast_accum=False) -> Tensor
+
+    ``torch.nn.functional.scaled_mm``: with one tensorwise or rowwise scale per operand
+    (``ScalingType.TensorWise``/``RowWise``), no swizzle and the usual contraction
+    (``self``'s last dim with ``mat2``'s first), the ``_scaled_mm`` product.
+
+    Raises:
+        LoweringError: blockwise recipes, several scales, swizzled scales or another contraction.
+    """  # noqa: E501 (the first line is the exact schema)
+    plain = (len(scale_a) == len(scale_b) == 1 and list(recipe_a)[:1] == list(recipe_a)
+             and list(recipe_b)[:1] == list(recipe_b) and recipe_a[0] in _TENSORWISE_OR_ROWWISE
+             and recipe_b[0] in _TENSORWISE_OR_ROWWISE and not any(swizzle_a) and not any(swizzle_b)
+             and list(contraction_dim) in ([], [1, 0]))
+    if not plain:
+        raise LoweringError(str(aten._scaled_mm_v2.default), ctx.location,
+                            f"scale recipes {list(recipe_a)}/{list(recipe_b)}, swizzles {list(swizzle_a)}/"
+                            f"{list(swizzle_b)}, contraction {list(contraction_dim)}: only one tensorwise or rowwise "
+                            "scale per operand, unswizzled, over the usual contraction is supported")
+    return lower__scaled_mm_default(ctx, self, mat2, scale_a[0], scale_b[0], bias, None, out_dtype, use_fast_accum)
