@@ -45,9 +45,31 @@ def _cholesky(a, upper=False, info_only=False):
     return info if info_only else (out, info)
 
 
+def _symmetric(n: int, batch: tuple = (), seed: int = 0, small_diagonal: bool = False) -> torch.Tensor:
+    m = make(batch + (n, n), torch.float64, seed=seed)
+    m = m + m.mT
+    if small_diagonal:  # Bunch-Kaufman then takes 2x2 blocks and interchanges
+        m.diagonal(dim1=-2, dim2=-1).mul_(0.01)
+    return m
+
+
+def _ldl_solve(a, b):
+    ld, piv, _ = aten.linalg_ldl_factor_ex(a)
+    return aten.linalg_ldl_solve(ld, piv, b)
+
+
 NOT_PD = torch.tensor([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # leading minor of order 2 is 0
 
 OPS = [
+    OpInfo("linalg_ldl_factor_ex", aten.linalg_ldl_factor_ex, (aten.linalg_ldl_factor_ex.default,),
+           lambda dt: [Sample((_symmetric(5),)), Sample((_symmetric(6, small_diagonal=True),), name="pivoting"),
+                       Sample((_symmetric(4, (2,), seed=1, small_diagonal=True),), name="batched"),
+                       Sample((torch.zeros(3, 3, dtype=torch.float64),), name="singular")],
+           dtypes=(torch.float64,)),
+    OpInfo("linalg_ldl_solve", _ldl_solve, (aten.linalg_ldl_factor_ex.default, aten.linalg_ldl_solve.default),
+           lambda dt: [Sample((_symmetric(6, small_diagonal=True), make((6, 2), torch.float64, seed=2))),
+                       Sample((_symmetric(4, (2,), seed=1, small_diagonal=True), make((2, 4, 3), torch.float64, seed=3)),
+                              name="batched")], dtypes=(torch.float64,)),
     OpInfo("linalg_lu_factor_ex", aten.linalg_lu_factor_ex, (aten.linalg_lu_factor_ex.default,),
            lambda dt: [Sample((make((4, 4), dt),)), Sample((make((2, 3, 3), dt),), name="batched"),
                        Sample((make((3, 5), dt),), name="wide")], tol=TOL),
