@@ -528,6 +528,18 @@ _SPECIAL: dict[Any, Callable] = {
 }
 
 
+def handles(func: Any) -> bool:
+    """Whether ``func`` has a route here (a call mixing tpu tensors with another tensor subclass, such as
+    a nested tensor, is left to that subclass when it has none: ``__torch_dispatch__``'s NotImplemented)."""
+    route = _ROUTES.get(id(func))
+    if route is None or route[-1] is not func:
+        route = _ROUTES[id(func)] = _generator_route(func) + (func,)
+    if route[0] == "generator":
+        route = route[2]
+    return route[0] != "missing"
+
+
 tensor_module._DISPATCH[0] = dispatch
+tensor_module._HANDLES[0] = handles
 
 __all__ = ["dispatch", "run_op"]

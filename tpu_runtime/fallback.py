@@ -57,7 +57,10 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         packet = str(func).rsplit(".", 1)[0]
         nearest = [n for n in names if n.startswith(packet + ".")] or difflib.get_close_matches(str(func), names, 3)
         reason = "no lowering, runtime kernel or decomposition"
-        if func.namespace not in ("aten", "prims"):  # a custom op registered for other devices only
+        if "_nested_" in func._schema.name:  # the strided nested layout is a C++ tensor implementation
+            reason = ("nested tensors of the strided layout need a C++ storage on the device; jagged ones "
+                      "(layout=torch.jagged) hold tpu tensors")
+        elif func.namespace not in ("aten", "prims"):  # a custom op registered for other devices only
             reason = ("a custom op with no kernel for the tpu device or for every device (register one with "
                       "torch.library.register_kernel(op, 'tpu', fn), or a row with @lowering)")
         raise UnsupportedOpError(str(func), "tpu", caller_location(), nearest=nearest[:5],

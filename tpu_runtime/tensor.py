@@ -72,6 +72,8 @@ class TpuTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if len(types) > 1 and not _HANDLES[0](func):  # another subclass's op (a nested tensor's): its turn
+            return NotImplemented
         return _DISPATCH[0](func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
@@ -252,3 +254,5 @@ def _first_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 #: The dispatcher (bound by :mod:`tpu_runtime.dispatch` when it loads; one less call per op).
 _DISPATCH: list = [_first_dispatch]
+#: ``handles(func)``: whether the dispatcher has a route for ``func`` (bound by :mod:`tpu_runtime.dispatch`).
+_HANDLES: list = [lambda func: True]
