@@ -43,17 +43,17 @@ def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches():
 def test_control_flow_errors_name_the_users_line():
     # ONNX and LiteRT have no rule for lax.cond; an unsupported op inside a branch is found before tracing
     class Bad(torch.nn.Module):
-        def forward(self, x, lengths):
-            return torch.cond(x.sum() > 0, lambda t, n: torch.segment_reduce(t, "sum", lengths=n),
-                              lambda t, n: t[:2] * 1.0, (x, lengths))
+        def forward(self, x, mask):
+            return torch.cond(x.sum() > 0, lambda t, m: torch.ops.aten._masked_scale(t, m, 2.0),
+                              lambda t, m: t * 1.0, (x, mask))
 
     for target in ("onnx", "litert"):
         with pytest.raises(UnsupportedOpError, match=rf"cond \(lax.cond\) for target '{target}' at "
                                                      r".*test_control_flow.py:\d+ in forward"):
             convert(_Branchy().eval(), (torch.rand(2, 4),), target=target)
-    with pytest.raises(UnsupportedOpError, match=r"aten.segment_reduce.default for target 'tpu' at "
+    with pytest.raises(UnsupportedOpError, match=r"aten._masked_scale.default for target 'tpu' at "
                                                  r".*test_control_flow.py:\d+"):
-        convert(Bad(), (torch.arange(6.0), torch.tensor([2, 4])), target="tpu")
+        convert(Bad(), (torch.arange(6.0), torch.ones(6, dtype=torch.bool)), target="tpu")
 
 
 def test_a_branch_is_decomposed_like_the_graph():

@@ -201,20 +201,20 @@ def test_torch_save_and_load_of_a_tpu_checkpoint(tmp_path):
 
 
 def test_unsupported_op_names_the_op_and_fallback_is_reported():
-    cpu = torch.tensor([[2.0, 0.5, 0.0], [0.5, 3.0, 1.0], [0.0, 1.0, 4.0]])
+    cpu, coefficients = torch.randn(3, 4), torch.randn(2, 3)
     t = cpu.to("tpu")
     # the error names the user's line (it said "at unknown location")
-    with pytest.raises(UnsupportedOpError, match=r"aten\.linalg_ldl_factor_ex\.default for target 'tpu' at "
+    with pytest.raises(UnsupportedOpError, match=r"aten\._compute_linear_combination\.default for target 'tpu' at "
                                                  r".*test_device\.py:\d+ in test_unsupported_op.*set_cpu_fallback"):
-        torch.linalg.ldl_factor(t)
+        torch.ops.aten._compute_linear_combination(t, coefficients.to("tpu"))
     tpu_runtime.set_cpu_fallback(True)
     try:
-        out = torch.linalg.ldl_factor(t)
+        out = torch.ops.aten._compute_linear_combination(t, coefficients.to("tpu"))
     finally:
         tpu_runtime.set_cpu_fallback(False)
-    want = torch.linalg.ldl_factor(cpu)
-    assert all(o.device.type == "tpu" and torch.equal(o.cpu(), w) for o, w in zip(out, want))
-    assert tpu_runtime.fallback_report()["aten.linalg_ldl_factor_ex.default"] >= 1
+    want = torch.ops.aten._compute_linear_combination(cpu, coefficients)
+    assert out.device.type == "tpu" and torch.equal(out.cpu(), want)
+    assert tpu_runtime.fallback_report()["aten._compute_linear_combination.default"] >= 1
 
 
 def test_sparse_gradients_raise_that_the_device_has_no_sparse_layout():
