@@ -120,6 +120,12 @@ UNTESTED_BY_OPINFO: dict = {
         aten.rrelu_with_noise_functional.default, aten.poisson.default, aten.randperm.generator,
     )
 }
+UNTESTED_BY_OPINFO.update({op: _RANDOM.replace("tests/ops/test_random.py", "tests/runtime/test_distributions.py")
+                           for op in (aten._standard_gamma.default, aten._sample_dirichlet.default,
+                                      aten.binomial.default)})
+UNTESTED_BY_OPINFO.update({op: "torch has no meta kernel for it (torch.export cannot capture it); compared with torch "
+                               "on the device in tests/runtime/test_distributions.py"
+                           for op in (aten._standard_gamma_grad.default, aten._dirichlet_grad.default)})
 _DECOMPOSED = ("torch.export's default decompositions remove it even when called directly; "
                "run on AOTAutograd/make_fx graphs in tests/ops/test_backward_graphs.py")
 UNTESTED_BY_OPINFO.update({op: _DECOMPOSED for op in (
