@@ -279,3 +279,26 @@ def lower__scaled_mm_v2_default(ctx, self, mat2, scale_a, recipe_a, swizzle_a, s
                             f"{list(swizzle_b)}, contraction {list(contraction_dim)}: only one tensorwise or rowwise "
                             "scale per operand, unswizzled, over the usual contraction is supported")
     return lower__scaled_mm_default(ctx, self, mat2, scale_a[0], scale_b[0], bias, None, out_dtype, use_fast_accum)
+
+
+@lowering(aten._int_mm.default)
+def lower__int_mm_default(ctx, self, mat2):
+    """_int_mm(Tensor self, Tensor mat2) -> Tensor
+
+    The int8 matmul of dynamic int8 quantization (torchao): int8 operands, products summed
+    exactly in int32 (``preferred_element_type``), an int32 result.
+    """
+    return jax.lax.dot(self, mat2, preferred_element_type=jnp.int32)
+
+
+@lowering(aten._weight_int8pack_mm.default)
+def lower__weight_int8pack_mm_default(ctx, self, mat2, scales):
+    """_weight_int8pack_mm(Tensor self, Tensor mat2, Tensor scales) -> Tensor
+
+    Int8 weight-only linear: ``self @ mat2.T`` with the int8 weight ``mat2`` ([N, K]) widened,
+    times the per-output-channel ``scales``; computed in float32, rounded to ``self``'s dtype.
+    """
+    f32 = jnp.float32
+    out = jax.lax.dot_general(self.astype(f32), mat2.astype(f32), (((self.ndim - 1,), (1,)), ((), ())),
+                              precision=_HIGHEST)
+    return (out * scales.astype(f32)).astype(ctx.out_dtype or self.dtype)
