@@ -25,6 +25,7 @@ from converter.lowering import registry
 from converter.lowering.context import LoweringContext
 from converter.lowering.ops.embedding import bag_ids
 from converter.lowering.ops.linalg import grouped_mm_meta, scaled_mm_meta, scaled_mm_v2_meta
+from converter.lowering.ops.segment import padded_dense_to_jagged_meta
 from tpu_runtime import optim_kernels
 
 aten = torch.ops.aten
@@ -236,6 +237,7 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten._grouped_mm.default: grouped_mm_meta,
     aten._scaled_mm.default: scaled_mm_meta,
     aten._scaled_mm_v2.default: scaled_mm_v2_meta,
+    aten._padded_dense_to_jagged_forward.default: padded_dense_to_jagged_meta,
     aten.fractional_max_pool3d_backward.default: lambda grad_output, self, *args: torch.empty_like(self),
     aten._standard_gamma_grad.default: lambda self, output: torch.empty_like(self),
     aten._sample_dirichlet.default: lambda self, generator=None: torch.empty_like(self),

@@ -69,7 +69,15 @@ def _int_pairs(dt):
     return samples
 
 
+def _to_padded(values, offsets, max_length, padding_value):
+    return aten._jagged_to_padded_dense_forward(values, [offsets], [max_length], padding_value)
+
+
 OPS = [
+    OpInfo("jagged_to_padded_dense", _to_padded, (aten._jagged_to_padded_dense_forward.default,),
+           lambda dt: [Sample((make((6, 3), dt), torch.tensor([0, 2, 2, 6]), 4, -1.0)),
+                       Sample((make((6, 2, 3), dt), torch.tensor([0, 1, 6]), 3, 0.5), name="truncated")],
+           dtypes=(f32, i64)),
     OpInfo("segment_reduce", _segment, (aten.segment_reduce.default,), _segment_samples, dtypes=(f32, f64, bf16),
            tol={bf16: (2e-2, 2e-2)}),
     OpInfo("segment_reduce_backward", _segment_backward, (aten._segment_reduce_backward.default,),

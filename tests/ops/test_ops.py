@@ -126,6 +126,9 @@ UNTESTED_BY_OPINFO.update({op: _RANDOM.replace("tests/ops/test_random.py", "test
 UNTESTED_BY_OPINFO.update({op: "torch has no meta kernel for it (torch.export cannot capture it); compared with torch "
                                "on the device in tests/runtime/test_distributions.py"
                            for op in (aten._standard_gamma_grad.default, aten._dirichlet_grad.default)})
+UNTESTED_BY_OPINFO[aten._padded_dense_to_jagged_forward.default] = (
+    "torch has no meta kernel for it (torch.export cannot capture it); the backward of to_padded_tensor in "
+    "tests/runtime/test_nested.py")
 _DECOMPOSED = ("torch.export's default decompositions remove it even when called directly; "
                "run on AOTAutograd/make_fx graphs in tests/ops/test_backward_graphs.py")
 UNTESTED_BY_OPINFO.update({op: _DECOMPOSED for op in (

@@ -51,3 +51,18 @@ def test_a_strided_nested_tensor_names_the_layout_that_works():
     # (as does attention on jagged tensors: torch's math path converts them to the strided layout)
     with pytest.raises(Exception, match="layout=torch.jagged"):
         torch.nested.nested_tensor([p.to("tpu") for p in _parts()], device="tpu")
+
+
+def test_to_padded_tensor_and_its_gradient_match_cpu():
+    # _jagged_to_padded_dense_forward and its backward _padded_dense_to_jagged_forward had no rows
+    parts = _parts(2)
+    ref = torch.nested.nested_tensor(parts, layout=torch.jagged).requires_grad_()
+    dev = torch.nested.nested_tensor(parts, layout=torch.jagged).to("tpu").requires_grad_()
+    weight = torch.arange(12.0).view(3, 1, 4)
+    outs = []
+    for nt, w in ((ref, weight), (dev, weight.to("tpu"))):
+        padded = nt.to_padded_tensor(-1.0)
+        (padded * w).sum().backward()
+        outs.append(padded)
+    torch.testing.assert_close(outs[1].detach().cpu(), outs[0].detach())
+    _close(dev.grad, ref.grad)

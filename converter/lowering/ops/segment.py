@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from converter.errors import UnsupportedOpError
 from converter.lowering.helpers import dims as norm_dims
 from converter.lowering.registry import lowering
 
@@ -130,3 +131,57 @@ def lower_hash_tensor_default(ctx, self, dim=(), *, keepdim=False, mode=0):
     if keepdim:
         out = jnp.expand_dims(out, axes)
     return out
+
+
+def _rows(offsets, total: int):
+    """Each jagged row's ``(batch, position)``: ``offsets`` are the ``batch + 1`` run starts."""
+    rows = jnp.arange(total)
+    batch = jnp.searchsorted(offsets[1:], rows, side="right")
+    return batch, rows - offsets[jnp.minimum(batch, offsets.shape[0] - 1)]
+
+
+def _one_ragged_dim(op, ctx, offsets) -> None:
+    if len(offsets) != 1:
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason=f"{len(offsets)} ragged dims: only one (a jagged nested tensor's) is supported")
+
+
+@lowering(aten._jagged_to_padded_dense_forward.default)
+def lower__jagged_to_padded_dense_forward_default(ctx, values, offsets, max_lengths, padding_value=0.0):
+    """_jagged_to_padded_dense_forward(Tensor values, Tensor[] offsets, SymInt[] max_lengths, float padding_value=0.) -> Tensor
+
+    A jagged nested tensor's ``to_padded_tensor``: row ``i`` of ``values`` goes to
+    ``[batch, position]`` of a ``[len(offsets) - 1, max_length, ...]`` tensor of ``padding_value``
+    (rows past ``max_length`` are dropped). Emits a ``scatter``.
+    """  # noqa: E501 (the first line is the exact schema)
+    _one_ragged_dim(aten._jagged_to_padded_dense_forward.default, ctx, offsets)
+    off = offsets[0].astype(jnp.int64)
+    batch, pos = _rows(off, values.shape[0])
+    out = jnp.full((off.shape[0] - 1, int(max_lengths[0])) + values.shape[1:], padding_value, values.dtype)
+    return out.at[batch, pos].set(values, mode="drop")
+
+
+@lowering(aten._padded_dense_to_jagged_forward.default)
+def lower__padded_dense_to_jagged_forward_default(ctx, dense, offsets, total_L=None):
+    """_padded_dense_to_jagged_forward(Tensor dense, Tensor[] offsets, SymInt? total_L=None) -> Tensor
+
+    The inverse (and the backward of ``to_padded_tensor``): the ``total_L`` jagged rows gathered
+    from ``dense[batch, position]``. Emits a ``gather``.
+
+    Raises:
+        UnsupportedOpError: no ``total_L`` (the row count would depend on the offsets' values).
+    """
+    op = aten._padded_dense_to_jagged_forward.default
+    _one_ragged_dim(op, ctx, offsets)
+    if total_L is None:
+        raise UnsupportedOpError(str(op), ctx.target, ctx.location,
+                                 reason="total_L is needed: the number of rows would depend on the offsets' values")
+    batch, pos = _rows(offsets[0].astype(jnp.int64), int(total_L))
+    return dense[batch, jnp.minimum(pos, dense.shape[1] - 1)]
+
+
+def padded_dense_to_jagged_meta(dense, offsets, total_L=None):
+    """``_padded_dense_to_jagged_forward``'s output, from meta tensors (torch has no meta kernel)."""
+    if total_L is None:
+        raise NotImplementedError("_padded_dense_to_jagged_forward without total_L has a data-dependent shape")
+    return dense.new_empty((int(total_L),) + tuple(dense.shape[2:]))
