@@ -123,6 +123,12 @@ CONV = [
                        Sample((make((1, 2, 4, 4, 3), dt), make((3, 2, 2, 2, 2), dt), make((3,), dt)),
                               {"padding": "same"}, name="3d_same")],
            dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 5e-2)}),
+    OpInfo("_convolution", lambda x, w, b, transposed: torch._convolution(
+               x, w, b, [1, 2], [1, 0], [1, 1], transposed, [0, 1] if transposed else [0, 0], 1, False, False, True, True),
+           (aten._convolution.default,),
+           lambda dt: [Sample((make((1, 2, 5, 6), dt), make((3, 2, 3, 2), dt), make((3,), dt), False)),
+                       Sample((make((1, 2, 5, 6), dt), make((2, 3, 3, 2), dt), None, True), name="transposed")],
+           tol={F32: (1e-4, 1e-4)}),
     OpInfo("conv_transpose", _conv_t, (aten.convolution.default,),
            lambda dt: [Sample((make((2, 4, 5), dt), make((4, 3, 3), dt), make((6,), dt)),
                               {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2, "dilation": 2},

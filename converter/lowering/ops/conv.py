@@ -78,3 +78,15 @@ def lower_convolution_default(ctx, input, weight, bias, stride, padding, dilatio
     if bias is not None:
         y = y + bias.astype(acc).reshape((1, -1) + (1,) * n)
     return y.astype(dtype)
+
+
+@lowering(aten._convolution.default)
+def lower__convolution_default(ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                               groups, benchmark, deterministic, cudnn_enabled, allow_tf32):
+    """_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor
+
+    The older spelling TorchScript-era code and ``torch._convolution`` callers use: ``convolution``,
+    its backend flags (cuDNN, TF32, benchmarking) meaning nothing here.
+    """  # noqa: E501 (the first line is the exact schema)
+    return lower_convolution_default(ctx, input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                     groups)
