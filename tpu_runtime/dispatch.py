@@ -102,14 +102,49 @@ def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> 
         return _decomposed(func, args, kwargs, route[1], route[2])
     if kind == "generator":
         return _with_generator(func, args, kwargs, route)
+    if kind == "device":
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type != "tpu":
+            return _on_host(func, args, kwargs)
+        return _route(func, args, kwargs, route[1])
     return missing(func, args, kwargs)
 
 
 def _generator_route(func: Any) -> tuple:
-    """The route of ``func``; for an op taking a ``generator``, one that first looks at it."""
+    """The route of ``func``; for an op taking a ``generator``, one that first looks at it; for an op
+    making a tensor like its input on a ``device=`` it names (:data:`_DEVICE_ARG_OPS`), one that first
+    looks at that device."""
     inner = _classify(func) + (func,)
     pos = next((i for i, a in enumerate(func._schema.arguments) if a.name == "generator"), None)
-    return inner[:-1] if pos is None else ("generator", pos, inner)
+    route = inner[:-1] if pos is None else ("generator", pos, inner)
+    if func._schema.name.split("::", 1)[1] in _DEVICE_ARG_OPS:
+        return ("device", route + (func,))
+    return route
+
+
+#: Ops of a tensor input that make their result on the ``device=`` they are given (``zeros_like(x,
+#: device="cpu")``, ``x.new_ones(3, device="cpu")``): for another device than tpu, PyTorch's own op there.
+_DEVICE_ARG_OPS = frozenset({
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "new_empty",
+    "new_empty_strided", "new_zeros", "new_ones", "new_full", "linspace", "logspace",
+})
+
+
+def _on_host(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func`` on the CPU (or the other device named): a ``*_like``/``new_*`` op's first tensor is only its
+    template (shape, dtype), so a CPU one stands in for it; other tpu tensors (a ``high`` bound, ``linspace``'s
+    ends) are read."""
+    template = func._schema.name.split("::", 1)[1].startswith(("new_", "empty_like", "zeros_like", "ones_like",
+                                                                "full_like", "rand"))
+
+    def host(i: int, a: Any) -> Any:
+        if not isinstance(a, TpuTensor):
+            return a
+        if i == 0 and template:
+            return torch.empty(a._spec[0], dtype=a._spec[1])
+        return to_cpu(a)
+
+    return func(*[host(i, a) for i, a in enumerate(args)], **{k: host(-1, v) for k, v in kwargs.items()})
 
 
 def _generator_arg(pos: int, args: tuple, kwargs: dict) -> Any:
@@ -534,6 +569,8 @@ def handles(func: Any) -> bool:
     route = _ROUTES.get(id(func))
     if route is None or route[-1] is not func:
         route = _ROUTES[id(func)] = _generator_route(func) + (func,)
+    if route[0] == "device":
+        route = route[1]
     if route[0] == "generator":
         route = route[2]
     return route[0] != "missing"

@@ -398,3 +398,19 @@ def test_a_call_torch_refuses_raises_torchs_own_error(mode):
             call(x.to("tpu"), w.to("tpu"))
         assert str(got.value) == str(want.value)
         assert "test_device.py" in got.value.__notes__[0]
+
+
+def test_like_and_new_ops_make_their_result_on_the_device_they_name():
+    # zeros_like(tpu_tensor, device="cpu") and friends returned tpu tensors
+    x = torch.arange(6.0).view(2, 3).to("tpu")
+    on_cpu = [torch.zeros_like(x, device="cpu"), torch.ones_like(x, device="cpu"), torch.full_like(x, 2, device="cpu"),
+              torch.empty_like(x, device="cpu"), torch.randint_like(x, 5, device="cpu"), x.new_zeros(3, device="cpu"),
+              x.new_full((2,), 3.0, device="cpu"), torch.linspace(x[0, 0], x[1, 2], 4, device="cpu")]
+    assert all(type(t) is torch.Tensor and t.device.type == "cpu" for t in on_cpu)
+    assert on_cpu[2].sum().item() == 12
+    torch.testing.assert_close(on_cpu[-1], torch.linspace(0.0, 5.0, 4))
+    g = torch.Generator().manual_seed(0)
+    drawn = torch.rand_like(x, device="cpu", generator=g)
+    assert torch.equal(drawn, torch.rand(2, 3, generator=g.manual_seed(0)))  # the CPU generator, as on the CPU
+    assert all(t.device.type == "tpu" for t in (torch.zeros_like(x), torch.rand_like(x), x.new_ones(2),
+                                                torch.zeros_like(torch.ones(2), device="tpu")))
