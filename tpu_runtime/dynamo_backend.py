@@ -264,31 +264,47 @@ def _copy_shared_outputs(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _custom_op_decompositions(gm: torch.fx.GraphModule) -> None:
+def _custom_op_decompositions(gm: torch.fx.GraphModule) -> list:
     """Decompose the graph's custom ops (``torch.library.custom_op``) that have no row into their
     kernel for the tpu device, or their device-agnostic one, as eager mode runs them (AOTAutograd
-    still applies their registered autograd formula above the decomposition)."""
+    still applies their registered autograd formula above the decomposition). Returns those ops."""
     from torch._library.custom_ops import _maybe_get_opdef
 
     from converter.lowering import registry
 
+    found = []
     for node in gm.graph.nodes:
         op = node.target
         if isinstance(op, torch._ops.OpOverloadPacket):
             op = getattr(op, "default", None)
-        if (node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op in _DECOMPOSITIONS
+        if (node.op != "call_function" or not isinstance(op, torch._ops.OpOverload)
                 or op.namespace in ("aten", "prims") or registry.find(op) is not None):
+            continue
+        if op in _DECOMPOSITIONS:
+            found.append(op)
             continue
         opdef = _maybe_get_opdef(op)
         kernel = opdef and (opdef._backend_fns.get("tpu") or opdef._backend_fns.get(None))
         if kernel:
             _DECOMPOSITIONS[op] = kernel
+            found.append(op)
+    return found
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
     :func:`compile_graph` for the forward and backward graphs."""
     _late_decompositions()
-    _custom_op_decompositions(gm)
+    custom = _custom_op_decompositions(gm)
     _copy_shared_outputs(gm)
-    return _AOT(gm, example_inputs, **kwargs)
+    try:
+        return _AOT(gm, example_inputs, **kwargs)
+    except AssertionError as e:  # AOTAutograd's check that the traced graph is functional
+        if not custom:
+            raise
+        from converter.errors import ConversionError
+
+        raise ConversionError(f"torch.compile(backend='tpu'): the implementation of custom op(s) "
+                              f"{', '.join(map(str, custom))} writes into tensors in place, which AOTAutograd cannot "
+                              "trace into a functional graph; call it outside the compiled function (eager mode runs "
+                              "it) or give the op a functional implementation") from e

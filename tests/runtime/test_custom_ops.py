@@ -112,3 +112,34 @@ def test_a_custom_ops_own_gradient_formula_is_kept(compiled):
     out = fn(x)
     out.backward()
     assert out.item() == 0.0 and x.grad.cpu().tolist() == [10.0, 10.0, 10.0]
+
+
+@torch.library.custom_op("tpu_export_test::fill_twice", mutates_args=())
+def fill_twice(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    out[:1].copy_(x[:1] * 2)  # writes into a slice of its own buffer: not a functional body
+    out[1:].copy_(x[1:] * 2)
+    return out
+
+
+@fill_twice.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_a_custom_op_whose_body_writes_in_place_runs_eagerly_and_names_itself_under_compile():
+    x = torch.arange(4.0).to("tpu")
+    assert fill_twice(x).cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(Exception, match=r"tpu_export_test.fill_twice.default writes into tensors in place"):
+        torch.compile(lambda a: fill_twice(a) + 1, backend="tpu", fullgraph=True)(x)
+
+
+def test_chunked_linear_cross_entropy_compiles():
+    g = torch.Generator().manual_seed(1)
+    x, w, t = torch.randn(6, 5, generator=g), torch.randn(7, 5, generator=g), torch.randint(0, 7, (6,), generator=g)
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    xr, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    F.linear_cross_entropy(xr, w, t, options=opts).backward()
+    step = torch.compile(lambda a, b, c: F.linear_cross_entropy(a, b, c, options=opts), backend="tpu")
+    step(xt, w.to("tpu"), t.to("tpu")).backward()
+    torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-6)
