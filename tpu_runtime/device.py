@@ -176,6 +176,8 @@ def register() -> None:
     from tpu_runtime import autocast
 
     _STATE["autocast"] = autocast.register()
+    # torch.autocast("tpu") without dtype= computes in bfloat16, TPU's matmul type (PrivateUse1's default is float16)
+    torch.set_autocast_dtype("tpu", torch.bfloat16)
     _register_foreach_type()
     from tpu_runtime import serialization
 

@@ -159,11 +159,19 @@ def memory_allocated(device: Any = None) -> int:
     return int(stats.get("bytes_in_use", stats["allocated_bytes.all.current"]))
 
 
+#: JAX's peak (``peak_bytes_in_use``) when :func:`reset_peak_memory_stats` last ran.
+_PEAK_AT_RESET: list = [None]
+
+
 def max_memory_allocated(device: Any = None) -> int:
     """Peak bytes held on the device (``peak_bytes_in_use``) where JAX reports it; else the current
-    :func:`memory_allocated` (no peak is kept without an allocator)."""
+    :func:`memory_allocated` (no peak is kept without an allocator). After :func:`reset_peak_memory_stats`,
+    the current bytes until the peak grows again."""
     stats = memory_stats(device)
-    return int(stats.get("peak_bytes_in_use", stats.get("bytes_in_use", stats["allocated_bytes.all.current"])))
+    peak = stats.get("peak_bytes_in_use")
+    if peak is None or (_PEAK_AT_RESET[0] is not None and peak <= _PEAK_AT_RESET[0]):
+        return memory_allocated(device)
+    return int(peak)
 
 
 def memory_reserved(device: Any = None) -> int:
@@ -280,9 +288,87 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+def init() -> None:
+    """Nothing to do: the device is ready once ``tpu_runtime`` is imported (as ``torch.cuda.init``)."""
+
+
+def is_built() -> bool:
+    """Whether this torch has the tpu backend: True once ``tpu_runtime`` is imported."""
+    return True
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 is a native type of every JAX backend (TPU's own matmul type)."""
+    return True
+
+
+def seed_all() -> None:
+    """Seed every tpu device (there is one) from a non-deterministic source."""
+    seed()
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    """Start a new peak: :func:`max_memory_allocated` reports the current bytes until JAX's own peak
+    (which JAX cannot reset) grows past the one recorded here."""
+    _PEAK_AT_RESET[0] = memory_stats(device).get("peak_bytes_in_use")
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    """Peak bytes the allocator held (``peak_pool_bytes``) where JAX reports it, else :func:`memory_reserved`."""
+    stats = memory_stats(device)
+    return int(stats.get("peak_pool_bytes", memory_reserved(device)))
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """``(free, total)`` bytes of the device: from the allocator's ``bytes_limit`` where JAX reports it, else
+    (JAX's CPU backend) the host's available and total memory."""
+    import os
+
+    stats = memory_stats(device)
+    if "bytes_limit" in stats:
+        total = int(stats["bytes_limit"])
+        return total - int(stats.get("bytes_in_use", 0)), total
+    page = os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
+class _DeviceProperties:
+    """What :func:`get_device_properties` returns (the fields of ``torch.cuda``'s that apply)."""
+
+    def __init__(self) -> None:
+        d = jax.devices()[0]
+        self.name = get_device_name()
+        self.type = "tpu"
+        self.platform = d.platform
+        self.total_memory = mem_get_info()[1]
+        self.multi_processor_count = getattr(d, "num_cores", 1)
+
+    def __repr__(self) -> str:
+        return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+                f"total_memory={self.total_memory // 2 ** 20}MB)")
+
+
+def get_device_properties(device: Any = None) -> _DeviceProperties:
+    """Name, platform and total memory of ``tpu:0`` (the JAX device behind it).
+
+    Raises:
+        ValueError: another device index.
+    """
+    if device is not None:
+        _index(device)
+    return _DeviceProperties()
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """The device's memory statistics (:func:`memory_stats`) as text, one per line."""
+    stats = memory_stats(device)
+    return "\n".join(f"{k}: {v}" for k, v in sorted(stats.items()))
+
+
 __all__ = ["is_available", "is_initialized", "device_count", "current_device", "set_device", "get_device_name",
            "synchronize", "get_amp_supported_dtype", "memory_stats", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "empty_cache", "Event", "Stream", "current_stream", "default_stream", "stream",
            "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state", "set_rng_state",
            "get_rng_state_all", "set_rng_state_all", "device", "set_eager_mode", "get_eager_mode", "cache_stats",
-           "cache_only", "set_cache_dir"]
+           "cache_only", "set_cache_dir", "init", "is_built", "is_bf16_supported", "seed_all", "reset_peak_memory_stats",
+           "max_memory_reserved", "mem_get_info", "get_device_properties", "memory_summary"]

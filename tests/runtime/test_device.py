@@ -414,3 +414,21 @@ def test_like_and_new_ops_make_their_result_on_the_device_they_name():
     assert torch.equal(drawn, torch.rand(2, 3, generator=g.manual_seed(0)))  # the CPU generator, as on the CPU
     assert all(t.device.type == "tpu" for t in (torch.zeros_like(x), torch.rand_like(x), x.new_ones(2),
                                                 torch.zeros_like(torch.ones(2), device="tpu")))
+
+
+def test_torch_tpu_answers_what_libraries_ask_a_device_module():
+    # accelerate / transformers call these on torch.<device>: they raised AttributeError
+    assert torch.tpu.is_bf16_supported() and torch.tpu.is_built()
+    free, total = torch.tpu.mem_get_info()
+    assert 0 <= free <= total and torch.tpu.get_device_properties(0).total_memory == total
+    x = torch.ones(1024, device="tpu")
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated() >= x.numel() * 4
+    assert torch.tpu.max_memory_reserved() >= 0 and "allocated_bytes.all.current" in torch.tpu.memory_summary()
+    torch.tpu.init()
+    torch.tpu.seed_all()
+    with pytest.raises(ValueError, match="tpu device 1 does not exist"):
+        torch.tpu.get_device_properties(1)
+    # torch.autocast("tpu") without a dtype computes in bfloat16, TPU's matmul type
+    with torch.autocast("tpu"):
+        assert torch.nn.Linear(4, 4).to("tpu")(torch.randn(2, 4, device="tpu")).dtype == torch.bfloat16
