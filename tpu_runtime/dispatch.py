@@ -128,14 +128,15 @@ _DEVICE_ARG_OPS = frozenset({
     "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "new_empty",
     "new_empty_strided", "new_zeros", "new_ones", "new_full", "linspace", "logspace",
 })
+#: Those of :data:`_DEVICE_ARG_OPS` whose tensor inputs are values, not a template of the result.
+_READ_DEVICE_ARG_OPS = frozenset({"linspace", "logspace"})
 
 
 def _on_host(func: Any, args: tuple, kwargs: dict) -> Any:
     """``func`` on the CPU (or the other device named): a ``*_like``/``new_*`` op's first tensor is only its
     template (shape, dtype), so a CPU one stands in for it; other tpu tensors (a ``high`` bound, ``linspace``'s
     ends) are read."""
-    template = func._schema.name.split("::", 1)[1].startswith(("new_", "empty_like", "zeros_like", "ones_like",
-                                                                "full_like", "rand"))
+    template = func._schema.name.split("::", 1)[1] not in _READ_DEVICE_ARG_OPS
 
     def host(i: int, a: Any) -> Any:
         if not isinstance(a, TpuTensor):

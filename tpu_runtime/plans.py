@@ -203,14 +203,21 @@ def out_meta(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None) -> A
 
     Returns ``(output, args template, kwargs template)``.
     """
+    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
+    metas = [_meta_of(x) for x in ins]
+    fn = META_FUNCTIONS.get(func, func)
+    return fn(*_fill(targs, metas), **_fill(tkwargs, metas)), targs, tkwargs
+
+
+def _templates(func: Any, args: tuple, kwargs: dict, dyn: bool | None) -> tuple:
+    """``(args template, kwargs template, inputs)``: a call's arguments with a slot for each tensor (and
+    dynamic float), and what fills the slots."""
     counter = [0, func in DYNAMIC_FLOAT_OPS if dyn is None else dyn]
     targs, tkwargs = _template(tuple(args), counter), _template(dict(kwargs), counter)
     ins: list = []
     _collect(args, ins, counter[1])
     _collect(tuple(kwargs.values()), ins, counter[1])
-    metas = [_meta_of(x) for x in ins]
-    fn = META_FUNCTIONS.get(func, func)
-    return fn(*_fill(targs, metas), **_fill(tkwargs, metas)), targs, tkwargs
+    return targs, tkwargs, ins
 
 
 #: Inputs larger than this (elements in all) are not rebuilt on the CPU to reproduce an error.
@@ -223,11 +230,7 @@ def _raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, err
     added as a note. Returns when the meta failure is the runtime's own (no meta kernel, a data-dependent shape)."""
     if isinstance(error, NotImplementedError):  # no meta kernel, or a data-dependent output shape
         return
-    counter = [0, func in DYNAMIC_FLOAT_OPS if dyn is None else dyn]
-    targs, tkwargs = _template(tuple(args), counter), _template(dict(kwargs), counter)
-    ins: list = []
-    _collect(args, ins, counter[1])
-    _collect(tuple(kwargs.values()), ins, counter[1])
+    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
     if sum(x.numel() for x in ins if isinstance(x, torch.Tensor)) > _REPRO_NUMEL:
         return
     cpu = [torch.zeros(tuple(x.shape), dtype=x.dtype) if isinstance(x, TpuTensor) else x for x in ins]

@@ -21,6 +21,7 @@ import math
 from typing import Any, Callable
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 
 from tpu_runtime.resize import rebind
 from tpu_runtime.tensor import TpuTensor
@@ -53,14 +54,6 @@ def _restore(storage: Any, location: str) -> Any:
     return placeholder
 
 
-def _contiguous_strides(size: tuple) -> tuple:
-    strides, step = [], 1
-    for s in reversed(size):
-        strides.append(step)
-        step *= max(int(s), 1)
-    return tuple(reversed(strides))
-
-
 def set_storage(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
     """set_.source_Storage_storage_offset(Tensor(a!) self, Storage source, SymInt storage_offset, SymInt[] size,
     SymInt[] stride=[]) -> Tensor(a!) (and ``set_.source_Storage``): ``self`` becomes the ``size``/``stride``
@@ -81,7 +74,7 @@ def set_storage(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
     else:
         size = (host.nbytes() // self.element_size(),)
     stride = kwargs.get("stride", args[4] if len(args) > 4 else ())
-    stride = tuple(int(s) for s in stride) if stride else _contiguous_strides(size)
+    stride = tuple(int(s) for s in stride) if stride else tuple(make_contiguous_strides_for(size))
     cpu = torch.empty(0, dtype=self.dtype).set_(host, offset, size, stride)
     if math.prod(size):
         cpu = cpu.clone()

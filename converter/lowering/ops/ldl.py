@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import UnsupportedOpError
+from converter.lowering.ops.linalg_decomp import _batched
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -163,10 +164,8 @@ def lower_linalg_ldl_solve_default(ctx, LD, pivots, B, *, hermitian=False):
         UnsupportedOpError: complex operands.
     """
     _real(aten.linalg_ldl_solve.default, ctx, LD)
-    batch = jnp.broadcast_shapes(LD.shape[:-2], B.shape[:-2])
-    ld = jnp.broadcast_to(LD, batch + LD.shape[-2:])
-    piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + pivots.shape[-1:])
-    b = jnp.broadcast_to(B.astype(LD.dtype), batch + B.shape[-2:])
+    ld, b = _batched(LD, B)
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32), ld.shape[:-1])
     if LD.shape[-1] == 0:
         return b
     return _over_batch(_solve, ld, piv, b)
