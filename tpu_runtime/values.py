@@ -72,6 +72,8 @@ def read(t: TpuTensor) -> Any:
     plan = _replay_plan(t._chain, s.spec)
     v = executor().run(plan, [storage_value(s)])[0]
     t._cached, t._seen = v, s.version
+    if type(v) is LazyRef:
+        v.graph.cache_view(t, v)
     return v
 
 
@@ -95,6 +97,8 @@ def write(t: TpuTensor, value: Any) -> None:
     s.value = executor().run(plan, [storage_value(s), value])[0]
     s.version += 1
     t._cached, t._seen = value, s.version
+    if type(value) is LazyRef and value.concrete is None:
+        value.graph.cache_view(t, value)
 
 
 def materialize(t: TpuTensor) -> jax.Array:

@@ -54,7 +54,9 @@ def test_fused_optimizer_step_is_one_node_of_the_fused_graph():
         tpu_runtime.sync()
     assert names.count("aten._fused_adamw.default") == 1  # every parameter's update in one node
     others = [n for n in names if n != "aten._fused_adamw.default"]
-    assert others and all("add" in n for n in others)  # the rest: the step counters' increment
+    # the rest: the step counters' increment, and the gradients that are views (a linear weight's
+    # is the transpose of a matmul) replayed on their storage: a view's value is not kept across a sync
+    assert any("add" in n for n in others) and all("add" in n or n.startswith("view ") for n in others)
 
 
 def test_grad_scale_unscales_and_found_inf_skips_the_step():

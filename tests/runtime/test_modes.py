@@ -68,6 +68,29 @@ def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
         assert torch.equal(y.cpu(), torch.full((4, 3), 7.0))
 
 
+def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch):
+    real, outputs = fused._graph_fn, []
+
+    def graph_fn(nodes, outs):
+        outputs.append(len(outs))
+        return real(nodes, outs)
+
+    monkeypatch.setattr(fused, "_graph_fn", graph_fn)
+    x = torch.arange(6.0).reshape(2, 3).to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        m = x * 2.5                      # a pending value (a new constant: this graph compiles)
+        v = m.t()                        # a view of it ...
+        w = v + 1                        # ... read once: its value is cached
+        assert type(v._cached) is LazyRef
+        tpu_runtime.sync()
+        assert outputs == [2]            # m and w; not v's transposed copy
+        assert v._cached is None
+        expected = (torch.arange(6.0).reshape(2, 3) * 2.5).t()
+        assert torch.equal(v.cpu(), expected)        # recomputed from its storage when read again
+        assert torch.equal(w.cpu(), expected + 1)
+        assert torch.equal(m.cpu(), expected.t())
+
+
 def test_decompositions_with_named_results_record_one_node():
     # nll_loss_forward's decomposition returns torch's named result type: still traced into one plan
     logp = torch.randn(4, 5).log_softmax(1)

@@ -103,6 +103,7 @@ class FusedGraph:
         self._leaf_ids: dict[int, int] = {}
         self._float_ids: dict[float, int] = {}
         self.refs: list = []  # weakref.ref to every LazyRef handed out (cheaper than a WeakSet)
+        self.view_caches: list = []  # (weakref to a view tensor, id of the pending value it caches)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -162,8 +163,23 @@ class FusedGraph:
         self.leaves.append(v)
         return len(self.leaves) - 1
 
+    def cache_view(self, view: Any, ref: LazyRef) -> None:
+        """Note that ``view`` caches the pending value ``ref`` (its view chain replayed on its storage)."""
+        self.view_caches.append((_ref(view), id(ref)))  # not the ref itself: that would keep it live
+
     def flush(self) -> None:
-        """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`."""
+        """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`.
+
+        A view's cached value (:meth:`cache_view`) is dropped first, not made an output: the
+        view recomputes it from its storage if it is read again. (An optimizer's ``p.grad``
+        of a linear layer is the transposed view of a matmul result: keeping its cache live
+        made the graph write a second, transposed copy of every weight gradient.)
+        """
+        for w, ref_id in self.view_caches:
+            view = w()
+            if view is not None and id(view._cached) == ref_id:
+                view._cached = None
+        self.view_caches, view = [], None
         if not self.nodes:
             return
         live = [r for w in self.refs if (r := w()) is not None and r.concrete is None]
