@@ -9,7 +9,9 @@ warm-up, reporting the median over rounds of the per-round time ratio
    (target ≥ 2); with ``AdamW()`` (torch's default for the tpu device, as for any
    PrivateUse1 device: its foreach path, one op per foreach call) and, on more lines,
    ``AdamW(foreach=False)`` (the per-parameter loop: one op per parameter and update)
-   and ``AdamW(fused=True)`` (one optimizer op per step);
+   and ``AdamW(fused=True)`` (one optimizer op per step). ``mlp`` and ``mingpt`` are
+   ``examples/train.py``'s tiny models (per-op overhead dominates); ``mlp-wide`` is the
+   same MLP 128 → 512 → 128 on a batch of 64, where the compute of each op counts too;
 2. **per-op dispatch** of strict eager against torchax eager on a chain of small
    elementwise ops: ``tpu time / torchax time`` (target ≤ 0.5; skipped with a note
    when torchax is not importable);
@@ -17,7 +19,7 @@ warm-up, reporting the median over rounds of the per-round time ratio
    training step against the same step in plain PyTorch on CPU: ``compiled time /
    PyTorch time``.
 
-    python benchmarks/bench_eager.py                   # mlp and mingpt, 9 rounds
+    python benchmarks/bench_eager.py                   # mlp, mingpt, mlp-wide; 9 rounds
     python benchmarks/bench_eager.py --models mlp --rounds 5 --block 3
 
 Absolute times are printed only as context; compare the ratios.
@@ -39,7 +41,8 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import tpu_runtime  # noqa: E402
-from examples.train import make_task  # noqa: E402
+from examples.models import MLP  # noqa: E402
+from examples.train import Task, make_task  # noqa: E402
 
 THREADS = 2
 
@@ -72,11 +75,21 @@ def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
 _OPTIMIZERS = {"default": {}, "loop": {"foreach": False}, "fused": {"fused": True}}
 
 
+def _task(name: str) -> Task:
+    """``examples/train.py``'s task ``name``; ``mlp-wide``: its MLP 128 → 512 → 128 on a batch of 64
+    (~0.2M parameters: compute per op outweighs the per-op overhead the tiny models measure)."""
+    if name != "mlp-wide":
+        return make_task(name)
+    g = torch.Generator().manual_seed(1234)
+    data = [(torch.randn(64, 128, generator=g), torch.randn(64, 128, generator=g))]
+    return Task(name, lambda: MLP(128, 512, 128), data, torch.nn.functional.mse_loss)
+
+
 def training_step(name: str, where: str, optimizer: str = "default") -> Callable[[], float]:
     """One AdamW step of ``name`` on ``where`` (``strict``/``fused`` tpu, ``compile``, ``cpu``);
     ``optimizer`` ``"loop"``/``"fused"`` builds ``AdamW(..., foreach=False)`` (one op per parameter
     and update) / ``AdamW(..., fused=True)`` (one optimizer op per step)."""
-    task = make_task(name)
+    task = _task(name)
     torch.manual_seed(0)
     model = _no_dropout(task.make().train())
     device = "tpu" if where in ("strict", "fused") else "cpu"
@@ -188,7 +201,7 @@ def check_chains(ours: Callable[[], Any], theirs: Callable[[], Any], n: int) -> 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="mlp,mingpt")
+    p.add_argument("--models", default="mlp,mingpt,mlp-wide")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--block", type=int, default=3, help="calls per timed block")
     p.add_argument("--ops", type=int, default=200, help="ops in the dispatch chain (even)")
