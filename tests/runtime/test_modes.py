@@ -154,7 +154,9 @@ def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
                 loss = F.mse_loss(model(tx), ty)
                 opt.zero_grad()
                 loss.backward()
+                assert len(fused.GRAPH) == 0     # the backward's end ran forward + backward (not waited for)
                 opt.step()
+                assert len(fused.GRAPH) > 0      # the optimizer step is recorded: a second graph
                 got.append(loss.item())
     assert got == pytest.approx(want, rel=1e-5)
 
