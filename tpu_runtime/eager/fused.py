@@ -180,7 +180,7 @@ class FusedGraph:
             view = w()
             if view is not None and id(view._cached) == ref_id:
                 view._cached = None
-        self.view_caches, view = [], None
+        self.view_caches = []
         if not self.nodes:
             return
         live = [r for w in self.refs if (r := w()) is not None and r.concrete is None]
