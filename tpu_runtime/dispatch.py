@@ -35,7 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, optim_kernels, resize, rng, serialization
+from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, optim_kernels, resize, rng, serialization
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -405,12 +405,15 @@ def _out(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
 
 
 def _alias(func: Any, args: tuple, kwargs: dict) -> Any:
-    return alias(args[0])
+    t = args[0]
+    return alias(t) if type(t) is TpuTensor else lazy.keep_class(t, alias(t))
 
 
 def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
     shape = tuple(int(s) for s in args[0])
+    if 0 in shape:  # perhaps an uninitialized parameter's ``.to("tpu")``: it stays one (tpu_runtime.lazy)
+        return lazy.adopt_if_uninitialized(new_tensor(None, shape, dtype))
     return new_tensor(None, shape, dtype)
 
 
@@ -423,6 +426,8 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
             cpu = to_cpu(x)
             return cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
         check_index(device)
+    if type(x) is not TpuTensor and type(x) in lazy.LAZY_CLASSES:  # no data, no shape: a new one of the dtype
+        return lazy.keep_class(x, new_tensor(None, x._spec[0], dtype or x._spec[1]))
     if dtype is None or dtype == x.dtype:
         return new_tensor(read(x), x._spec[0], x._spec[1])
     return run_op(aten._to_copy.default, (x,), {"dtype": dtype})
