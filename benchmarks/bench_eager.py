@@ -12,6 +12,11 @@ warm-up, reporting the median over rounds of the per-round time ratio
    and ``AdamW(fused=True)`` (one optimizer op per step). ``mlp`` and ``mingpt`` are
    ``examples/train.py``'s tiny models (per-op overhead dominates); ``mlp-wide`` is the
    same MLP 128 → 512 → 128 on a batch of 64, where the compute of each op counts too;
+   then, per model, where a step's time goes (``--breakdown``, default on): the part spent
+   in the runtime (inside ``__torch_dispatch__`` and in fused graph flushes) and the rest
+   (torch's own autograd, module and optimizer code, the same in both modes), and the
+   ceiling that rest puts on the ratio: ``strict step / fused rest`` is what fused/strict
+   would be if the fused runtime cost nothing;
 2. **per-op dispatch** of strict eager against torchax eager on a chain of small
    elementwise ops: ``tpu time / torchax time`` (target ≤ 0.5; skipped with a note
    when torchax is not importable);
@@ -107,6 +112,50 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
             return loss.item()
 
     return step
+
+
+class _RuntimeTimer:
+    """Times the runtime's share of the calls made while it is installed: every ATen call on tpu
+    tensors (``__torch_dispatch__``) and every fused graph flush, nested calls counted once."""
+
+    def __init__(self) -> None:
+        from tpu_runtime import tensor as tensor_module
+        from tpu_runtime.eager.fused import GRAPH
+
+        self.seconds, self._depth = 0.0, 0
+        self._hook, self._dispatch = tensor_module._DISPATCH, tensor_module._DISPATCH[0]
+        self._graph, self._flush = GRAPH, GRAPH.flush
+
+    def _timed(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self._depth -= 1
+                if not self._depth:
+                    self.seconds += time.perf_counter() - start
+        return run
+
+    def __enter__(self) -> "_RuntimeTimer":
+        self._hook[0] = self._timed(self._dispatch)
+        self._graph.flush = self._timed(self._flush)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hook[0] = self._dispatch
+        del self._graph.flush  # the instance attribute shadowed the method
+
+
+def breakdown(step: Callable[[], Any], steps: int) -> tuple[float, float]:
+    """Seconds per call of ``step``: in total, and inside the runtime (see :class:`_RuntimeTimer`)."""
+    with _RuntimeTimer() as timer:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        total = time.perf_counter() - start
+    return total / steps, timer.seconds / steps
 
 
 class _Null:
@@ -207,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", type=int, default=200, help="ops in the dispatch chain (even)")
     p.add_argument("--optimizers", default="default,loop,fused",
                    help="AdamW variants of part 1 (default, loop, fused)")
+    p.add_argument("--no-breakdown", dest="breakdown", action="store_false",
+                   help="skip part 1's runtime / torch split of each step")
     args = p.parse_args(argv)
     torch.set_num_threads(THREADS)
     print(f"device: tpu:0 = {torch.tpu.get_device_name()}; rounds {args.rounds} x block {args.block}; "
@@ -222,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
             label = name + "".join(f", AdamW({k}={v})" for k, v in _OPTIMIZERS[optimizer].items())
             print(f"   {label:30s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
                   f"{tf * 1e3:8.1f} ms per step)")
+            if args.breakdown and optimizer == "default":
+                steps = max(20, args.rounds * args.block * 3)
+                (s_total, s_runtime), (f_total, f_runtime) = breakdown(strict, steps), breakdown(fused, steps)
+                print(f"   {'':30s} runtime/rest per step: strict {s_runtime * 1e3:.2f}/{(s_total - s_runtime) * 1e3:.2f}"
+                      f" ms, fused {f_runtime * 1e3:.2f}/{(f_total - f_runtime) * 1e3:.2f} ms; ceiling with a free "
+                      f"fused runtime {s_total / (f_total - f_runtime):.2f}x; 2x needs fused runtime <= "
+                      f"{(s_total / 2 - (f_total - f_runtime)) * 1e3:.2f} ms")
 
     print(f"\n2. per-op dispatch, {args.ops} small ops, strict eager vs torchax eager (target <= 0.5)")
     ours = op_chain(args.ops // 2)

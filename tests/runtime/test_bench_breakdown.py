@@ -1,0 +1,32 @@
+"""``benchmarks/bench_eager.py``'s runtime/torch split: it counts the runtime's calls and puts its hooks back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tpu_runtime
+from benchmarks.bench_eager import breakdown
+from tpu_runtime import tensor as tensor_module
+from tpu_runtime.eager.fused import GRAPH
+
+
+def test_breakdown_times_dispatch_and_flushes_then_restores_them():
+    x = torch.randn(4, 4).to("tpu")
+    dispatch, calls = tensor_module._DISPATCH[0], []
+
+    def step() -> float:
+        with tpu_runtime.set_eager_mode("fused"):
+            calls.append(1)
+            return (x * 2 + 1).sum().item()  # three ops recorded, one flush inside item()
+
+    step()
+    total, runtime = breakdown(step, 5)
+    assert len(calls) == 6 and 0 < runtime < total
+    assert tensor_module._DISPATCH[0] is dispatch and "flush" not in vars(GRAPH)
+    assert step() == pytest.approx((x.cpu() * 2 + 1).sum().item(), rel=1e-5)
+
+
+def test_breakdown_counts_nothing_without_tpu_work():
+    total, runtime = breakdown(lambda: sum(range(100)), 3)
+    assert runtime == 0.0 and total > 0
