@@ -423,6 +423,7 @@ def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     if device is not None:
         device = torch.device(device)
         if device.type != "tpu":
+            lazy.refuse_move(x, device)
             cpu = to_cpu(x)
             return cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
         check_index(device)

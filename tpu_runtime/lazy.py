@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, UninitializedTensorMixin
 
+from converter.errors import caller_location
 from tpu_runtime.tensor import TpuTensor, new_tensor
 
 #: The code of the frame that runs an uninitialized tensor's allowed methods (``.to()`` among them).
@@ -52,6 +53,9 @@ class TpuUninitializedParameter(UninitializedParameter, TpuTensor):
             memo[id(self)] = uninitialized(TpuUninitializedParameter, self.dtype, self.requires_grad)
         return memo[id(self)]
 
+    def __reduce_ex__(self, proto: int) -> tuple:
+        return uninitialized, (TpuUninitializedParameter, self.dtype, self.requires_grad)
+
 
 class TpuUninitializedBuffer(UninitializedBuffer, TpuTensor):
     """An uninitialized buffer on the tpu device (``materialize`` makes it a tpu tensor).
@@ -67,6 +71,9 @@ class TpuUninitializedBuffer(UninitializedBuffer, TpuTensor):
         if id(self) not in memo:
             memo[id(self)] = uninitialized(TpuUninitializedBuffer, self.dtype, self.requires_grad)
         return memo[id(self)]
+
+    def __reduce_ex__(self, proto: int) -> tuple:
+        return uninitialized, (TpuUninitializedBuffer, self.dtype, self.requires_grad)
 
 
 def uninitialized(cls: type, dtype: torch.dtype, requires_grad: bool) -> TpuTensor:
@@ -109,6 +116,21 @@ def adopt_if_uninitialized(t: TpuTensor) -> TpuTensor:
     return t
 
 
+def refuse_move(t: TpuTensor, device: torch.device) -> None:
+    """Raise when ``t`` (an alias or copy being made on ``device``) is an uninitialized tpu tensor.
+
+    Raises:
+        RuntimeError: ``t`` is uninitialized: torch's module ``_apply`` would wrap its CPU copy in
+            an ordinary ``Parameter``, and the lazy module would then fail on its first input
+            with a shape assertion that does not say why.
+    """
+    if type(t) in LAZY_CLASSES:
+        kind = "parameter" if type(t) is TpuUninitializedParameter else "buffer"
+        raise RuntimeError(f"an uninitialized lazy {kind} on the tpu device cannot be moved to {device} (at "
+                           f"{caller_location()}): run the lazy module's first forward on the tpu device (which "
+                           "materializes it) before moving it")
+
+
 def keep_class(src: Any, out: TpuTensor) -> TpuTensor:
     """``out`` (an alias or dtype copy of ``src``), uninitialized like ``src`` when it is."""
     if type(src) in LAZY_CLASSES:
@@ -117,4 +139,4 @@ def keep_class(src: Any, out: TpuTensor) -> TpuTensor:
 
 
 __all__ = ["TpuUninitializedParameter", "TpuUninitializedBuffer", "LAZY_CLASSES", "adopt_if_uninitialized",
-           "keep_class", "uninitialized"]
+           "keep_class", "refuse_move", "uninitialized"]

@@ -86,3 +86,20 @@ def test_ordinary_empty_tensors_are_not_made_lazy():
     assert type(e) is tpu_runtime.TpuTensor and e.shape == (0, 3)
     p = torch.nn.Parameter(torch.empty(0)).to("tpu")
     assert type(p) is tpu_runtime.TpuTensor and not is_lazy(p)
+
+
+def test_pickle_keeps_it_uninitialized(moved):
+    import pickle
+
+    again = pickle.loads(pickle.dumps(moved))
+    assert all(type(p) is TpuUninitializedParameter and p.requires_grad for p in again.parameters())
+    assert again(torch.randn(2, 3, 8, 8).to("tpu")).shape == (2, 3)
+
+
+def test_moving_an_unmaterialized_one_off_the_device_is_one_clear_error(moved):
+    with pytest.raises(RuntimeError, match=r"uninitialized lazy parameter on the tpu device cannot be moved to "
+                                           r"cpu \(at .*test_lazy_modules.py:\d+ .*\).*first forward"):
+        copy.deepcopy(moved).cpu()
+    net = copy.deepcopy(moved)
+    net(torch.randn(2, 3, 8, 8).to("tpu"))
+    assert net.cpu()[4].weight.shape == (3, 144)  # materialized: moves as any module
