@@ -82,6 +82,10 @@ def test_load_state_dict_from_a_checkpoint_mapped_to_tpu_trains():
 def test_a_missing_tpu_index_and_a_foreign_storage_are_clear_errors():
     with pytest.raises(RuntimeError, match=r"tpu device 1 but torch.tpu.device_count\(\) is 1"):
         _roundtrip({"w": torch.ones(2)}, map_location="tpu:1")
+    # torch.load leaves its map_location set after a load that raised (torch.serialization's thread-local
+    # state); later unpickling of tpu tensors (pickle.loads, deepcopy of a module by pickling) would still
+    # map to tpu:1 until the next torch.load, which this one is
+    _roundtrip({"w": torch.ones(2)})
     t = torch.zeros(2, device="tpu")
     with pytest.raises(RuntimeError, match="set_ of a tpu tensor from a storage on cpu"):
         t.set_(torch.ones(2).untyped_storage(), 0, (2,), (1,))
