@@ -39,7 +39,19 @@ _MAX_DEPTH = 12
 _EXTRA = [torch.Tensor.detach, torch.Tensor.requires_grad_]
 
 
-class TpuUninitializedParameter(UninitializedParameter, TpuTensor):
+class _Copies:
+    """What both uninitialized tpu classes copy and pickle as: a new uninitialized one (no data)."""
+
+    def __deepcopy__(self, memo: dict) -> TpuTensor:
+        if id(self) not in memo:
+            memo[id(self)] = uninitialized(type(self), self.dtype, self.requires_grad)
+        return memo[id(self)]
+
+    def __reduce_ex__(self, proto: int) -> tuple:
+        return uninitialized, (type(self), self.dtype, self.requires_grad)
+
+
+class TpuUninitializedParameter(_Copies, UninitializedParameter, TpuTensor):
     """An uninitialized parameter on the tpu device (``materialize`` makes it a tpu parameter).
 
     Also an :class:`UninitializedParameter`: lazy modules assert that class before they infer shapes.
@@ -48,16 +60,8 @@ class TpuUninitializedParameter(UninitializedParameter, TpuTensor):
     cls_to_become = TpuTensor  # its ``_is_param`` flag (set by ``nn.Parameter``) keeps it a Parameter
     _allowed_methods = UninitializedTensorMixin._allowed_methods + _EXTRA
 
-    def __deepcopy__(self, memo: dict) -> "TpuUninitializedParameter":
-        if id(self) not in memo:
-            memo[id(self)] = uninitialized(TpuUninitializedParameter, self.dtype, self.requires_grad)
-        return memo[id(self)]
 
-    def __reduce_ex__(self, proto: int) -> tuple:
-        return uninitialized, (TpuUninitializedParameter, self.dtype, self.requires_grad)
-
-
-class TpuUninitializedBuffer(UninitializedBuffer, TpuTensor):
+class TpuUninitializedBuffer(_Copies, UninitializedBuffer, TpuTensor):
     """An uninitialized buffer on the tpu device (``materialize`` makes it a tpu tensor).
 
     Also an :class:`UninitializedBuffer`: torch's ``Tensor.__torch_function__`` converts the result of
@@ -66,14 +70,6 @@ class TpuUninitializedBuffer(UninitializedBuffer, TpuTensor):
 
     cls_to_become = TpuTensor
     _allowed_methods = UninitializedTensorMixin._allowed_methods + _EXTRA
-
-    def __deepcopy__(self, memo: dict) -> "TpuUninitializedBuffer":
-        if id(self) not in memo:
-            memo[id(self)] = uninitialized(TpuUninitializedBuffer, self.dtype, self.requires_grad)
-        return memo[id(self)]
-
-    def __reduce_ex__(self, proto: int) -> tuple:
-        return uninitialized, (TpuUninitializedBuffer, self.dtype, self.requires_grad)
 
 
 def uninitialized(cls: type, dtype: torch.dtype, requires_grad: bool) -> TpuTensor:
