@@ -157,8 +157,44 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         # expanded view): torch's reshape saw a viewable tensor and asked for a view, which on
         # that layout PyTorch itself would have made a copy. Record that reshape.
         out = torch.ops.aten.reshape.default(fake_args[0], fake_args[1])
-    wrapped = tree_map(lambda x: tracing_tensor(x) if isinstance(x, torch.Tensor) and x.device == DEVICE else x, out)
+    layout = _view_layout(func, args)
+    wrapped = tree_map(lambda x: tracing_tensor(x, None, layout[1]) if isinstance(x, torch.Tensor)
+                       and x.device == DEVICE else x, out)
+    if layout[0]:
+        for w in tree_leaves(wrapped):
+            if type(w) is TpuTensor:
+                w._traced_view = True
     return return_and_correct_aliasing(func, args, kwargs, wrapped)
+
+
+_PERMUTES = frozenset({torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int})
+
+
+def _view_layout(func: Any, args: tuple) -> tuple[bool, list | None]:
+    """How the traced result of ``func`` reports its layout, as the concrete one would
+    (:func:`tpu_runtime.values.make_view`): ``(marked, strides)``. A permute of a tensor that is not
+    another kind of view reports permuted strides (dynamo replays a concrete input view on its
+    base and checks that the strides agree); the result of any other view op is marked, reports
+    dense strides, and so does a permute of it; other ops report dense strides."""
+    schema = func._schema.arguments
+    x = args[0] if args else None
+    if type(x) is not TpuTensor:
+        return False, None
+    if func not in _PERMUTES:
+        alias_info = schema[0].alias_info if schema else None
+        return alias_info is not None and not alias_info.is_write, None
+    if x._traced_view:
+        return True, None
+    n = x.dim()
+    if func is torch.ops.aten.permute.default:
+        dims = [d % n for d in args[1]]
+    else:
+        dims = list(range(n))
+        if n >= 2:
+            d0, d1 = (0, 1) if func is torch.ops.aten.t.default else (args[1] % n, args[2] % n)
+            dims[d0], dims[d1] = dims[d1], dims[d0]
+    stride = x.stride()
+    return False, [stride[d] for d in dims]
 
 
 def lift_fresh(func: Any, args: tuple, kwargs: dict) -> TpuTensor:

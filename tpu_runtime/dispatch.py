@@ -45,7 +45,7 @@ from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_val
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
-from tpu_runtime.tensor import TpuTensor, alias, new_tensor
+from tpu_runtime.tensor import TpuTensor, alias, new_tensor, permuted_strides
 from tpu_runtime.traced import traced_plan
 from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, write
 
@@ -506,14 +506,18 @@ def _inplace_view(functional: Any, args: tuple, kwargs: dict) -> Any:
     self = args[0]
     view = _route(functional, args, kwargs)
     shape = view._spec[0]
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
+    if view._perm is not None:
+        strides = list(permuted_strides(view._storage.spec[0], view._perm))
+    else:
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= max(s, 1)
+        strides.reverse()
     with torch._C._DisableTorchDispatch():  # torch's own metadata update of the wrapper
-        torch.ops.aten.as_strided_.default(self, list(shape), strides[::-1])
+        torch.ops.aten.as_strided_.default(self, list(shape), strides)
     self._storage, self._chain, self._spec = view._storage, view._chain, view._spec
-    self._cached, self._seen = view._cached, view._seen
+    self._cached, self._seen, self._perm = view._cached, view._seen, view._perm
     return self
 
 

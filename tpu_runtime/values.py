@@ -151,8 +151,32 @@ def _scatter_plan(chain: tuple, spec: tuple) -> OpPlan:
 
 
 def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTensor:
-    """A view of ``src`` produced by output ``index`` of the view op ``plan`` (value computed lazily)."""
-    return view_tensor(src._storage, spec, src._chain + ((plan, index),))
+    """A view of ``src`` produced by output ``index`` of the view op ``plan`` (value computed lazily).
+
+    A permute of a tensor that is its storage or a permuted view of it reports the strides the CPU
+    reports (autograd picks its matmul gradient formulas by them: a linear layer's weight gradient
+    comes out in the weight's own layout, no transposed copy); permutes that undo each other
+    (``w.t().t()``) give the storage itself, with no view step to replay."""
+    chain = src._chain
+    if plan.op is _PERMUTE and (src._perm is not None or not chain):
+        perm = _composed(src, plan.key, len(spec[0]))
+        if perm is not None:
+            if perm == tuple(range(len(perm))):
+                return TpuTensor(src._storage, spec[0], spec[1])
+            return view_tensor(src._storage, spec, chain + ((plan, index),), perm)
+    return view_tensor(src._storage, spec, chain + ((plan, index),))
+
+
+_PERMUTE = torch.ops.aten.permute.default
+
+
+def _composed(src: TpuTensor, key: tuple, n: int) -> tuple | None:
+    """The storage dim of each dim of ``src.permute(dims)`` (``dims`` from the permute plan's ``key``)."""
+    dims = key[2] if len(key) == 3 else None
+    if type(dims) is not tuple or len(dims) != n:
+        return None
+    base = src._perm if src._chain else range(n)
+    return tuple(base[d % n] for d in dims)
 
 
 def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:

@@ -47,6 +47,23 @@ def test_backward_of_a_tpu_tensor_runs_on_the_calling_thread(mode):
         torch.testing.assert_close(g.cpu(), torch.full((3, 2), 24.0))
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_linear_weight_gradient_comes_in_the_weights_layout(mode):
+    # weight.t() reports the CPU's strides, so autograd's addmm backward takes the formula that
+    # gives the weight's own layout: the gradient is a plain tensor, not a transposed view whose
+    # every read (each optimizer op in strict mode, each fusion in fused mode) transposes it
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(4, 3)
+    lin = copy.deepcopy(ref).to("tpu")
+    x = torch.randn(5, 4)
+    with tpu_runtime.set_eager_mode(mode):
+        lin(x.to("tpu")).square().sum().backward()
+    ref(x).square().sum().backward()
+    g = lin.weight.grad
+    assert g.stride() == ref.weight.grad.stride() == (4, 1) and g._chain == ()
+    torch.testing.assert_close(g.cpu(), ref.weight.grad, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("optim", [torch.optim.SGD, torch.optim.AdamW])
 def test_optimizer_steps_match_cpu(optim):
     model = tiny_mlp()

@@ -155,12 +155,15 @@ def _kv_repeat(k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (k @ x.transpose(-1, -2)).sum(1)
 
 
-@pytest.mark.parametrize("view", ["transpose", "column_slice", "expand"])
+@pytest.mark.parametrize("view", ["transpose", "column_slice", "slice_transpose", "transpose_slice", "expand"])
 def test_compile_tpu_takes_non_contiguous_views_and_reshapes_expanded_ones(view):
+    # a transposed tpu tensor reports the CPU's strides, a slice (and a transpose of it) dense ones:
+    # dynamo replays each input view on its base and checks that the traced strides agree
     torch._dynamo.reset()
     g = torch.Generator().manual_seed(3)
     base, k = torch.randn(4, 6, generator=g), torch.randn(1, 2, 3, 6, generator=g)
     make = {"transpose": lambda t: t.t(), "column_slice": lambda t: t[:, 2:5],
+            "slice_transpose": lambda t: t[:, 2:5].t(), "transpose_slice": lambda t: t.t()[1:4],
             "expand": lambda t: t[:1].expand(3, 6)}[view]
     fn = torch.compile(lambda a, kk: (_kv_repeat(kk, a.reshape(-1, 6)[:3]) if view == "expand" else a * 2 + 1),
                        backend="tpu")

@@ -146,6 +146,28 @@ def test_views_see_later_writes_to_the_base():
     assert torch.equal(col.cpu(), torch.tensor([1.0, 1.0, 5.0, 1.0]))
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_permuted_views_report_the_cpu_strides_and_undo_to_the_base_layout(mode):
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    with tpu_runtime.set_eager_mode(mode):
+        t = x.to("tpu")
+        p = t.permute(2, 0, 1)
+        assert p.stride() == x.permute(2, 0, 1).stride() and not p.is_contiguous()
+        assert p.transpose(0, -1).stride() == x.permute(2, 0, 1).transpose(0, -1).stride()
+        back = p.permute(1, 2, 0)  # undoes p: t's layout, and t's values with no view to replay
+        assert back.is_contiguous() and back.stride() == x.stride()
+        back.mul_(2)
+        assert torch.equal(t.cpu(), x * 2) and torch.equal(p.cpu(), (x * 2).permute(2, 0, 1))
+        c = p.contiguous()  # a copy now: a dense tensor with p's values
+        assert c.is_contiguous() and torch.equal(c.cpu(), (x * 2).permute(2, 0, 1))
+        p[0].fill_(-1)  # a select of the permuted view still writes into t
+        x = x * 2
+        x.permute(2, 0, 1)[0].fill_(-1)
+        assert torch.equal(t.cpu(), x)
+        t.transpose_(0, 2)  # in place: t becomes the permuted view, with its strides
+        assert t.stride() == x.transpose(0, 2).stride() and torch.equal(t.cpu(), x.transpose(0, 2))
+
+
 def test_write_through_expanded_view_is_refused():
     t = torch.zeros(1, 3).to("tpu")
     with pytest.raises(RuntimeError, match="more than one element"):
