@@ -12,6 +12,10 @@ warm-up, reporting the median over rounds of the per-round time ratio
    and ``AdamW(fused=True)`` (one optimizer op per step). ``mlp`` and ``mingpt`` are
    ``examples/train.py``'s tiny models (per-op overhead dominates); ``mlp-wide`` is the
    same MLP 128 → 512 → 128 on a batch of 64, where the compute of each op counts too;
+   ``mlp-large`` is 1024 → 2048 → 1024 on a batch of 8 (4.2M parameters), where the
+   optimizer's elementwise passes over the parameters dominate (the work fusion is for);
+   every timed block ends with ``torch.tpu.synchronize()`` (strict mode's last optimizer
+   ops may still run after ``loss.item()``: they are paid for in their own block);
    then, per model, where a step's time goes (``--breakdown``, default on): the part spent
    in the runtime (inside ``__torch_dispatch__`` and in fused graph flushes) and the rest
    (torch's own autograd, module and optimizer code, the same in both modes), and the
@@ -24,7 +28,7 @@ warm-up, reporting the median over rounds of the per-round time ratio
    training step against the same step in plain PyTorch on CPU: ``compiled time /
    PyTorch time``.
 
-    python benchmarks/bench_eager.py                   # mlp, mingpt, mlp-wide; 9 rounds
+    python benchmarks/bench_eager.py                   # mlp, mingpt, mlp-wide, mlp-large; 9 rounds
     python benchmarks/bench_eager.py --models mlp --rounds 5 --block 3
 
 Absolute times are printed only as context; compare the ratios.
@@ -52,8 +56,12 @@ from examples.train import Task, make_task  # noqa: E402
 THREADS = 2
 
 
-def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) -> tuple[float, float, float]:
-    """Median over rounds of time(a)/time(b), alternating A B / B A blocks; plus median seconds of each."""
+def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int,
+           sync: Callable[[], Any] | None = None) -> tuple[float, float, float]:
+    """Median over rounds of time(a)/time(b), alternating A B / B A blocks; plus median seconds of each.
+
+    ``sync`` ends every timed block (the device's work is all done: work one side left in flight
+    would otherwise be paid for in the other side's block)."""
     ratios, ta, tb = [], [], []
     for r in range(rounds):
         order = (a, b) if r % 2 == 0 else (b, a)
@@ -62,6 +70,8 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) 
             start = time.perf_counter()
             for _ in range(block):
                 fn()
+            if sync is not None:
+                sync()
             times[fn] = (time.perf_counter() - start) / block
         ratios.append(times[a] / times[b])
         ta.append(times[a])
@@ -82,12 +92,16 @@ _OPTIMIZERS = {"default": {}, "loop": {"foreach": False}, "fused": {"fused": Tru
 
 def _task(name: str) -> Task:
     """``examples/train.py``'s task ``name``; ``mlp-wide``: its MLP 128 → 512 → 128 on a batch of 64
-    (~0.2M parameters: compute per op outweighs the per-op overhead the tiny models measure)."""
-    if name != "mlp-wide":
+    (~0.2M parameters: compute per op outweighs the per-op overhead the tiny models measure);
+    ``mlp-large``: 1024 → 2048 → 1024 on a batch of 8 (4.2M parameters: the optimizer's elementwise
+    passes over the parameters dominate, the work fusion is for)."""
+    sizes = {"mlp-wide": (128, 512, 64), "mlp-large": (1024, 2048, 8)}.get(name)
+    if sizes is None:
         return make_task(name)
+    d, hidden, batch = sizes
     g = torch.Generator().manual_seed(1234)
-    data = [(torch.randn(64, 128, generator=g), torch.randn(64, 128, generator=g))]
-    return Task(name, lambda: MLP(128, 512, 128), data, torch.nn.functional.mse_loss)
+    data = [(torch.randn(batch, d, generator=g), torch.randn(batch, d, generator=g))]
+    return Task(name, lambda: MLP(d, hidden, d), data, torch.nn.functional.mse_loss)
 
 
 def training_step(name: str, where: str, optimizer: str = "default") -> Callable[[], float]:
@@ -148,14 +162,19 @@ class _RuntimeTimer:
         del self._graph.flush  # the instance attribute shadowed the method
 
 
-def breakdown(step: Callable[[], Any], steps: int) -> tuple[float, float]:
-    """Seconds per call of ``step``: in total, and inside the runtime (see :class:`_RuntimeTimer`)."""
+def breakdown(step: Callable[[], Any], steps: int,
+              sync: Callable[[], Any] | None = None) -> tuple[float, float, float]:
+    """Seconds per call of ``step``: in total, inside the runtime (see :class:`_RuntimeTimer`), and
+    in the final ``sync`` (by default ``torch.tpu.synchronize``: the wait for the device's pending
+    work, the runtime's too)."""
     with _RuntimeTimer() as timer:
         start = time.perf_counter()
         for _ in range(steps):
             step()
-        total = time.perf_counter() - start
-    return total / steps, timer.seconds / steps
+        waited = time.perf_counter()
+        (sync or torch.tpu.synchronize)()
+        end = time.perf_counter()
+    return (end - start) / steps, timer.seconds / steps, (end - waited) / steps
 
 
 class _Null:
@@ -250,7 +269,7 @@ def check_chains(ours: Callable[[], Any], theirs: Callable[[], Any], n: int) -> 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="mlp,mingpt,mlp-wide")
+    p.add_argument("--models", default="mlp,mingpt,mlp-wide,mlp-large")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--block", type=int, default=3, help="calls per timed block")
     p.add_argument("--ops", type=int, default=200, help="ops in the dispatch chain (even)")
@@ -269,13 +288,15 @@ def main(argv: list[str] | None = None) -> int:
             strict, fused = training_step(name, "strict", optimizer), training_step(name, "fused", optimizer)
             for fn in (strict, fused, strict, fused, fused):  # compile, then reach the steady-state graph
                 fn()
-            ratio, ts, tf = paired(strict, fused, args.rounds, args.block)
+            ratio, ts, tf = paired(strict, fused, args.rounds, args.block, sync=torch.tpu.synchronize)
             label = name + "".join(f", AdamW({k}={v})" for k, v in _OPTIMIZERS[optimizer].items())
             print(f"   {label:30s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
                   f"{tf * 1e3:8.1f} ms per step)")
             if args.breakdown and optimizer == "default":
                 steps = max(20, args.rounds * args.block * 3)
-                (s_total, s_runtime), (f_total, f_runtime) = breakdown(strict, steps), breakdown(fused, steps)
+                (s_total, s_runtime, s_wait), (f_total, f_runtime, f_wait) = (breakdown(strict, steps),
+                                                                              breakdown(fused, steps))
+                s_runtime, f_runtime = s_runtime + s_wait, f_runtime + f_wait
                 print(f"   {'':30s} runtime/rest per step: strict {s_runtime * 1e3:.2f}/{(s_total - s_runtime) * 1e3:.2f}"
                       f" ms, fused {f_runtime * 1e3:.2f}/{(f_total - f_runtime) * 1e3:.2f} ms; ceiling with a free "
                       f"fused runtime {s_total / (f_total - f_runtime):.2f}x; 2x needs fused runtime <= "

@@ -21,12 +21,13 @@ def test_breakdown_times_dispatch_and_flushes_then_restores_them():
             return (x * 2 + 1).sum().item()  # three ops recorded, one flush inside item()
 
     step()
-    total, runtime = breakdown(step, 5)
-    assert len(calls) == 6 and 0 < runtime < total
+    total, runtime, wait = breakdown(step, 5)
+    assert len(calls) == 6 and 0 < runtime < total and 0 <= wait < total
     assert tensor_module._DISPATCH[0] is dispatch and "flush" not in vars(GRAPH)
     assert step() == pytest.approx((x.cpu() * 2 + 1).sum().item(), rel=1e-5)
 
 
 def test_breakdown_counts_nothing_without_tpu_work():
-    total, runtime = breakdown(lambda: sum(range(100)), 3)
-    assert runtime == 0.0 and total > 0
+    synced = []
+    total, runtime, wait = breakdown(lambda: sum(range(100)), 3, sync=lambda: synced.append(1))
+    assert runtime == 0.0 and 0 <= wait < total and synced == [1]
