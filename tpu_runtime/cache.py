@@ -79,10 +79,12 @@ class CompileCache:
         """The cached callable for ``key`` without counting anything."""
         return self._entries.get(key)
 
-    def compile(self, key: Any, fn: Callable, args: tuple, describe: Callable[[], str] = lambda: "") -> tuple:
+    def compile(self, key: Any, fn: Callable, args: tuple, describe: Callable[[], str] = lambda: "",
+                donate: tuple = ()) -> tuple:
         """Jit ``fn``, run it once on ``args`` (this compiles it), store it under ``key``.
 
-        Returns the outputs of that first run. Counts a miss and the seconds spent.
+        Returns the outputs of that first run. Counts a miss and the seconds spent. ``donate``:
+        the positions of ``args`` whose buffers the executable may reuse (``key`` must tell them).
 
         Raises:
             CacheMissError: inside :func:`cache_only` when the executable was in
@@ -91,7 +93,7 @@ class CompileCache:
         _configure_disk_cache()
         if self._cache_only and not _disk_cache_dir():
             raise CacheMissError(f"compile cache miss inside cache_only(): {describe() or key!r}")
-        jitted = jax.jit(fn)
+        jitted = jax.jit(fn, donate_argnums=donate) if donate else jax.jit(fn)
         hits_before = self._disk_events["hit"]
         start = time.perf_counter()
         out = jitted(*args)

@@ -318,6 +318,8 @@ def _functional_of_out(func: Any, outs: list) -> Any:
 def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     self = args[0]
     route = _ROUTES.get(id(functional))
+    if route is None or route[-1] is not functional:  # the functional op not called yet: route it now
+        route = _ROUTES[id(functional)] = _generator_route(functional) + (functional,)
     if route is not None and route[0] == "generator" and _generator_arg(route[1], args, kwargs) is None:
         route = route[2]  # (a given generator was taken off by the in-place op's own route)
     if (type(self) is TpuTensor and route is not None and route[0] == "op" and route[-1] is functional

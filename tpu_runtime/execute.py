@@ -73,7 +73,10 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
     if plan.view and len(ins) == 1:
         src = ins[0]
         return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
-    res = _MODE[0].run(plan, _values(plan, ins))
+    if into is not None and hasattr(_MODE[0], "run_into"):  # strict: ``into``'s old buffer may take the result
+        res = _MODE[0].run_into(plan, _values(plan, ins), (into,))
+    else:
+        res = _MODE[0].run(plan, _values(plan, ins))
     specs = plan.out_specs
     if into is not None:
         assign_value(into, res[0], specs[0])

@@ -120,7 +120,11 @@ def _write_each(plan: Any, ins: list, dsts: Any) -> None:
     from tpu_runtime.eager import executor
     from tpu_runtime.execute import _values, assign_value
 
-    results = executor().run(plan, _values(plan, ins))
+    ex = executor()
+    run_into = getattr(ex, "run_into", None)
+    values = _values(plan, ins)
+    results = ex.run(plan, values) if run_into is None else run_into(plan, values, dsts)
+    del values
     for dst, value, spec in zip(dsts, results, plan.out_specs):
         assign_value(dst, value, spec)
 

@@ -85,6 +85,8 @@ def write(t: TpuTensor, value: Any) -> None:
     """
     s = t._storage
     if not t._chain:
+        if type(value) is LazyRef and value.concrete is None:
+            value.graph.replaced(value, s.value)
         s.value = value
         s.version += 1
         return
@@ -94,7 +96,11 @@ def write(t: TpuTensor, value: Any) -> None:
                                "more than one element of the written-to tensor refers to a single memory "
                                "location. Please clone() the tensor before performing the operation.")
     plan = _scatter_plan(t._chain, s.spec)
-    s.value = executor().run(plan, [storage_value(s), value])[0]
+    old = storage_value(s)
+    s.value = executor().run(plan, [old, value])[0]
+    if type(s.value) is LazyRef:
+        s.value.graph.replaced(s.value, old)
+    del old  # not held past the write: a graph may write into its buffer (fused._donation)
     s.version += 1
     t._cached, t._seen = value, s.version
     if type(value) is LazyRef and value.concrete is None:

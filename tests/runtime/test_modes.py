@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -159,6 +160,91 @@ def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
                 assert len(fused.GRAPH) > 0      # the optimizer step is recorded: a second graph
                 got.append(loss.item())
     assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_fused_optimizer_step_reuses_the_buffers_it_overwrites(monkeypatch):
+    # once the optimizer's graph has run, the old parameters and moments are dead: the graph writes
+    # its outputs into their buffers (donated). An array something else still holds is not donated.
+    model = tiny_mlp()
+    ref = copy.deepcopy(model).to("tpu")
+    x, y = batch()
+    tx, ty = x.to("tpu"), y.to("tpu")
+    want = _train(ref, tx, ty, 3)
+    model.to("tpu")
+    donated = []
+    real = fused._donation
+
+    def spy(leaves, nodes, outs, replaces):
+        outs, d = real(leaves, nodes, outs, replaces)
+        donated.append(([id(leaves[i]) for i in d], {id(v) for v in leaves}))
+        return outs, d
+
+    monkeypatch.setattr(fused, "_donation", spy)
+    with tpu_runtime.set_eager_mode("fused"):
+        opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+        got = _train_steps_holding(model, opt, tx, ty)
+    assert got == pytest.approx(want, rel=1e-5)
+    held, before = got.held, got.held_value
+    ids, leaf_ids = donated[-1]  # the last optimizer step's graph
+    assert len(ids) == 3 * 4 - 1  # 4 parameters, each with its value and 2 moments; minus the held one
+    assert id(held) in leaf_ids and id(held) not in ids
+    assert not held.is_deleted() and (jnp.asarray(held) == before).all()
+
+
+def test_strict_in_place_ops_donate_the_buffer_nothing_else_holds(monkeypatch):
+    # the old value of an in-place op's target is dead once it is replaced: its buffer is donated to
+    # the op's executable (XLA may write the result into it), unless something else holds it
+    from tpu_runtime.cache import CACHE
+    from tpu_runtime.values import materialize
+
+    donated, real = [], CACHE.compile
+
+    def spy(key, fn, args, describe=lambda: "", donate=()):
+        donated.append(donate)
+        return real(key, fn, args, describe, donate)
+
+    monkeypatch.setattr(CACHE, "compile", spy)
+    cpu = torch.randn(131, 257)  # 134 KB: large enough to be donated; a shape no other test compiles
+    with tpu_runtime.set_eager_mode("strict"):
+        x = cpu.to("tpu")
+        held = materialize(x)
+        x.mul_(2)  # the old array is held here: not donated, and intact
+        assert donated[-1] == () and not held.is_deleted()
+        assert torch.equal(torch.from_numpy(np.array(held)), cpu)
+        del held
+        x.add_(1)
+        assert donated[-1] == (0,)
+        ps = [cpu.to("tpu") for _ in range(3)]
+        torch._foreach_div_(ps, 4.0)
+        assert donated[-1] == (0, 1, 2)
+        small = torch.ones(3).to("tpu")
+        small.sub_(1)  # a few bytes: a fresh buffer costs less than a donation
+        assert donated[-1] == ()
+    torch.testing.assert_close(x.cpu(), cpu * 2 + 1)
+    for p in ps:
+        torch.testing.assert_close(p.cpu(), cpu / 4)
+    assert small.cpu().tolist() == [0.0, 0.0, 0.0]
+
+
+class _Losses(list):
+    held = held_value = None
+
+
+def _train_steps_holding(model, opt, tx, ty):
+    """3 fused training steps; before the last optimizer step, hold the first weight's array."""
+    from tpu_runtime.values import materialize
+
+    losses = _Losses()
+    for step in range(3):
+        loss = F.mse_loss(model(tx), ty)
+        opt.zero_grad()
+        loss.backward()
+        if step == 2:
+            losses.held = materialize(model[0].weight)
+            losses.held_value = jnp.array(losses.held, copy=True)
+        opt.step()
+        losses.append(loss.item())
+    return losses
 
 
 class _null:

@@ -8,7 +8,9 @@ runs while Python records what follows), a mode switch, or the graph reaching it
 the graph becomes one JAX function whose inputs are the concrete arrays it read
 (weights, data, python floats, RNG counters) and whose outputs are the pending
 values still referenced from Python; everything else is dead and XLA never
-materializes it.
+materializes it. An input that an in-place op of the graph replaced and that
+nothing else holds (an optimizer's old parameters and moments) is donated: XLA
+may write the output that replaced it into its buffer (:func:`_donation`).
 
 The compile-cache key is the graph's structure: the plans (by their serial
 number: one plan per call signature), how nodes connect, which leaves are
@@ -28,15 +30,18 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import weakref
 from typing import Any
 
 import jax.numpy as jnp
 
+from converter.lowering.dtypes import JAX_TO_TORCH
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 
 _ref = weakref.ref
+_refcount = sys.getrefcount
 _ARRAY = type(jnp.zeros(()))  # jaxlib's ArrayImpl
 
 #: Flush the graph when it reaches this many ops (``TPU_FUSED_MAX_OPS``).
@@ -105,6 +110,7 @@ class FusedGraph:
         self._float_ids: dict[float, int] = {}
         self.refs: list = []  # weakref.ref to every LazyRef handed out (cheaper than a WeakSet)
         self.view_caches: list = []  # (weakref to a view tensor, id of the pending value it caches)
+        self.replaces: dict = {}  # (node, output) → the leaf whose storage it overwrote (see replaced)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -164,6 +170,21 @@ class FusedGraph:
         self.leaves.append(v)
         return len(self.leaves) - 1
 
+    def replaced(self, ref: LazyRef, old: Any) -> None:
+        """Note that the pending value ``ref`` replaced ``old`` as a storage's value (an in-place op).
+
+        When ``old`` is a leaf (or a pending value that replaced one), ``ref`` may be written into that
+        leaf's buffer: see :func:`_donation`."""
+        t = type(old)
+        if t is _ARRAY:
+            leaf = self._leaf_ids.get(id(old))  # a live leaf: its id is its own
+        elif t is LazyRef and old.graph is self and old.concrete is None:
+            leaf = self.replaces.pop((old.node, old.idx), None)
+        else:
+            return
+        if leaf is not None:
+            self.replaces[(ref.node, ref.idx)] = leaf
+
     def cache_view(self, view: Any, ref: LazyRef) -> None:
         """Note that ``view`` caches the pending value ``ref`` (its view chain replayed on its storage)."""
         self.view_caches.append((_ref(view), id(ref)))  # not the ref itself: that would keep it live
@@ -172,9 +193,8 @@ class FusedGraph:
         """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`.
 
         A view's cached value (:meth:`cache_view`) is dropped first, not made an output: the
-        view recomputes it from its storage if it is read again. (An optimizer's ``p.grad``
-        of a linear layer is the transposed view of a matmul result: keeping its cache live
-        made the graph write a second, transposed copy of every weight gradient.)
+        view recomputes it from its storage if it is read again (keeping its cache live would
+        make the graph write a second copy of the viewed data, e.g. a transposed one).
         """
         for w, ref_id in self.view_caches:
             view = w()
@@ -185,17 +205,18 @@ class FusedGraph:
             return
         live = [r for w in self.refs if (r := w()) is not None and r.concrete is None]
         outs = sorted({(r.node, r.idx) for r in live})
-        nodes, token, leaves = self.nodes, self.trie.token, self.leaves
+        nodes, token, leaves, replaces = self.nodes, self.trie.token, self.leaves, self.replaces
         self._reset()
         if not outs:
             return
-        key = ("fused", token, tuple(outs), len(leaves))
+        outs, donate = _donation(leaves, nodes, outs, replaces)
+        key = ("fused", token, tuple(outs), len(leaves), donate)
         prev = swap_on()  # x64(), without a context manager's cost
         try:
             exe = CACHE.lookup(key)
             if exe is None:
                 results = CACHE.compile(key, _graph_fn(nodes, outs), tuple(leaves),
-                                        describe=lambda: f"fused graph of {len(nodes)} ops")
+                                        describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
             else:
                 results = exe(*leaves)
         except Exception as e:
@@ -207,6 +228,40 @@ class FusedGraph:
         where = {o: i for i, o in enumerate(outs)}
         for r in live:
             r.concrete = results[where[(r.node, r.idx)]]
+
+
+#: Reference count of a leaf array that only the graph's leaf list holds, as :func:`_donation` sees it
+#: (the list, its local variable, ``getrefcount``'s argument).
+_UNHELD = 3
+
+
+def _donation(leaves: list, nodes: list, outs: list, replaces: dict) -> tuple[list, tuple]:
+    """The graph's outputs in the order that pairs them with the leaves it may write them into, and
+    those leaves' positions (``donate_argnums``).
+
+    An in-place op of the graph replaced a storage's value, a leaf, with an output
+    (:meth:`FusedGraph.replaced`): an optimizer's parameters and moments. When nothing but the
+    graph holds that leaf any more it is dead once the graph has run, so XLA may write the output
+    into its buffer instead of a fresh one (on the CPU a fresh buffer of megabytes costs more than
+    the elementwise pass that fills it; on an accelerator it doubles an optimizer step's memory).
+    JAX pairs each donated input with the first output of its shape and dtype not yet paired, in
+    order: the paired outputs come first, in the order of their leaves.
+    """
+    pairs, taken = [], set()
+    for out in outs:
+        leaf = replaces.get(out)
+        if leaf is None or leaf in taken:
+            continue
+        v = leaves[leaf]
+        if type(v) is _ARRAY and _refcount(v) == _UNHELD \
+                and (v.shape, JAX_TO_TORCH.get(v.dtype)) == nodes[out[0]][0].out_specs[out[1]]:
+            pairs.append((leaf, out))
+            taken.add(leaf)
+    if not pairs:
+        return outs, ()
+    pairs.sort()
+    paired = {out for _, out in pairs}
+    return [out for _, out in pairs] + [o for o in outs if o not in paired], tuple(leaf for leaf, _ in pairs)
 
 
 def _graph_fn(nodes: list, outs: list) -> Any:

@@ -8,10 +8,12 @@ is: the host returns before the device finishes, and a sync point waits.
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any
 
 from tpu_runtime.cache import CACHE
-from tpu_runtime.eager.fused import LazyRef, concrete
+from tpu_runtime.eager.fused import _ARRAY, LazyRef, concrete
 
 
 def run_now(plan: Any, values: list) -> tuple:
@@ -33,6 +35,54 @@ def run_now(plan: Any, values: list) -> tuple:
     return exe(*values)
 
 
+_refcount = sys.getrefcount
+#: Reference count of an array held by one storage and the executor's input list, as
+#: :func:`run_into` sees it (those two, its local variable, ``getrefcount``'s argument).
+_STORED_ONLY = 4
+
+
+#: Smaller arrays are not donated: measured on the CPU, donating a few bytes costs more per call
+#: than the fresh buffer it saves, where a fresh buffer of megabytes costs more than the pass that
+#: fills it (page faults).
+MIN_DONATED_BYTES = 1 << 16
+
+
+def run_into(plan: Any, values: list, dsts: Any) -> tuple:
+    """:func:`run_now` for an in-place op whose ``i``-th output is about to replace the value of base
+    tensor ``dsts[i]``: a destination's current array of at least :data:`MIN_DONATED_BYTES` that
+    nothing else holds is donated, so XLA writes the output into its buffer (the caller writes the
+    results back right after)."""
+    donate = []
+    for i, dst in enumerate(dsts):
+        spec = dst._spec
+        if dst._chain or i >= len(plan.out_specs) or plan.out_specs[i] != spec \
+                or math.prod(spec[0]) * spec[1].itemsize < MIN_DONATED_BYTES:
+            continue
+        v = dst._storage.value
+        if type(v) is not _ARRAY or _refcount(v) != _STORED_ONLY:
+            continue
+        pos = next((k for k, x in enumerate(values) if x is v), None)
+        del v
+        if pos is not None and (not donate or pos > donate[-1]):
+            donate.append(pos)
+    if not donate:
+        return run_now(plan, values)
+    donate = tuple(donate)
+    exe = plan.extra.get(("exe", donate))
+    if exe is not None:
+        CACHE.stats.requests += 1
+        CACHE.stats.hits += 1
+        return exe(*values)
+    key = plan.key + (("donate", donate),)
+    exe = CACHE.lookup(key)
+    if exe is None:
+        out = CACHE.compile(key, plan.fn, tuple(values), describe=lambda: plan.name, donate=donate)
+        plan.extra["exe", donate] = CACHE.lookup_quiet(key)
+        return out
+    plan.extra["exe", donate] = exe
+    return exe(*values)
+
+
 class StrictExecutor:
     """Runs each op immediately."""
 
@@ -43,6 +93,7 @@ class StrictExecutor:
     #: ``run(plan, values)``: run ``plan`` on ``values`` now; returns JAX arrays (one call
     #: less per op than a method wrapping :func:`run_now`).
     run = staticmethod(run_now)
+    run_into = staticmethod(run_into)
 
     def sync(self) -> None:
         """Nothing is pending in strict mode (device work is waited for by callers)."""
