@@ -41,7 +41,7 @@ from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.device import HOST_FACTORIES, aten_overload, check_index
 from tpu_runtime.eager import executor
-from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op
+from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op, run_writing
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
@@ -346,8 +346,17 @@ def _inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchan
     ``_amp_update_scale_``): its functional twin returns one result per mutated argument,
     in order; each is written into its tensor (or list of tensors), except the arguments
     ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
+    skip = unchanged(args, kwargs) if unchanged is not None else ()
+    if hasattr(executor(), "run_into"):  # strict: the results may go into the buffers they replace
+        route = _ROUTES.get(id(functional))
+        if route is None or route[-1] is not functional:
+            route = _ROUTES[id(functional)] = _generator_route(functional) + (functional,)
+        targets = [None if pos in skip else args[pos] if pos < len(args) else kwargs.get(name)
+                   for pos, name in mutated]
+        if route[0] == "op" and not route[3] and run_writing(functional, args, kwargs, route, targets):
+            return args[0] if returns_self else None
     results = _route(functional, args, kwargs)
-    _write_back(mutated, results, args, kwargs, unchanged(args, kwargs) if unchanged is not None else ())
+    _write_back(mutated, results, args, kwargs, skip)
     return args[0] if returns_self else None
 
 

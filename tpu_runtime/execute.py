@@ -86,6 +86,37 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
     return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])
 
 
+def run_writing(func: Any, args: tuple, kwargs: dict, route: tuple, targets: list) -> bool:
+    """Run ``func`` (an ``op`` route) and write each output into the tensor it replaces, through the
+    mode's ``run_into`` (strict: dead buffers are donated); ``targets[k]`` is the tensor, or list of
+    tensors, that the op's ``k``-th result replaces (``None``: written nowhere). ``False`` when the
+    op's results do not line up with ``targets`` (nothing ran)."""
+    key, ins = flatten(func, args, kwargs, route[2], route[3], route[4])
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = route[1]
+        row = registry.lookup(func) if kernel is None else None
+        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=route[2])
+    structure = plan.structure
+    if plan.view or type(structure) not in (list, tuple) or len(structure) < len(targets):
+        return False
+    dsts: list = [None] * len(plan.out_specs)
+    for sub, target in zip(structure, targets):
+        if target is None:
+            continue
+        pairs = zip(sub, target) if type(sub) in (list, tuple) and type(target) in (list, tuple) \
+            and len(sub) == len(target) else ((sub, target),)
+        for slot, t in pairs:
+            if type(slot) is not _Slot or type(t) is not TpuTensor:
+                return False
+            dsts[slot.i] = t
+    res = _MODE[0].run_into(plan, _values(plan, ins), dsts)
+    for dst, value, spec in zip(dsts, res, plan.out_specs):
+        if dst is not None:
+            assign_value(dst, value, spec)
+    return True
+
+
 def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:
     """Write ``value`` (of ``spec``: shape, dtype) into ``dst``, casting its dtype as in-place ops do.
 

@@ -220,6 +220,14 @@ def test_strict_in_place_ops_donate_the_buffer_nothing_else_holds(monkeypatch):
         small = torch.ones(3).to("tpu")
         small.sub_(1)  # a few bytes: a fresh buffer costs less than a donation
         assert donated[-1] == ()
+        w, ref = torch.nn.Parameter(cpu.to("tpu")), torch.nn.Parameter(cpu.clone())
+        opts = [torch.optim.AdamW([p], lr=0.1, fused=True) for p in (w, ref)]
+        for _ in range(2):  # the 2nd step's _fused_adamw_ donates the parameter and both moments
+            for p, opt in zip((w, ref), opts):
+                p.grad = torch.full_like(p, 0.5)
+                opt.step()
+        assert len(donated[-1]) == 3
+    torch.testing.assert_close(w.detach().cpu(), ref.detach())
     torch.testing.assert_close(x.cpu(), cpu * 2 + 1)
     for p in ps:
         torch.testing.assert_close(p.cpu(), cpu / 4)

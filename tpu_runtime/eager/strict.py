@@ -49,11 +49,13 @@ MIN_DONATED_BYTES = 1 << 16
 
 def run_into(plan: Any, values: list, dsts: Any) -> tuple:
     """:func:`run_now` for an in-place op whose ``i``-th output is about to replace the value of base
-    tensor ``dsts[i]``: a destination's current array of at least :data:`MIN_DONATED_BYTES` that
-    nothing else holds is donated, so XLA writes the output into its buffer (the caller writes the
-    results back right after)."""
-    donate = []
+    tensor ``dsts[i]`` (``None``: an output written nowhere): a destination's current array of at
+    least :data:`MIN_DONATED_BYTES` that nothing else holds is donated, so XLA writes the output into
+    its buffer (the caller writes the results back right after)."""
+    pairs = []
     for i, dst in enumerate(dsts):
+        if dst is None:
+            continue
         spec = dst._spec
         if dst._chain or i >= len(plan.out_specs) or plan.out_specs[i] != spec \
                 or math.prod(spec[0]) * spec[1].itemsize < MIN_DONATED_BYTES:
@@ -63,24 +65,39 @@ def run_into(plan: Any, values: list, dsts: Any) -> tuple:
             continue
         pos = next((k for k, x in enumerate(values) if x is v), None)
         del v
-        if pos is not None and (not donate or pos > donate[-1]):
-            donate.append(pos)
-    if not donate:
+        if pos is not None:
+            pairs.append((pos, i))
+    if not pairs:
         return run_now(plan, values)
-    donate = tuple(donate)
-    exe = plan.extra.get(("exe", donate))
-    if exe is not None:
+    # JAX gives each donated input, in order, the first output of its shape and dtype not yet given:
+    # the executable returns the outputs that replace donated inputs first, in their inputs' order
+    # (an op that also returns a parameter-shaped gradient would otherwise pair a moment with it).
+    pairs.sort()
+    donate = tuple(pos for pos, _ in pairs)
+    first = [i for _, i in pairs]
+    taken = set(first)
+    order = tuple(first + [i for i in range(len(plan.out_specs)) if i not in taken])
+    entry = plan.extra.get(("exe", donate, order))
+    if entry is None:
+        key = plan.key + (("donate", donate, order),)
+        exe = CACHE.lookup(key)
+        inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+        if exe is None:
+            fn = plan.fn
+            out = CACHE.compile(key, lambda *a: _reordered(fn(*a), order), tuple(values),
+                                describe=lambda: plan.name, donate=donate)
+            plan.extra["exe", donate, order] = (CACHE.lookup_quiet(key), inverse)
+            return _reordered(out, inverse)
+        entry = plan.extra["exe", donate, order] = (exe, inverse)
+    else:
         CACHE.stats.requests += 1
         CACHE.stats.hits += 1
-        return exe(*values)
-    key = plan.key + (("donate", donate),)
-    exe = CACHE.lookup(key)
-    if exe is None:
-        out = CACHE.compile(key, plan.fn, tuple(values), describe=lambda: plan.name, donate=donate)
-        plan.extra["exe", donate] = CACHE.lookup_quiet(key)
-        return out
-    plan.extra["exe", donate] = exe
-    return exe(*values)
+    exe, inverse = entry
+    return _reordered(exe(*values), inverse)
+
+
+def _reordered(outs: Any, order: tuple) -> tuple:
+    return tuple([outs[i] for i in order])
 
 
 class StrictExecutor:
