@@ -14,8 +14,9 @@ warm-up, reporting the median over rounds of the per-round time ratio
    same MLP 128 → 512 → 128 on a batch of 64, where the compute of each op counts too;
    ``mlp-large`` is 1024 → 2048 → 1024 on a batch of 8 (4.2M parameters), where the
    optimizer's elementwise passes over the parameters dominate (the work fusion is for);
-   every timed block ends with ``torch.tpu.synchronize()`` (strict mode's last optimizer
-   ops may still run after ``loss.item()``: they are paid for in their own block);
+   every timed block ends by waiting for the model's parameters and optimizer state (strict
+   mode's last optimizer ops may still run after ``loss.item()``: they are paid for in their
+   own block);
    then, per model, where a step's time goes (``--breakdown``, default on): the part spent
    in the runtime (inside ``__torch_dispatch__`` and in fused graph flushes) and the rest
    (torch's own autograd, module and optimizer code, the same in both modes), and the
@@ -56,12 +57,11 @@ from examples.train import Task, make_task  # noqa: E402
 THREADS = 2
 
 
-def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int,
-           sync: Callable[[], Any] | None = None) -> tuple[float, float, float]:
+def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) -> tuple[float, float, float]:
     """Median over rounds of time(a)/time(b), alternating A B / B A blocks; plus median seconds of each.
 
-    ``sync`` ends every timed block (the device's work is all done: work one side left in flight
-    would otherwise be paid for in the other side's block)."""
+    A side's ``sync`` attribute, when it has one, ends each of its timed blocks (its device work is
+    all done: work one side left in flight would otherwise be paid for in the other side's block)."""
     ratios, ta, tb = [], [], []
     for r in range(rounds):
         order = (a, b) if r % 2 == 0 else (b, a)
@@ -70,8 +70,9 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int,
             start = time.perf_counter()
             for _ in range(block):
                 fn()
-            if sync is not None:
-                sync()
+            done = getattr(fn, "sync", None)
+            if done is not None:
+                done()
             times[fn] = (time.perf_counter() - start) / block
         ratios.append(times[a] / times[b])
         ta.append(times[a])
@@ -125,6 +126,16 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
             opt.step()
             return loss.item()
 
+    def sync() -> None:
+        """Wait for the step's device work: the parameters' and optimizer state's last writes."""
+        from tpu_runtime.values import materialize
+
+        state = [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        for t in [*model.parameters(), *state]:
+            if t.device.type == "tpu":
+                materialize(t).block_until_ready()
+
+    step.sync = sync
     return step
 
 
@@ -165,14 +176,14 @@ class _RuntimeTimer:
 def breakdown(step: Callable[[], Any], steps: int,
               sync: Callable[[], Any] | None = None) -> tuple[float, float, float]:
     """Seconds per call of ``step``: in total, inside the runtime (see :class:`_RuntimeTimer`), and
-    in the final ``sync`` (by default ``torch.tpu.synchronize``: the wait for the device's pending
-    work, the runtime's too)."""
+    in the final ``sync`` (by default ``step.sync``, else ``torch.tpu.synchronize``: the wait for
+    the device's pending work, the runtime's too)."""
     with _RuntimeTimer() as timer:
         start = time.perf_counter()
         for _ in range(steps):
             step()
         waited = time.perf_counter()
-        (sync or torch.tpu.synchronize)()
+        (sync or getattr(step, "sync", None) or torch.tpu.synchronize)()
         end = time.perf_counter()
     return (end - start) / steps, timer.seconds / steps, (end - waited) / steps
 
@@ -288,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             strict, fused = training_step(name, "strict", optimizer), training_step(name, "fused", optimizer)
             for fn in (strict, fused, strict, fused, fused):  # compile, then reach the steady-state graph
                 fn()
-            ratio, ts, tf = paired(strict, fused, args.rounds, args.block, sync=torch.tpu.synchronize)
+            ratio, ts, tf = paired(strict, fused, args.rounds, args.block)
             label = name + "".join(f", AdamW({k}={v})" for k, v in _OPTIMIZERS[optimizer].items())
             print(f"   {label:30s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
                   f"{tf * 1e3:8.1f} ms per step)")
