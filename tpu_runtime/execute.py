@@ -53,6 +53,17 @@ def run_op(func: Any, args: tuple, kwargs: dict, kernel: Callable | None = None,
 NOT_IN_PLACE = object()
 
 
+def _routed_plan(func: Any, args: tuple, kwargs: dict, route: tuple) -> tuple[OpPlan, list]:
+    """The plan of a call of an ``op`` route (built on first use) and the call's inputs."""
+    key, ins = flatten(func, args, kwargs, route[2], route[3], route[4])
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = route[1]
+        row = registry.lookup(func) if kernel is None else None
+        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=route[2])
+    return plan, ins
+
+
 def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | None = None) -> Any:
     """:func:`run_op` for an ``op`` route (its kernel, flags and key tag precomputed): the
     per-op hot path, with :func:`_execute` inlined.
@@ -62,12 +73,7 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
     between, and ``into`` is returned; :data:`NOT_IN_PLACE` when ``func`` is a view op
     or has several outputs (nothing ran).
     """
-    key, ins = flatten(func, args, kwargs, route[2], route[3], route[4])
-    plan = _PLANS.get(key)
-    if plan is None:
-        kernel = route[1]
-        row = registry.lookup(func) if kernel is None else None
-        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=route[2])
+    plan, ins = _routed_plan(func, args, kwargs, route)
     if into is not None and (plan.view or type(plan.structure) is not _Slot):
         return NOT_IN_PLACE
     if plan.view and len(ins) == 1:
@@ -91,12 +97,7 @@ def run_writing(func: Any, args: tuple, kwargs: dict, route: tuple, targets: lis
     mode's ``run_into`` (strict: dead buffers are donated); ``targets[k]`` is the tensor, or list of
     tensors, that the op's ``k``-th result replaces (``None``: written nowhere). ``False`` when the
     op's results do not line up with ``targets`` (nothing ran)."""
-    key, ins = flatten(func, args, kwargs, route[2], route[3], route[4])
-    plan = _PLANS.get(key)
-    if plan is None:
-        kernel = route[1]
-        row = registry.lookup(func) if kernel is None else None
-        plan = _PLANS[key] = build_plan(func, key, args, kwargs, kernel, row=row, dyn=route[2])
+    plan, ins = _routed_plan(func, args, kwargs, route)
     structure = plan.structure
     if plan.view or type(structure) not in (list, tuple) or len(structure) < len(targets):
         return False

@@ -139,13 +139,18 @@ def test_fused_python_floats_are_graph_inputs_one_per_value():
             assert torch.equal(torch.signbit(g), torch.signbit(w))
 
 
-def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
+def _with_reference(steps):
+    """The tiny MLP on the device, its batch there, and the losses of ``steps`` strict steps of a copy."""
     model = tiny_mlp()
     ref = copy.deepcopy(model).to("tpu")
     x, y = batch()
     tx, ty = x.to("tpu"), y.to("tpu")
-    want = _train(ref, tx, ty, 4)
-    model.to("tpu")
+    want = _train(ref, tx, ty, steps)
+    return model.to("tpu"), tx, ty, want
+
+
+def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
+    model, tx, ty, want = _with_reference(4)
     with tpu_runtime.set_eager_mode("fused"):
         opt = torch.optim.AdamW(model.parameters(), lr=0.05)
         got = []
@@ -165,12 +170,7 @@ def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
 def test_fused_optimizer_step_reuses_the_buffers_it_overwrites(monkeypatch):
     # once the optimizer's graph has run, the old parameters and moments are dead: the graph writes
     # its outputs into their buffers (donated). An array something else still holds is not donated.
-    model = tiny_mlp()
-    ref = copy.deepcopy(model).to("tpu")
-    x, y = batch()
-    tx, ty = x.to("tpu"), y.to("tpu")
-    want = _train(ref, tx, ty, 3)
-    model.to("tpu")
+    model, tx, ty, want = _with_reference(3)
     donated = []
     real = fused._donation
 
