@@ -64,6 +64,48 @@ def _array(t: torch.Tensor, device: Any) -> jax.Array:
     return to_jax(t, device)
 
 
+#: A CPU output of at least this many bytes is handed to torch without a copy (DLPack); below it a
+#: copy is cheaper than the handoff (measured: 64 KiB copy ~20 µs vs ~37 µs; 1 MiB ~100 vs ~67 µs).
+HANDOFF_BYTES = 1 << 20
+
+
+def _handoff(outs: list, out_fns: list, inputs: list) -> list:
+    """Per output of a compiled graph: a CPU torch tensor sharing the memory of a large output array
+    that nothing else holds, or ``None`` (converted as usual). A fresh output buffer becomes the
+    torch tensor's own (a copy of megabytes into fresh memory cost more than the graph's compute);
+    an output JAX forwarded from an input (the same buffer) or one listed twice is copied."""
+    handed: list = [None] * len(outs)
+    big, o = [], None
+    for i in range(len(outs)):
+        o = outs[i]
+        if out_fns[i] is to_torch and type(o) is _ARRAY and o.nbytes >= HANDOFF_BYTES \
+                and _refcount(o) == _ONLY_LISTED:
+            big.append(i)
+    del o
+    if not big:
+        return handed
+    taken = {x.ctypes.data if isinstance(x, np.ndarray) else x.unsafe_buffer_pointer()
+             for x in inputs if isinstance(x, np.ndarray) or type(x) is _ARRAY}
+    for i in big:
+        o = outs[i]
+        pointer = o.unsafe_buffer_pointer()
+        if pointer in taken:
+            continue
+        taken.add(pointer)
+        o.block_until_ready()  # the graph has read its inputs (NumPy views of torch memory)
+        try:
+            handed[i] = torch.from_dlpack(o)
+        except (BufferError, RuntimeError, TypeError):  # a dtype DLPack does not carry (float8)
+            continue
+        outs[i] = None
+    return handed
+
+
+_ARRAY = type(jax.numpy.zeros(()))
+_refcount = __import__("sys").getrefcount
+_ONLY_LISTED = 3  # the outputs list, the local variable, getrefcount's argument
+
+
 def _scalar(a: Any) -> Any:
     """A graph output that stands for a SymInt/SymFloat, as the python number AOTAutograd expects."""
     return np.asarray(a).item() if hasattr(a, "dtype") else a
@@ -124,8 +166,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     to_tpu = [v.device == DEVICE if isinstance(v, torch.Tensor) else on_tpu for v in vals]
     out_fns = [array_to_tpu if t else to_torch for t in to_tpu]
     layouts = [_view_layout(v) if t else None for v, t in zip(vals, to_tpu)]
-    # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch before
-    # returning, which waits for the call); a tpu graph's CPU inputs are uploaded first
+    # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch, or handed over
+    # after waiting, before returning: the call is done); a tpu graph's CPU inputs are uploaded first
     host = device == jax.devices()[0] and not on_tpu
     wait = host and any(to_tpu)  # tpu outputs of such a graph: done before its inputs' memory may change
     n_out = len(scalars)
@@ -159,10 +201,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             if wait:
                 jax.block_until_ready(outs)
             _run_checks(outs[n_out:], checks)
-            outs = outs[:n_out]
+            outs = list(outs[:n_out])
+            handoff = _handoff(outs, out_fns, arrays)
             return [_scalar(o) if sym else _strided(o, layout) if layout is not None
+                    else handed if handed is not None
                     else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
-                    for o, sym, layout, out_fn in zip(outs, scalars, layouts, out_fns)]
+                    for o, sym, layout, out_fn, handed in zip(outs, scalars, layouts, out_fns, handoff)]
         finally:
             restore(prev)
 

@@ -172,6 +172,25 @@ def test_compile_tpu_takes_non_contiguous_views_and_reshapes_expanded_ones(view)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_compile_large_cpu_outputs_are_handed_over_and_never_alias_inputs(monkeypatch):
+    # an output of 1 MiB or more becomes the torch tensor without a copy (DLPack); each stays a
+    # tensor of its own, apart from the inputs and the other outputs
+    from tpu_runtime import dynamo_backend
+
+    handed, real = [], dynamo_backend._handoff
+    monkeypatch.setattr(dynamo_backend, "_handoff", lambda *a: handed.append(real(*a)) or handed[-1])
+    torch._dynamo.reset()
+    x = torch.randn(512, 1024)  # 2 MiB
+    fn = torch.compile(lambda a: (a * 2, a.clone(), a + 1, a.sum()), backend="tpu")
+    doubled, cloned, plus, total = fn(x)
+    assert [h is not None for h in handed[-1]] == [True, True, True, False]
+    torch.testing.assert_close(doubled, x * 2)
+    assert cloned.data_ptr() != x.data_ptr() and torch.equal(cloned, x)
+    doubled.add_(1)
+    cloned.zero_()
+    assert torch.equal(plus, x + 1) and torch.equal(doubled, x * 2 + 1) and cloned.abs().sum() == 0
+
+
 def test_compile_tpu_optimizer_step_matches_cpu():
     # dynamo rewrites AdamW's addcmul_/addcdiv_(value=) into inductor's prims.fma: decomposed here
     torch._dynamo.reset()
