@@ -556,7 +556,25 @@ def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
     return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
 
 
+_AS_STRIDED_ROUTE: list = []
+
+
+def _as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
+    -> Tensor(a)``: a permuted view reports its storage's strides, so its strides index the storage, as
+    on the CPU (AOTAutograd rebuilds a compiled function's output that aliases such an input this way);
+    any other tensor reports the dense strides of its own values, which its strides index."""
+    x = args[0]
+    if type(x) is TpuTensor and x._perm is not None:
+        shape, dtype = x._storage.spec
+        args = (TpuTensor(x._storage, shape, dtype), *args[1:])
+    if not _AS_STRIDED_ROUTE:
+        _AS_STRIDED_ROUTE.append(("op", None, False, False, next(_TAGS), func))
+    return _route(func, args, kwargs, _AS_STRIDED_ROUTE[0])
+
+
 _SPECIAL: dict[Any, Callable] = {
+    aten.as_strided.default: _as_strided,
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: compile_tensors.lift_fresh,

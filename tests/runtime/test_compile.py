@@ -172,6 +172,17 @@ def test_compile_tpu_takes_non_contiguous_views_and_reshapes_expanded_ones(view)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("body", ["t", "row", "rows"])
+def test_compile_tpu_output_that_is_a_view_of_a_transposed_input_has_its_values(body):
+    # AOTAutograd rebuilds such an output from the input with as_strided(base size, base strides), then
+    # replays the views: the transposed input reports its storage's strides, which index its storage
+    torch._dynamo.reset()
+    fn = {"t": lambda a: a.t(), "row": lambda a: a[1], "rows": lambda a: a[1:3]}[body]
+    x = torch.arange(24.0).reshape(4, 6)
+    got = torch.compile(fn, backend="tpu")(x.to("tpu").t())
+    assert torch.equal(got.cpu(), fn(x.t()))
+
+
 def test_compile_large_cpu_outputs_are_handed_over_and_never_alias_inputs(monkeypatch):
     # an output of 1 MiB or more becomes the torch tensor without a copy (DLPack); each stays a
     # tensor of its own, apart from the inputs and the other outputs
