@@ -172,14 +172,17 @@ _PERMUTES = frozenset({torch.ops.aten.permute.default, torch.ops.aten.t.default,
 
 def _view_layout(func: Any, args: tuple) -> tuple[bool, list | None]:
     """How the traced result of ``func`` reports its layout, as the concrete one would
-    (:func:`tpu_runtime.values.make_view`): ``(marked, strides)``. A permute of a tensor that is not
-    another kind of view reports permuted strides (dynamo replays a concrete input view on its
-    base and checks that the strides agree); the result of any other view op is marked, reports
-    dense strides, and so does a permute of it; other ops report dense strides."""
+    (:func:`tpu_runtime.values.make_view`): ``(marked, strides)``. A permute of an unmarked tensor
+    reports permuted strides (dynamo replays a concrete input view on its base and checks that the
+    strides agree), a reshape of an unmarked contiguous one stays unmarked; the result of any other
+    view op is marked, reports dense strides, and so does a permute of it; other ops report dense
+    strides."""
     schema = func._schema.arguments
     x = args[0] if args else None
     if type(x) is not TpuTensor:
         return False, None
+    if func in _RESHAPES:  # a view of a contiguous tensor whose layout is known keeps it known
+        return bool(x._traced_view or not x.is_contiguous()), None
     if func not in _PERMUTES:
         alias_info = schema[0].alias_info if schema else None
         return alias_info is not None and not alias_info.is_write, None

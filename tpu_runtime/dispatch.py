@@ -45,7 +45,7 @@ from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_val
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
-from tpu_runtime.tensor import TpuTensor, alias, new_tensor, permuted_strides
+from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
 from tpu_runtime.traced import traced_plan
 from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, write
 
@@ -517,18 +517,11 @@ def _inplace_view(functional: Any, args: tuple, kwargs: dict) -> Any:
     self = args[0]
     view = _route(functional, args, kwargs)
     shape = view._spec[0]
-    if view._perm is not None:
-        strides = list(permuted_strides(view._storage.spec[0], view._perm))
-    else:
-        strides, acc = [], 1
-        for s in reversed(shape):
-            strides.append(acc)
-            acc *= max(s, 1)
-        strides.reverse()
+    strides = list(view._strides if view._strides is not None else dense_strides(shape))
     with torch._C._DisableTorchDispatch():  # torch's own metadata update of the wrapper
         torch.ops.aten.as_strided_.default(self, list(shape), strides)
     self._storage, self._chain, self._spec = view._storage, view._chain, view._spec
-    self._cached, self._seen, self._perm = view._cached, view._seen, view._perm
+    self._cached, self._seen, self._strides = view._cached, view._seen, view._strides
     return self
 
 
@@ -561,11 +554,12 @@ _AS_STRIDED_ROUTE: list = []
 
 def _as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
     """``aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
-    -> Tensor(a)``: a permuted view reports its storage's strides, so its strides index the storage, as
-    on the CPU (AOTAutograd rebuilds a compiled function's output that aliases such an input this way);
-    any other tensor reports the dense strides of its own values, which its strides index."""
+    -> Tensor(a)``: a view that reports its true strides in its storage (a permute, a reshape:
+    :func:`tpu_runtime.values.make_view`) has them index the storage, as on the CPU (AOTAutograd
+    rebuilds a compiled function's output that aliases such an input this way); any other tensor
+    reports the dense strides of its own values, which its strides index."""
     x = args[0]
-    if type(x) is TpuTensor and x._perm is not None:
+    if type(x) is TpuTensor and x._strides is not None:
         shape, dtype = x._storage.spec
         args = (TpuTensor(x._storage, shape, dtype), *args[1:])
     if not _AS_STRIDED_ROUTE:

@@ -58,7 +58,7 @@ class TpuTensor(torch.Tensor):
     _fake: Any = None  # set only on the tensors torch.compile traces (tpu_runtime.compile_tensors)
     _payload_stride: Any = None  # the strides its payload reports, when a traced graph expects others
     _prefix: bool = False  # a view made by ``resize_``: the first elements of its storage (tpu_runtime.resize)
-    _perm: Any = None  # a view whose chain only permutes its storage's dims: the storage dim of each dim
+    _strides: Any = None  # a view whose layout in its storage is known (offset 0): its strides there
     _traced_view: bool = False  # a tracing tensor made by a view op other than a permute (compile_tensors)
 
     @staticmethod
@@ -106,7 +106,7 @@ class TpuTensor(torch.Tensor):
         # ``t.data = new`` shallow-copies torch's metadata in C++; carry our storage too.
         torch._C.TensorBase.data.__set__(self, new)
         self._storage, self._chain, self._spec = new._storage, new._chain, new._spec
-        self._cached, self._seen, self._perm = new._cached, new._seen, new._perm
+        self._cached, self._seen, self._strides = new._cached, new._seen, new._strides
 
     def backward(self, gradient: Any = None, retain_graph: Any = None, create_graph: bool = False,
                  inputs: Any = None) -> None:
@@ -224,15 +224,16 @@ def wrap(value: Any, spec: tuple) -> TpuTensor:
     return r
 
 
-def view_tensor(storage: Storage, spec: tuple, chain: tuple, perm: tuple | None = None) -> TpuTensor:
+def view_tensor(storage: Storage, spec: tuple, chain: tuple, strides: tuple | None = None) -> TpuTensor:
     """A view of ``storage`` through ``chain`` (non-empty), reporting ``spec``: the per-view fast path.
 
-    With ``perm`` (the chain only permutes the storage's dims: :func:`permuted_strides`), it reports
-    the strides a permuted view has on the CPU; any other view reports the dense strides of its shape."""
+    With ``strides`` (the view's true strides in its storage, at offset 0: see
+    :func:`tpu_runtime.values.make_view`) it reports them, as the CPU does; any other view reports the
+    dense strides of its shape."""
     shape = spec[0]
-    if perm is not None and 0 not in shape:
-        r = _MAKE(TpuTensor, shape, strides=permuted_strides(storage.spec[0], perm), dtype=spec[1], device=DEVICE)
-        r._perm = perm
+    if strides is not None and 0 not in shape:
+        r = _MAKE(TpuTensor, shape, strides=strides, dtype=spec[1], device=DEVICE)
+        r._strides = strides
     else:
         r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
     r._storage = storage
@@ -241,13 +242,13 @@ def view_tensor(storage: Storage, spec: tuple, chain: tuple, perm: tuple | None 
     return r
 
 
-def permuted_strides(shape: tuple, perm: tuple) -> tuple:
-    """The strides of the dense ``shape`` with its dims reordered by ``perm`` (``x.permute(perm)``\'s)."""
-    dense, acc = [0] * len(shape), 1
+def dense_strides(shape: tuple) -> tuple:
+    """The strides of a dense tensor of ``shape`` (size-1 dims count as 1, as torch's do)."""
+    strides, acc = [0] * len(shape), 1
     for i in range(len(shape) - 1, -1, -1):
-        dense[i] = acc
+        strides[i] = acc
         acc *= max(shape[i], 1)
-    return tuple(dense[p] for p in perm)
+    return tuple(strides)
 
 
 def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) -> TpuTensor:
@@ -264,8 +265,8 @@ def alias(t: TpuTensor) -> TpuTensor:
     """A tensor sharing ``t``'s storage and view chain (``detach``, ``alias``; autograd detaches
     every gradient it accumulates and every output it saves: a per-op path too)."""
     spec = t._spec
-    if t._perm is not None:
-        r = view_tensor(t._storage, spec, t._chain, t._perm)
+    if t._strides is not None:
+        r = view_tensor(t._storage, spec, t._chain, t._strides)
         r._cached, r._seen = t._cached, t._seen
         return r
     shape = spec[0]

@@ -29,7 +29,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef, concrete
 from tpu_runtime.plans import OpPlan, custom_plan
-from tpu_runtime.tensor import Storage, TpuTensor, view_tensor, wrap
+from tpu_runtime.tensor import Storage, TpuTensor, dense_strides, view_tensor, wrap
 
 _PLANS: dict[tuple, OpPlan] = {}
 CACHE.on_clear(_PLANS.clear)
@@ -159,30 +159,36 @@ def _scatter_plan(chain: tuple, spec: tuple) -> OpPlan:
 def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTensor:
     """A view of ``src`` produced by output ``index`` of the view op ``plan`` (value computed lazily).
 
-    A permute of a tensor that is its storage or a permuted view of it reports the strides the CPU
-    reports (autograd picks its matmul gradient formulas by them: a linear layer's weight gradient
-    comes out in the weight's own layout, no transposed copy); permutes that undo each other
-    (``w.t().t()``) give the storage itself, with no view step to replay."""
+    A permute of a tensor whose layout in its storage is known (its storage itself, or such a view),
+    and a ``view`` of one that is contiguous, report their true strides, as on the CPU (autograd picks
+    its matmul gradient formulas by strides: a linear layer's weight gradient comes out in the
+    weight's layout, no transposed copy); views that end in the storage's own layout (``w.t().t()``)
+    give the storage itself, with no view step to replay. Other views report dense strides."""
     chain = src._chain
-    if plan.op is _PERMUTE and (src._perm is not None or not chain):
-        perm = _composed(src, plan.key, len(spec[0]))
-        if perm is not None:
-            if perm == tuple(range(len(perm))):
-                return TpuTensor(src._storage, spec[0], spec[1])
-            return view_tensor(src._storage, spec, chain + ((plan, index),), perm)
+    if (plan.op is _PERMUTE or plan.op is _VIEW) and (src._strides is not None or not chain):
+        strides = _exact_strides(src, plan, spec[0])
+        if strides is not None:
+            storage = src._storage
+            if spec[0] == storage.spec[0] and strides == dense_strides(spec[0]):
+                return TpuTensor(storage, spec[0], spec[1])
+            return view_tensor(storage, spec, chain + ((plan, index),), strides)
     return view_tensor(src._storage, spec, chain + ((plan, index),))
 
 
 _PERMUTE = torch.ops.aten.permute.default
+_VIEW = torch.ops.aten.view.default
 
 
-def _composed(src: TpuTensor, key: tuple, n: int) -> tuple | None:
-    """The storage dim of each dim of ``src.permute(dims)`` (``dims`` from the permute plan's ``key``)."""
-    dims = key[2] if len(key) == 3 else None
+def _exact_strides(src: TpuTensor, plan: OpPlan, shape: tuple) -> tuple | None:
+    """The true strides of ``plan``'s view of ``src`` (whose own are known), or ``None``."""
+    mine = src._strides if src._chain else dense_strides(src._spec[0])
+    if plan.op is _VIEW:  # a view keeps its strides only where the source is contiguous
+        return dense_strides(shape) if mine == dense_strides(src._spec[0]) else None
+    dims = plan.key[2] if len(plan.key) == 3 else None
+    n = len(shape)
     if type(dims) is not tuple or len(dims) != n:
         return None
-    base = src._perm if src._chain else range(n)
-    return tuple(base[d % n] for d in dims)
+    return tuple(mine[d % n] for d in dims)
 
 
 def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:

@@ -173,14 +173,16 @@ def test_compile_tpu_takes_non_contiguous_views_and_reshapes_expanded_ones(view)
 
 
 @pytest.mark.parametrize("body", ["t", "row", "rows"])
-def test_compile_tpu_output_that_is_a_view_of_a_transposed_input_has_its_values(body):
+@pytest.mark.parametrize("view", ["t", "reshape_permute"])
+def test_compile_tpu_output_that_is_a_view_of_a_permuted_input_has_its_values(view, body):
     # AOTAutograd rebuilds such an output from the input with as_strided(base size, base strides), then
-    # replays the views: the transposed input reports its storage's strides, which index its storage
+    # replays the views: the permuted input reports its strides in its storage, which index the storage
     torch._dynamo.reset()
-    fn = {"t": lambda a: a.t(), "row": lambda a: a[1], "rows": lambda a: a[1:3]}[body]
+    fn = {"t": lambda a: a.transpose(0, 1), "row": lambda a: a[1], "rows": lambda a: a[1:3]}[body]
+    make = {"t": lambda a: a.t(), "reshape_permute": lambda a: a.reshape(2, 2, 6).permute(2, 0, 1)}[view]
     x = torch.arange(24.0).reshape(4, 6)
-    got = torch.compile(fn, backend="tpu")(x.to("tpu").t())
-    assert torch.equal(got.cpu(), fn(x.t()))
+    got = torch.compile(fn, backend="tpu")(make(x.to("tpu")))
+    assert torch.equal(got.cpu(), fn(make(x)))
 
 
 def test_compile_large_cpu_outputs_are_handed_over_and_never_alias_inputs(monkeypatch):

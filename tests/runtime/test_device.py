@@ -166,6 +166,8 @@ def test_permuted_views_report_the_cpu_strides_and_undo_to_the_base_layout(mode)
         assert torch.equal(t.cpu(), x)
         t.transpose_(0, 2)  # in place: t becomes the permuted view, with its strides
         assert t.stride() == x.transpose(0, 2).stride() and torch.equal(t.cpu(), x.transpose(0, 2))
+        r = t.transpose(0, 2).reshape(4, 6).t()  # a permute of a reshape of the storage: true strides too
+        assert r.stride() == x.reshape(4, 6).t().stride() and torch.equal(r.cpu(), x.reshape(4, 6).t())
         xt = x.transpose(0, 2)  # as_strided of a permuted view indexes its storage, as on the CPU
         for size, stride in ((t.size(), t.stride()), ((2, 3), (1, 4)), ((4, 2), (2, 5))):
             assert torch.equal(t.as_strided(size, stride).cpu(), xt.as_strided(size, stride))
