@@ -17,7 +17,7 @@ For each op overload the route is decided once and cached:
 3. in-place ops (``add_``) and ``out=`` variants: the functional op is routed, then
    its result is written back (through the view chain if the target is a view); ops
    that write into another argument (``rrelu_with_noise``'s ``noise``) run their
-   ``<op>_functional`` twin and write its extra results back;
+   ``<op>_functional`` twin and write its extra results back (:mod:`tpu_runtime.inplace`);
 4. torch's decompositions (``torch._decomp`` first, then CompositeImplicitAutograd,
    then ``torch._refs``), traced once per signature into one plan when possible
    (:mod:`tpu_runtime.traced`), else run piece by piece through this dispatcher;
@@ -36,12 +36,13 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, optim_kernels, resize, rng, serialization
+from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.device import HOST_FACTORIES, aten_overload, check_index
 from tpu_runtime.eager import executor
-from tpu_runtime.execute import _PLANS, NOT_IN_PLACE, _execute, _run, assign_value, run_op, run_writing
+from tpu_runtime.execute import _PLANS, _execute, _run, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
@@ -73,10 +74,18 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         restore(token)
 
 
+def route_of(func: Any) -> tuple:
+    """``func``'s route (decided on its first call, then cached)."""
+    route = _ROUTES.get(id(func))
+    if route is None or route[-1] is not func:
+        route = _ROUTES[id(func)] = _generator_route(func) + (func,)
+    return route
+
+
 def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> Any:
     if route is None:
         route = _ROUTES.get(id(func))
-        if route is None or route[-1] is not func:
+        if route is None or route[-1] is not func:  # (route_of, inlined: the per-op path)
             route = _ROUTES[id(func)] = _generator_route(func) + (func,)
     kind = route[0]
     if kind == "op":
@@ -91,13 +100,13 @@ def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> 
     if kind == "special":
         return route[1](func, args, kwargs)
     if kind == "inplace":
-        return _inplace(route[1], args, kwargs)
+        return inplace.inplace(route[1], args, kwargs)
     if kind == "inplace_multi":
-        return _inplace_multi(route[1], route[2], route[3], route[4], args, kwargs)
+        return inplace.inplace_multi(route[1], route[2], route[3], route[4], args, kwargs)
     if kind == "out":
-        return _out(route[1], route[2], args, kwargs)
+        return inplace.out_variant(route[1], route[2], args, kwargs)
     if kind == "mutating":
-        return _mutating(route[1], route[2], route[3], args, kwargs)
+        return inplace.mutating(route[1], route[2], route[3], args, kwargs)
     if kind == "decomp":
         return _decomposed(func, args, kwargs, route[1], route[2])
     if kind == "generator":
@@ -171,7 +180,7 @@ def _classify(func: Any) -> tuple:
     if func in _SPECIAL:
         return ("special", _SPECIAL[func])
     if torch.Tag.inplace_view in func.tags:
-        functional = _functional_of_inplace(func)
+        functional = inplace.functional_of_inplace(func)
         if functional is not None:
             return ("special", lambda f, a, k: _inplace_view(functional, a, k))
     if registry.find(func) is not None:
@@ -187,12 +196,12 @@ def _classify(func: Any) -> tuple:
     mutated = tuple((i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None
                     and a.alias_info.is_write and not a.is_out)
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
-        functional = _functional_of_inplace(func)
+        functional = inplace.functional_of_inplace(func)
         if functional is not None and (isinstance(first.type, torch.ListType) or len(mutated) > 1):
             return ("inplace_multi", functional, mutated, optim_kernels.UNCHANGED.get(functional),
                     bool(schema.returns))
-        if functional is not None and func in _INPLACE_TWINS:
-            return ("special", lambda f, a, k: _inplace(functional, *_positional_defaults(f, a, k)))
+        if functional is not None and func in inplace.INPLACE_TWINS:
+            return ("special", lambda f, a, k: inplace.inplace(functional, *inplace.positional_defaults(f, a, k)))
         if functional is not None:
             return ("inplace", functional)
     twin = getattr(aten, func._schema.name.split("::", 1)[1] + "_functional", None) if mutated else None
@@ -200,7 +209,7 @@ def _classify(func: Any) -> tuple:
         return ("mutating", getattr(twin, func._overloadname), mutated, len(schema.returns))
     outs = [a.name for a in schema.arguments if a.is_out]
     if outs:
-        functional = _functional_of_out(func, outs)
+        functional = inplace.functional_of_out(func, outs)
         if functional is not None:
             return ("out", functional, outs)
     fn = _CORE_DECOMP.get(func) or decomposition_table.get(func)
@@ -249,167 +258,6 @@ def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int
     if out is NotImplemented:
         return missing(func, args, kwargs)
     return out
-
-
-# --------------------------------------------------------------------------- in-place and out=
-
-#: In-place ops whose functional twin has another overload name.
-_INPLACE_TWINS = {
-    aten.bernoulli_.float: aten.bernoulli.p,
-    aten.normal_.default: aten.normal_functional.default,
-}
-
-
-def _positional_defaults(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """``args`` with the positional arguments torch left out (those equal to their default,
-    or passed by name) filled in from ``func``'s schema: a twin of another overload may have
-    no default there (``bernoulli_.float``'s ``p=0.5`` → ``bernoulli.p``'s required ``p``)."""
-    args, kwargs = list(args), dict(kwargs)
-    for a in func._schema.arguments[len(args):]:
-        if a.kwarg_only:
-            break
-        args.append(kwargs.pop(a.name) if a.name in kwargs else a.default_value)
-    return tuple(args), kwargs
-
-
-def _functional_of_inplace(func: Any) -> Any:
-    if func in _INPLACE_TWINS:
-        return _INPLACE_TWINS[func]
-    name = func._schema.name.split("::", 1)[1]
-    if not name.endswith("_") or name.startswith("_foreach"):
-        return None
-    packet = getattr(aten, name[:-1], None)
-    if packet is None:
-        return None
-    # the same overload name with the same arguments; else the overload whose arguments match
-    # (transpose_.default ~ transpose.int; pow_.Scalar(Tensor self, Scalar exponent) ~
-    # pow.Tensor_Scalar, not pow.Scalar(Scalar self, Tensor exponent))
-    types = [str(a.type) for a in func._schema.arguments]
-    names = [a.name for a in func._schema.arguments]
-    overloads = packet.overloads()
-    if func._overloadname in overloads:
-        f = getattr(packet, func._overloadname)
-        if [str(a.type) for a in f._schema.arguments] == types:
-            return f
-    for ov in overloads:
-        f = getattr(packet, ov)
-        if [a.name for a in f._schema.arguments] == names and [str(a.type) for a in f._schema.arguments] == types:
-            return f
-    return None
-
-
-def _functional_of_out(func: Any, outs: list) -> Any:
-    name = func._schema.name.split("::", 1)[1]
-    packet = getattr(aten, name, None)
-    if packet is None:
-        return None
-    ov = func._overloadname
-    wanted = [(a.name, str(a.type)) for a in func._schema.arguments if not a.is_out]
-    preferred = ([ov[:-4]] if ov.endswith("_out") else []) + ["default", "Tensor", "start_step"]
-    overloads = packet.overloads()
-    # then any overload with the same arguments (sum.IntList_out's twin is sum.dim_IntList)
-    for cand in [c for c in preferred if c in overloads] + sorted(set(overloads) - set(preferred)):
-        f = getattr(packet, cand)
-        if [(a.name, str(a.type)) for a in f._schema.arguments] == wanted:
-            return f
-    return None
-
-
-def _inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
-    self = args[0]
-    route = _ROUTES.get(id(functional))
-    if route is None or route[-1] is not functional:  # the functional op not called yet: route it now
-        route = _ROUTES[id(functional)] = _generator_route(functional) + (functional,)
-    if route is not None and route[0] == "generator" and _generator_arg(route[1], args, kwargs) is None:
-        route = route[2]  # (a given generator was taken off by the in-place op's own route)
-    if (type(self) is TpuTensor and route is not None and route[0] == "op" and route[-1] is functional
-            and not (route[3] and dynamic.needs_masks(functional, args))):
-        try:  # the common case: the result goes into ``self`` without a wrapper tensor in between
-            out = _run(functional, args, kwargs, route, self)
-        except ShapeInferenceError:
-            out = NOT_IN_PLACE  # the generic path below falls back to CPU or raises
-        if out is not NOT_IN_PLACE:
-            return out
-    result = _route(functional, args, kwargs)
-    if isinstance(result, (tuple, list)):
-        result = result[0]
-    if not isinstance(self, TpuTensor):  # a CPU tensor updated from tpu operands
-        self.copy_(to_cpu(result))
-        return self
-    _assign(self, result)
-    return self
-
-
-def _inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchanged: Callable | None, returns_self: bool, args: tuple,
-                   kwargs: dict) -> Any:
-    """An in-place op that mutates several arguments or tensor lists (``_fused_adam_``,
-    ``_amp_update_scale_``): its functional twin returns one result per mutated argument,
-    in order; each is written into its tensor (or list of tensors), except the arguments
-    ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
-    skip = unchanged(args, kwargs) if unchanged is not None else ()
-    if hasattr(executor(), "run_into"):  # strict: the results may go into the buffers they replace
-        route = _ROUTES.get(id(functional))
-        if route is None or route[-1] is not functional:
-            route = _ROUTES[id(functional)] = _generator_route(functional) + (functional,)
-        targets = [None if pos in skip else args[pos] if pos < len(args) else kwargs.get(name)
-                   for pos, name in mutated]
-        if route[0] == "op" and not route[3] and run_writing(functional, args, kwargs, route, targets):
-            return args[0] if returns_self else None
-    results = _route(functional, args, kwargs)
-    _write_back(mutated, results, args, kwargs, skip)
-    return args[0] if returns_self else None
-
-
-def _mutating(functional: Any, mutated: tuple[tuple[int, str], ...], n_returns: int, args: tuple,
-              kwargs: dict) -> Any:
-    """An op that writes into arguments other than ``self`` (``rrelu_with_noise`` fills ``noise``)
-    through its ``<op>_functional`` twin, which returns the op's outputs and then the new value of
-    each mutated argument."""
-    results = _route(functional, args, kwargs)
-    _write_back(mutated, results[n_returns:], args, kwargs)
-    outs = results[:n_returns]
-    return outs[0] if n_returns == 1 else tuple(outs)
-
-
-def _write_back(mutated: tuple[tuple[int, str], ...], results: Any, args: tuple, kwargs: dict,
-                skip: Any = ()) -> None:
-    """Write each result into the argument it replaces (``mutated``: position and name, in
-    order; a tensor list takes a list of results), except the positions in ``skip``."""
-    for (pos, name), new in zip(mutated, results):
-        if pos in skip:
-            continue
-        target = args[pos] if pos < len(args) else kwargs[name]
-        if isinstance(target, (list, tuple)):
-            assign_each(target, new)
-        elif target is not None:
-            _assign(target, new)
-
-
-def assign_each(dsts: Any, srcs: Any) -> None:
-    """Write each tpu tensor of ``srcs`` into the tensor of ``dsts`` at its position."""
-    for dst, src in zip(dsts, srcs):
-        if dst is not src:
-            _assign(dst, src)
-
-
-def _assign(dst: TpuTensor, src: TpuTensor) -> None:
-    """Write ``src`` (a tpu tensor) into ``dst``, casting its dtype as in-place ops do."""
-    assign_value(dst, read(src), src._spec)
-
-
-def _out(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
-    kw = {k: v for k, v in kwargs.items() if k not in out_names}
-    res = _route(functional, args, kw)
-    results = res if isinstance(res, (tuple, list)) else (res,)
-    outs = [kwargs[n] for n in out_names]
-    for o, r in zip(outs, results):
-        if not isinstance(o, TpuTensor):
-            o.copy_(to_cpu(r))
-        else:
-            if o._spec[0] != r._spec[0]:
-                resize.resize_out(o, r._spec[0], functional)
-            _assign(o, r)
-    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 # --------------------------------------------------------------------------- ops the runtime implements
@@ -539,8 +387,8 @@ def _batch_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     mean, var, training = args[3], args[4], args[5]
     if training and type(mean) is TpuTensor and type(var) is TpuTensor and len(args) == 8:
         out = _route(aten._native_batch_norm_legit_functional.default, args, kwargs)
-        _assign(mean, out[3])
-        _assign(var, out[4])
+        inplace.assign(mean, out[3])
+        inplace.assign(var, out[4])
         return out[0], out[1], out[2]
     return _decomposed(func, args, kwargs, decomposition_table[func], func)
 

@@ -1,0 +1,183 @@
+"""In-place ops and ``out=`` variants on tpu tensors, through their functional twins.
+
+An in-place op (``add_``) runs its functional twin (``add``) and writes the result into its target
+(through the target's view chain if it is a view); ops that mutate several arguments
+(``_fused_adamw_``) or an argument other than ``self`` (``rrelu_with_noise``) write each result
+back into the argument it replaces; an ``out=`` variant writes into its ``out`` tensors, resizing
+them as torch does. :mod:`tpu_runtime.dispatch` routes these ops here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
+from tpu_runtime import dynamic, resize
+from tpu_runtime.eager import executor
+from tpu_runtime.execute import NOT_IN_PLACE, _run, assign_value, run_writing
+from tpu_runtime.plans import ShapeInferenceError
+from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.values import read, to_cpu
+
+aten = torch.ops.aten
+
+
+#: In-place ops whose functional twin has another overload name.
+INPLACE_TWINS = {
+    aten.bernoulli_.float: aten.bernoulli.p,
+    aten.normal_.default: aten.normal_functional.default,
+}
+
+
+def positional_defaults(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args`` with the positional arguments torch left out (those equal to their default,
+    or passed by name) filled in from ``func``'s schema: a twin of another overload may have
+    no default there (``bernoulli_.float``'s ``p=0.5`` → ``bernoulli.p``'s required ``p``)."""
+    args, kwargs = list(args), dict(kwargs)
+    for a in func._schema.arguments[len(args):]:
+        if a.kwarg_only:
+            break
+        args.append(kwargs.pop(a.name) if a.name in kwargs else a.default_value)
+    return tuple(args), kwargs
+
+
+def functional_of_inplace(func: Any) -> Any:
+    """The functional twin of the in-place op ``func`` (``add_.Tensor`` → ``add.Tensor``), or ``None``."""
+    if func in INPLACE_TWINS:
+        return INPLACE_TWINS[func]
+    name = func._schema.name.split("::", 1)[1]
+    if not name.endswith("_") or name.startswith("_foreach"):
+        return None
+    packet = getattr(aten, name[:-1], None)
+    if packet is None:
+        return None
+    # the same overload name with the same arguments; else the overload whose arguments match
+    # (transpose_.default ~ transpose.int; pow_.Scalar(Tensor self, Scalar exponent) ~
+    # pow.Tensor_Scalar, not pow.Scalar(Scalar self, Tensor exponent))
+    types = [str(a.type) for a in func._schema.arguments]
+    names = [a.name for a in func._schema.arguments]
+    overloads = packet.overloads()
+    if func._overloadname in overloads:
+        f = getattr(packet, func._overloadname)
+        if [str(a.type) for a in f._schema.arguments] == types:
+            return f
+    for ov in overloads:
+        f = getattr(packet, ov)
+        if [a.name for a in f._schema.arguments] == names and [str(a.type) for a in f._schema.arguments] == types:
+            return f
+    return None
+
+
+def functional_of_out(func: Any, outs: list) -> Any:
+    """The functional twin of the ``out=`` variant ``func`` (``sum.IntList_out`` → ``sum.dim_IntList``), or ``None``."""
+    name = func._schema.name.split("::", 1)[1]
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return None
+    ov = func._overloadname
+    wanted = [(a.name, str(a.type)) for a in func._schema.arguments if not a.is_out]
+    preferred = ([ov[:-4]] if ov.endswith("_out") else []) + ["default", "Tensor", "start_step"]
+    overloads = packet.overloads()
+    # then any overload with the same arguments (sum.IntList_out's twin is sum.dim_IntList)
+    for cand in [c for c in preferred if c in overloads] + sorted(set(overloads) - set(preferred)):
+        f = getattr(packet, cand)
+        if [(a.name, str(a.type)) for a in f._schema.arguments] == wanted:
+            return f
+    return None
+
+
+def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
+    """An in-place op: its ``functional`` twin's result written into ``self`` (``args[0]``)."""
+    self = args[0]
+    route = _dispatch.route_of(functional)
+    if route[0] == "generator" and _dispatch._generator_arg(route[1], args, kwargs) is None:
+        route = route[2]  # (a given generator was taken off by the in-place op's own route)
+    if (type(self) is TpuTensor and route[0] == "op" and route[-1] is functional
+            and not (route[3] and dynamic.needs_masks(functional, args))):
+        try:  # the common case: the result goes into ``self`` without a wrapper tensor in between
+            out = _run(functional, args, kwargs, route, self)
+        except ShapeInferenceError:
+            out = NOT_IN_PLACE  # the generic path below falls back to CPU or raises
+        if out is not NOT_IN_PLACE:
+            return out
+    result = _dispatch._route(functional, args, kwargs)
+    if isinstance(result, (tuple, list)):
+        result = result[0]
+    if not isinstance(self, TpuTensor):  # a CPU tensor updated from tpu operands
+        self.copy_(to_cpu(result))
+        return self
+    assign(self, result)
+    return self
+
+
+def inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchanged: Callable | None, returns_self: bool, args: tuple,
+                   kwargs: dict) -> Any:
+    """An in-place op that mutates several arguments or tensor lists (``_fused_adam_``,
+    ``_amp_update_scale_``): its functional twin returns one result per mutated argument,
+    in order; each is written into its tensor (or list of tensors), except the arguments
+    ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
+    skip = unchanged(args, kwargs) if unchanged is not None else ()
+    if hasattr(executor(), "run_into"):  # strict: the results may go into the buffers they replace
+        route = _dispatch.route_of(functional)
+        targets = [None if pos in skip else args[pos] if pos < len(args) else kwargs.get(name)
+                   for pos, name in mutated]
+        if route[0] == "op" and not route[3] and run_writing(functional, args, kwargs, route, targets):
+            return args[0] if returns_self else None
+    results = _dispatch._route(functional, args, kwargs)
+    _write_back(mutated, results, args, kwargs, skip)
+    return args[0] if returns_self else None
+
+
+def mutating(functional: Any, mutated: tuple[tuple[int, str], ...], n_returns: int, args: tuple,
+              kwargs: dict) -> Any:
+    """An op that writes into arguments other than ``self`` (``rrelu_with_noise`` fills ``noise``)
+    through its ``<op>_functional`` twin, which returns the op's outputs and then the new value of
+    each mutated argument."""
+    results = _dispatch._route(functional, args, kwargs)
+    _write_back(mutated, results[n_returns:], args, kwargs)
+    outs = results[:n_returns]
+    return outs[0] if n_returns == 1 else tuple(outs)
+
+
+def _write_back(mutated: tuple[tuple[int, str], ...], results: Any, args: tuple, kwargs: dict,
+                skip: Any = ()) -> None:
+    """Write each result into the argument it replaces (``mutated``: position and name, in
+    order; a tensor list takes a list of results), except the positions in ``skip``."""
+    for (pos, name), new in zip(mutated, results):
+        if pos in skip:
+            continue
+        target = args[pos] if pos < len(args) else kwargs[name]
+        if isinstance(target, (list, tuple)):
+            assign_each(target, new)
+        elif target is not None:
+            assign(target, new)
+
+
+def assign_each(dsts: Any, srcs: Any) -> None:
+    """Write each tpu tensor of ``srcs`` into the tensor of ``dsts`` at its position."""
+    for dst, src in zip(dsts, srcs):
+        if dst is not src:
+            assign(dst, src)
+
+
+def assign(dst: TpuTensor, src: TpuTensor) -> None:
+    """Write ``src`` (a tpu tensor) into ``dst``, casting its dtype as in-place ops do."""
+    assign_value(dst, read(src), src._spec)
+
+
+def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
+    """An ``out=`` variant: its ``functional`` twin's results written into the ``out_names`` tensors."""
+    kw = {k: v for k, v in kwargs.items() if k not in out_names}
+    res = _dispatch._route(functional, args, kw)
+    results = res if isinstance(res, (tuple, list)) else (res,)
+    outs = [kwargs[n] for n in out_names]
+    for o, r in zip(outs, results):
+        if not isinstance(o, TpuTensor):
+            o.copy_(to_cpu(r))
+        else:
+            if o._spec[0] != r._spec[0]:
+                resize.resize_out(o, r._spec[0], functional)
+            assign(o, r)
+    return outs[0] if len(outs) == 1 else tuple(outs)
