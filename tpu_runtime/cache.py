@@ -54,6 +54,20 @@ class CacheStats:
         return asdict(self)
 
 
+def donation_order(pairs: list, outputs: list) -> tuple[tuple, list]:
+    """``donate_argnums`` and the output order that make JAX write each output into the input it
+    replaces; ``pairs``: ``(input position, output)`` with ``output`` one of ``outputs``.
+
+    JAX gives each donated input, in order, the first output of its shape and dtype not yet given
+    one: the paired outputs go first, in the order of their inputs (an op that also returns an
+    unchanged parameter-shaped gradient would otherwise have a moment's buffer paired with it, and
+    XLA would copy instead)."""
+    pairs = sorted(pairs, key=lambda p: p[0])
+    paired = [out for _, out in pairs]
+    taken = set(paired)
+    return tuple(pos for pos, _ in pairs), paired + [o for o in outputs if o not in taken]
+
+
 class CompileCache:
     """Key → compiled ``jax.jit`` callable, with statistics."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 
 import itertools
+import sys
 from typing import Any, Callable
 
 import jax
@@ -37,6 +38,7 @@ from tpu_runtime import foreach, rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
+from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.module import host_array, to_jax, to_torch
 from tpu_runtime.tensor import DEVICE, TpuTensor, wrap_strided
 from tpu_runtime.values import array_to_tpu, materialize
@@ -101,8 +103,7 @@ def _handoff(outs: list, out_fns: list, inputs: list) -> list:
     return handed
 
 
-_ARRAY = type(jax.numpy.zeros(()))
-_refcount = __import__("sys").getrefcount
+_refcount = sys.getrefcount
 _ONLY_LISTED = 3  # the outputs list, the local variable, getrefcount's argument
 
 

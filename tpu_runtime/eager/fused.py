@@ -38,7 +38,7 @@ import jax.numpy as jnp
 
 from converter.lowering.dtypes import JAX_TO_TORCH
 from tpu_runtime._x64 import restore, swap_on
-from tpu_runtime.cache import CACHE
+from tpu_runtime.cache import CACHE, donation_order
 
 _ref = weakref.ref
 _refcount = sys.getrefcount
@@ -244,8 +244,7 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict) -> tuple[li
     graph holds that leaf any more it is dead once the graph has run, so XLA may write the output
     into its buffer instead of a fresh one (on the CPU a fresh buffer of megabytes costs more than
     the elementwise pass that fills it; on an accelerator it doubles an optimizer step's memory).
-    JAX pairs each donated input with the first output of its shape and dtype not yet paired, in
-    order: the paired outputs come first, in the order of their leaves.
+    The outputs are ordered for JAX's pairing (:func:`~tpu_runtime.cache.donation_order`).
     """
     pairs, taken = [], set()
     for out in outs:
@@ -259,9 +258,8 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict) -> tuple[li
             taken.add(leaf)
     if not pairs:
         return outs, ()
-    pairs.sort()
-    paired = {out for _, out in pairs}
-    return [out for _, out in pairs] + [o for o in outs if o not in paired], tuple(leaf for leaf, _ in pairs)
+    donate, order = donation_order(pairs, outs)
+    return order, donate
 
 
 def _graph_fn(nodes: list, outs: list) -> Any:

@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Any
 
-from tpu_runtime.cache import CACHE
+from tpu_runtime.cache import CACHE, donation_order
 from tpu_runtime.eager.fused import _ARRAY, LazyRef, concrete
 
 
@@ -69,14 +69,9 @@ def run_into(plan: Any, values: list, dsts: Any) -> tuple:
             pairs.append((pos, i))
     if not pairs:
         return run_now(plan, values)
-    # JAX gives each donated input, in order, the first output of its shape and dtype not yet given:
-    # the executable returns the outputs that replace donated inputs first, in their inputs' order
-    # (an op that also returns a parameter-shaped gradient would otherwise pair a moment with it).
-    pairs.sort()
-    donate = tuple(pos for pos, _ in pairs)
-    first = [i for _, i in pairs]
-    taken = set(first)
-    order = tuple(first + [i for i in range(len(plan.out_specs)) if i not in taken])
+    # the donating executable returns its outputs in the order JAX pairs them with the donated inputs
+    donate, order = donation_order(pairs, list(range(len(plan.out_specs))))
+    order = tuple(order)
     entry = plan.extra.get(("exe", donate, order))
     if entry is None:
         key = plan.key + (("donate", donate, order),)
