@@ -35,6 +35,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
+from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
 from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias
 from tpu_runtime.values import to_cpu
 
@@ -60,8 +61,10 @@ class TpuPayload(torch.Tensor):
 
     @staticmethod
     def __new__(cls, tensor: TpuTensor) -> "TpuPayload":
-        strides = tensor._payload_stride or tensor.stride()
-        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=strides,
+        strides, offset = tensor._payload_stride, 0
+        if strides is None:  # the tensor's own layout (the CPU's, for a view whose layout is known)
+            strides, offset = tensor.stride(), tensor.storage_offset()
+        r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=strides, storage_offset=offset,
                   storage_size=_storage_size(tensor._spec[0], tensor.dtype))  # see tensor._storage_size
         r.tensor = tensor
         return r
@@ -92,11 +95,12 @@ def payload_stride(t: TpuTensor) -> tuple | None:
     """The context of ``t``'s flattening: the strides of its inner tensor when they are not the
     contiguous ones (``None`` otherwise, and when they are symbolic).
 
-    A tracing tensor's fake keeps the strides of the op that made it (a transposed view is not
-    contiguous) while every concrete tpu tensor is dense: AOTAutograd compares the contexts for
-    the gradient of a compiled graph's output (:func:`coerce_tangent`). Dynamo guards on the
-    context of inputs, so a dense tensor's is ``None`` whatever its shape (no recompilation
-    when only the shape changes)."""
+    A tracing tensor's fake keeps the strides of the op that made it, which a marked view's outer
+    tensor does not report (:func:`_view_layout`); a concrete tensor's payload has the tensor's own
+    layout (its context is ``None``: dynamo guards on the tensor's strides themselves). AOTAutograd
+    compares the contexts for the gradient of a compiled graph's output (:func:`coerce_tangent`).
+    Dynamo guards on the context of inputs, so a dense tensor's is ``None`` whatever its shape (no
+    recompilation when only the shape changes)."""
     inner = t._fake if t._fake is not None else t._payload_stride
     if inner is None:
         return None
@@ -119,11 +123,13 @@ def coerce_tangent(t: TpuTensor, expected_meta: Any, expected_type: Any) -> torc
     return r
 
 
-def tracing_tensor(fake: torch.Tensor, outer_size: Any = None, outer_stride: Any = None) -> TpuTensor:
+def tracing_tensor(fake: torch.Tensor, outer_size: Any = None, outer_stride: Any = None,
+                   outer_offset: Any = 0) -> TpuTensor:
     """A tracing ``TpuTensor`` around the fake inner tensor ``fake`` (installs :func:`tracing_dispatch`)."""
     size = tuple(fake.shape if outer_size is None else outer_size)
     stride = make_contiguous_strides_for(size) if outer_stride is None else outer_stride
-    r = _MAKE(TpuTensor, size, strides=stride, dtype=fake.dtype, device=DEVICE, requires_grad=fake.requires_grad)
+    r = _MAKE(TpuTensor, size, strides=stride, storage_offset=outer_offset, dtype=fake.dtype, device=DEVICE,
+              requires_grad=fake.requires_grad)
     r._fake = fake
     r._spec = (size, fake.dtype)
     _TRACING.add(r)
@@ -157,9 +163,18 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         # expanded view): torch's reshape saw a viewable tensor and asked for a view, which on
         # that layout PyTorch itself would have made a copy. Record that reshape.
         out = torch.ops.aten.reshape.default(fake_args[0], fake_args[1])
-    layout = _view_layout(func, args)
-    wrapped = tree_map(lambda x: tracing_tensor(x, None, layout[1]) if isinstance(x, torch.Tensor)
-                       and x.device == DEVICE else x, out)
+    layout = _view_layout(func, args, kwargs)
+    layouts = iter(layout[1] or ())
+
+    def wrap(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        strided = next(layouts, None)
+        if x.device != DEVICE:
+            return x
+        return tracing_tensor(x, None, *strided) if strided is not None else tracing_tensor(x)
+
+    wrapped = tree_map(wrap, out)
     if layout[0]:
         for w in tree_leaves(wrapped):
             if type(w) is TpuTensor:
@@ -168,27 +183,48 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 _PERMUTES = frozenset({torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int})
+#: View ops the runtime computes with one of :data:`~tpu_runtime.layout.LAYOUT_VIEWS` (``t`` → ``permute``,
+#: ``_unsafe_view`` → ``view``, ``unbind`` → ``select``…): each traced view of these reports the layout its
+#: concrete twin reports (:func:`tpu_runtime.values.make_view`).
+_RUNTIME_VIEWS = frozenset({*_PERMUTES, *_RESHAPES, torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim,
+                            torch.ops.aten.alias.default, torch.ops.aten.detach.default,
+                            torch.ops.aten.as_strided.default, torch.ops.aten.unbind.int})
 
 
-def _view_layout(func: Any, args: tuple) -> tuple[bool, list | None]:
-    """How the traced result of ``func`` reports its layout, as the concrete one would
-    (:func:`tpu_runtime.values.make_view`): ``(marked, strides)``. A permute of an unmarked tensor
-    reports permuted strides (dynamo replays a concrete input view on its base and checks that the
-    strides agree), a reshape of an unmarked contiguous one stays unmarked; the result of any other
-    view op is marked, reports dense strides, and so does a permute of it; other ops report dense
-    strides."""
-    schema = func._schema.arguments
+def _view_layout(func: Any, args: tuple, kwargs: dict) -> tuple[bool, list | None]:
+    """How each traced tensor result of ``func`` reports its layout, as the concrete one would
+    (:func:`tpu_runtime.values.make_view`): ``(marked, layouts)``, ``layouts`` a ``(strides, offset)`` per
+    tensor output or ``None`` (dense). A view op applied to an unmarked tensor reports the CPU's layout
+    (:mod:`tpu_runtime.layout`: dynamo replays a concrete input view on its base and checks that the
+    layouts agree); one the CPU would not make a view, or whose layout is symbolic, is marked and
+    reports dense strides, and so does any view of a marked tensor; other ops report dense strides."""
     x = args[0] if args else None
-    if type(x) is not TpuTensor:
+    if type(x) is not TpuTensor or not _is_runtime_view(func):
         return False, None
-    if func in _RESHAPES:  # a view of a contiguous tensor whose layout is known keeps it known
-        return bool(x._traced_view or not x.is_contiguous()), None
-    if func not in _PERMUTES:
-        alias_info = schema[0].alias_info if schema else None
-        return alias_info is not None and not alias_info.is_write, None
     if x._traced_view:
         return True, None
-    n = x.dim()
+    stride, offset = tuple(x.stride()), x.storage_offset()
+    rest = tuple(args[1:])
+    if func in _RESHAPES:
+        func, rest, kwargs = torch.ops.aten.view.default, (args[1],), {}
+    if not _static((x.shape, stride, offset, rest, kwargs)):
+        if func in _PERMUTES:  # a symbolic shape: permuted strides still agree with the concrete ones
+            return False, [(_permuted(func, args, stride), offset)]
+        return True, None
+    layouts = meta_layouts(func, rest, kwargs, tuple(x.shape), x.dtype, stride, offset)
+    return (True, None) if layouts is None else (False, layouts)
+
+
+def _is_runtime_view(func: Any) -> bool:
+    return func in _RUNTIME_VIEWS or func in LAYOUT_VIEWS
+
+
+def _static(tree: Any) -> bool:
+    return not any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in tree_leaves(tree))
+
+
+def _permuted(func: Any, args: tuple, stride: tuple) -> list:
+    n = len(stride)
     if func is torch.ops.aten.permute.default:
         dims = [d % n for d in args[1]]
     else:
@@ -196,8 +232,7 @@ def _view_layout(func: Any, args: tuple) -> tuple[bool, list | None]:
         if n >= 2:
             d0, d1 = (0, 1) if func is torch.ops.aten.t.default else (args[1] % n, args[2] % n)
             dims[d0], dims[d1] = dims[d1], dims[d0]
-    stride = x.stride()
-    return False, [stride[d] for d in dims]
+    return [stride[d] for d in dims]
 
 
 def lift_fresh(func: Any, args: tuple, kwargs: dict) -> TpuTensor:

@@ -35,6 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
+from converter.lowering.ops.shape import _positions
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, optim_kernels, resize, rng, serialization
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
@@ -367,9 +368,9 @@ def _inplace_view(functional: Any, args: tuple, kwargs: dict) -> Any:
     shape = view._spec[0]
     strides = list(view._strides if view._strides is not None else dense_strides(shape))
     with torch._C._DisableTorchDispatch():  # torch's own metadata update of the wrapper
-        torch.ops.aten.as_strided_.default(self, list(shape), strides)
+        torch.ops.aten.as_strided_.default(self, list(shape), strides, view._offset)
     self._storage, self._chain, self._spec = view._storage, view._chain, view._spec
-    self._cached, self._seen, self._strides = view._cached, view._seen, view._strides
+    self._cached, self._seen, self._strides, self._offset = view._cached, view._seen, view._strides, view._offset
     return self
 
 
@@ -402,17 +403,43 @@ _AS_STRIDED_ROUTE: list = []
 
 def _as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
     """``aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
-    -> Tensor(a)``: a view that reports its true strides in its storage (a permute, a reshape:
-    :func:`tpu_runtime.values.make_view`) has them index the storage, as on the CPU (AOTAutograd
-    rebuilds a compiled function's output that aliases such an input this way); any other tensor
-    reports the dense strides of its own values, which its strides index."""
+    -> Tensor(a)``: a view that reports its true layout in its storage (:mod:`tpu_runtime.layout`)
+    has it index the storage, as on the CPU (AOTAutograd rebuilds a compiled function's output that
+    aliases such an input this way), from its own storage offset when none is given; any other
+    tensor reports the dense strides of its own values, which its strides index."""
     x = args[0]
+    if type(x) is TpuTensor and x._opaque:
+        return _opaque_as_strided(x, args[1], args[2], args[3] if len(args) > 3 else kwargs.get("storage_offset"))
     if type(x) is TpuTensor and x._strides is not None:
         shape, dtype = x._storage.spec
-        args = (TpuTensor(x._storage, shape, dtype), *args[1:])
+        offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+        args = (TpuTensor(x._storage, shape, dtype), args[1], args[2], x._offset if offset is None else offset)
+        kwargs = {}
     if not _AS_STRIDED_ROUTE:
         _AS_STRIDED_ROUTE.append(("op", None, False, False, next(_TAGS), func))
     return _route(func, args, kwargs, _AS_STRIDED_ROUTE[0])
+
+
+def _opaque_as_strided(x: TpuTensor, size: Any, stride: Any, offset: Any) -> TpuTensor:
+    """``as_strided`` of a compiled graph's output that reports a view's layout over a storage it does not
+    hold (only its own dense values, :func:`~tpu_runtime.tensor.wrap_strided`): each storage position read
+    is mapped back to the element of ``x`` stored there (a copy, not a view).
+
+    Raises:
+        RuntimeError: a position no element of ``x`` holds.
+    """
+    held = _positions(tuple(x.shape), tuple(x.stride()), x.storage_offset()).reshape(-1)
+    idx = _positions(tuple(int(s) for s in size), tuple(int(s) for s in stride),
+                     x.storage_offset() if offset is None else int(offset))
+    where = np.full(int(max(held.max(initial=0), idx.max(initial=0))) + 1, -1, dtype=np.int64)
+    where[held] = np.arange(held.size)
+    picked = where[idx]
+    if (picked < 0).any():
+        raise RuntimeError(f"as_strided{list(size), list(stride), offset} of a tpu tensor of shape {list(x.shape)} "
+                           f"and strides {list(x.stride())} reads storage it does not hold (the output of a compiled "
+                           "function): clone() it first")
+    flat = _route(aten.view.default, (TpuTensor(x._storage, *x._storage.spec), [-1]), {})
+    return _route(aten.index.Tensor, (flat, [torch.from_numpy(picked)]), {})
 
 
 _SPECIAL: dict[Any, Callable] = {

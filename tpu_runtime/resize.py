@@ -35,7 +35,7 @@ def rebind(t: TpuTensor, new: TpuTensor) -> TpuTensor:
     torch._C.TensorBase.data.__set__(t, new)  # sizes and strides, in C++
     t._storage, t._chain, t._spec = new._storage, new._chain, new._spec
     t._cached, t._seen = new._cached, new._seen
-    t._prefix, t._strides = new._prefix, new._strides
+    t._prefix, t._strides, t._offset = new._prefix, new._strides, new._offset
     return t
 
 

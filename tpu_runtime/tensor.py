@@ -58,7 +58,9 @@ class TpuTensor(torch.Tensor):
     _fake: Any = None  # set only on the tensors torch.compile traces (tpu_runtime.compile_tensors)
     _payload_stride: Any = None  # the strides its payload reports, when a traced graph expects others
     _prefix: bool = False  # a view made by ``resize_``: the first elements of its storage (tpu_runtime.resize)
-    _strides: Any = None  # a view whose layout in its storage is known (offset 0): its strides there
+    _strides: Any = None  # a view whose layout in its storage is known: its strides there (tpu_runtime.layout)
+    _offset: int = 0  # ... and its storage offset
+    _opaque: bool = False  # reports a layout its dense value does not have (wrap_strided)
     _traced_view: bool = False  # a tracing tensor made by a view op other than a permute (compile_tensors)
 
     @staticmethod
@@ -106,7 +108,7 @@ class TpuTensor(torch.Tensor):
         # ``t.data = new`` shallow-copies torch's metadata in C++; carry our storage too.
         torch._C.TensorBase.data.__set__(self, new)
         self._storage, self._chain, self._spec = new._storage, new._chain, new._spec
-        self._cached, self._seen, self._strides = new._cached, new._seen, new._strides
+        self._cached, self._seen, self._strides, self._offset = new._cached, new._seen, new._strides, new._offset
 
     def backward(self, gradient: Any = None, retain_graph: Any = None, create_graph: bool = False,
                  inputs: Any = None) -> None:
@@ -224,15 +226,20 @@ def wrap(value: Any, spec: tuple) -> TpuTensor:
     return r
 
 
-def view_tensor(storage: Storage, spec: tuple, chain: tuple, strides: tuple | None = None) -> TpuTensor:
+def view_tensor(storage: Storage, spec: tuple, chain: tuple, strides: tuple | None = None,
+                offset: int = 0) -> TpuTensor:
     """A view of ``storage`` through ``chain`` (non-empty), reporting ``spec``: the per-view fast path.
 
-    With ``strides`` (the view's true strides in its storage, at offset 0: see
-    :func:`tpu_runtime.values.make_view`) it reports them, as the CPU does; any other view reports the
-    dense strides of its shape."""
+    With ``strides`` (and ``offset``: the view's true layout in its storage, see
+    :mod:`tpu_runtime.layout`) it reports them, as the CPU does; any other view reports the dense
+    strides of its shape."""
     shape = spec[0]
     if strides is not None and 0 not in shape:
-        r = _MAKE(TpuTensor, shape, strides=strides, dtype=spec[1], device=DEVICE)
+        if offset:
+            r = _MAKE(TpuTensor, shape, strides=strides, storage_offset=offset, dtype=spec[1], device=DEVICE)
+            r._offset = offset
+        else:
+            r = _MAKE(TpuTensor, shape, strides=strides, dtype=spec[1], device=DEVICE)
         r._strides = strides
     else:
         r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
@@ -258,6 +265,7 @@ def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) ->
               storage_size=_storage_size(spec[0], spec[1]))
     r._storage = Storage(value, spec)
     r._spec = spec
+    r._opaque = True
     return r
 
 
@@ -266,7 +274,7 @@ def alias(t: TpuTensor) -> TpuTensor:
     every gradient it accumulates and every output it saves: a per-op path too)."""
     spec = t._spec
     if t._strides is not None:
-        r = view_tensor(t._storage, spec, t._chain, t._strides)
+        r = view_tensor(t._storage, spec, t._chain, t._strides, t._offset)
         r._cached, r._seen = t._cached, t._seen
         return r
     shape = spec[0]

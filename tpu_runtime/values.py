@@ -28,7 +28,8 @@ from tpu_runtime._x64 import x64
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef, concrete
-from tpu_runtime.plans import OpPlan, custom_plan
+from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
+from tpu_runtime.plans import OpPlan, _Slot, custom_plan
 from tpu_runtime.tensor import Storage, TpuTensor, dense_strides, view_tensor, wrap
 
 _PLANS: dict[tuple, OpPlan] = {}
@@ -159,36 +160,49 @@ def _scatter_plan(chain: tuple, spec: tuple) -> OpPlan:
 def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTensor:
     """A view of ``src`` produced by output ``index`` of the view op ``plan`` (value computed lazily).
 
-    A permute of a tensor whose layout in its storage is known (its storage itself, or such a view),
-    and a ``view`` of one that is contiguous, report their true strides, as on the CPU (autograd picks
-    its matmul gradient formulas by strides: a linear layer's weight gradient comes out in the
-    weight's layout, no transposed copy); views that end in the storage's own layout (``w.t().t()``)
-    give the storage itself, with no view step to replay. Other views report dense strides."""
+    When ``src``'s layout in its storage is known (its storage itself, or such a view), the view
+    reports the strides and storage offset the CPU would (:mod:`tpu_runtime.layout`): autograd picks
+    its matmul gradient formulas by strides (a linear layer's weight gradient comes out in the
+    weight's layout, no transposed copy), AOTAutograd and dynamo rebuild and check input views by
+    them. A view that ends in the storage's own layout (``w.t().t()``) gives the storage itself,
+    with no view step to replay. Other views (of a view whose layout is not known) report the dense
+    strides of their shape."""
     chain = src._chain
-    if (plan.op is _PERMUTE or plan.op is _VIEW) and (src._strides is not None or not chain):
-        strides = _exact_strides(src, plan, spec[0])
-        if strides is not None:
-            storage = src._storage
-            if spec[0] == storage.spec[0] and strides == dense_strides(spec[0]):
-                return TpuTensor(storage, spec[0], spec[1])
-            return view_tensor(storage, spec, chain + ((plan, index),), strides)
-    return view_tensor(src._storage, spec, chain + ((plan, index),))
+    storage = src._storage
+    if chain:
+        if src._strides is None:
+            return view_tensor(storage, spec, chain + ((plan, index),))
+        key = (plan.uid, index, src._strides, src._offset)
+    elif src._opaque:  # reports a layout its dense value does not have (a compiled graph's output)
+        return view_tensor(storage, spec, ((plan, index),))
+    else:
+        key = (plan.uid, index)
+    layout = _LAYOUTS.get(key, _UNKNOWN)
+    if layout is _UNKNOWN:
+        strides, offset = (src._strides, src._offset) if chain else (dense_strides(src._spec[0]), 0)
+        layout = _LAYOUTS[key] = _view_layout(plan, index, src._spec, strides, offset)
+    if layout is None:
+        return view_tensor(storage, spec, chain + ((plan, index),))
+    strides, offset = layout
+    if not offset and spec == storage.spec and strides == dense_strides(spec[0]):
+        return TpuTensor(storage, spec[0], spec[1])
+    return view_tensor(storage, spec, chain + ((plan, index),), strides, offset)
 
 
-_PERMUTE = torch.ops.aten.permute.default
-_VIEW = torch.ops.aten.view.default
+#: (plan uid, output index[, source strides, source offset]) → the view's (strides, offset), or None.
+_LAYOUTS: dict[tuple, tuple | None] = {}
+CACHE.on_clear(_LAYOUTS.clear)
+_UNKNOWN = object()
 
 
-def _exact_strides(src: TpuTensor, plan: OpPlan, shape: tuple) -> tuple | None:
-    """The true strides of ``plan``'s view of ``src`` (whose own are known), or ``None``."""
-    mine = src._strides if src._chain else dense_strides(src._spec[0])
-    if plan.op is _VIEW:  # a view keeps its strides only where the source is contiguous
-        return dense_strides(shape) if mine == dense_strides(src._spec[0]) else None
-    dims = plan.key[2] if len(plan.key) == 3 else None
-    n = len(shape)
-    if type(dims) is not tuple or len(dims) != n:
+def _view_layout(plan: OpPlan, index: int, spec: tuple, strides: tuple, offset: int) -> tuple | None:
+    """The CPU's layout of ``plan``'s output ``index`` for a source of ``spec`` laid out as given."""
+    targs, tkwargs = plan.extra.get("targs"), plan.extra.get("tkwargs", {})
+    if plan.op not in LAYOUT_VIEWS or not targs or type(targs[0]) is not _Slot \
+            or any(type(a) is _Slot for a in (*targs[1:], *tkwargs.values())):
         return None
-    return tuple(mine[d % n] for d in dims)
+    layouts = meta_layouts(plan.op, tuple(targs[1:]), dict(tkwargs), spec[0], spec[1], strides, offset)
+    return layouts[index] if layouts is not None and index < len(layouts) else None
 
 
 def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:

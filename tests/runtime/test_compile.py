@@ -185,6 +185,36 @@ def test_compile_tpu_output_that_is_a_view_of_a_permuted_input_has_its_values(vi
     assert torch.equal(got.cpu(), fn(make(x)))
 
 
+@pytest.mark.parametrize("body", ["t", "row", "rows", "flat"])
+@pytest.mark.parametrize("view", ["rows", "columns", "select", "expand"])
+def test_compile_tpu_output_that_is_a_view_of_a_sliced_input_has_its_values(view, body):
+    # the input reports its offset in its storage, as on the CPU: AOTAutograd rebuilds the output with
+    # input.as_strided(base size, base strides, base offset) and replays the views (a row of a sliced
+    # input used to come back from the wrong rows, and the others raised)
+    torch._dynamo.reset()
+    fn = {"t": lambda a: a.transpose(0, -1), "row": lambda a: a[1], "rows": lambda a: a[1:3],
+          "flat": lambda a: a.reshape(-1)}[body]
+    make = {"rows": lambda a: a[1:4], "columns": lambda a: a[:, 1:5], "select": lambda a: a[2],
+            "expand": lambda a: a[:1].expand(3, 6)}[view]
+    x = torch.arange(24.0).reshape(4, 6)
+    got = torch.compile(fn, backend="tpu")(make(x.to("tpu")))
+    assert torch.equal(got.cpu(), fn(make(x)))
+
+
+def test_compile_as_strided_of_a_view_returned_across_a_graph_break():
+    # the first graph returns a view (its values, reporting the view's layout); the second graph's
+    # as_strided of it indexes that layout, not the values' own order
+    torch._dynamo.reset()
+
+    def chunks(x):
+        q = (x * 2).transpose(0, 1).reshape(x.shape[1], x.shape[0] // 4, 4)
+        torch._dynamo.graph_break()
+        return q.as_strided((q.shape[0], q.shape[1] * 2 - 1, 4), (q.stride(0), q.stride(1) // 2, q.stride(2)))
+
+    x = torch.randn(8, 3, generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(torch.compile(chunks, backend="tpu")(x.to("tpu")).cpu(), chunks(x))
+
+
 def test_compile_large_cpu_outputs_are_handed_over_and_never_alias_inputs(monkeypatch):
     # an output of 1 MiB or more becomes the torch tensor without a copy (DLPack); each stays a
     # tensor of its own, apart from the inputs and the other outputs

@@ -173,6 +173,43 @@ def test_permuted_views_report_the_cpu_strides_and_undo_to_the_base_layout(mode)
             assert torch.equal(t.as_strided(size, stride).cpu(), xt.as_strided(size, stride))
 
 
+_LAID_OUT_VIEWS = {
+    "rows": lambda a: a[1:3],
+    "columns": lambda a: a[:, 1:5:2],
+    "select": lambda a: a[2],
+    "column": lambda a: a[:, 3],
+    "expand": lambda a: a[1:2].expand(3, 6),
+    "unsqueeze": lambda a: a[:, 2:].unsqueeze(1),
+    "diagonal": lambda a: a.diagonal(1),
+    "split": lambda a: a.split(2, dim=1)[1],
+    "unbind": lambda a: a.t().unbind(0)[4],
+    "slice_of_transpose": lambda a: a.t()[2:5, 1:],
+    "transpose_of_slice": lambda a: a[1:, 2:].t(),
+    "chain": lambda a: a[1:].view(3, 2, 3).permute(2, 0, 1)[1:, :, 1],
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("view", sorted(_LAID_OUT_VIEWS))
+def test_views_report_the_cpu_strides_and_storage_offset(view, mode):
+    # a view of a tensor whose layout is known reports what the CPU does: slices and selects their
+    # offsets, expands their zero strides; as_strided of it indexes the storage from its offset
+    make = _LAID_OUT_VIEWS[view]
+    x = torch.arange(24.0).reshape(4, 6)
+    with tpu_runtime.set_eager_mode(mode):
+        t = x.to("tpu")
+        got, want = make(t), make(x)
+        assert (got.shape, got.stride(), got.storage_offset()) == (want.shape, want.stride(), want.storage_offset())
+        assert got.is_contiguous() == want.is_contiguous() and torch.equal(got.cpu(), want)
+        assert torch.equal(got.as_strided((2, 2), (1, 3)).cpu(), want.as_strided((2, 2), (1, 3)))
+        assert torch.equal(got.as_strided((3,), (2,), 5).cpu(), want.as_strided((3,), (2,), 5))
+        if view != "expand":  # written through, the base sees it
+            got.mul_(-1)
+            want.mul_(-1)
+            assert torch.equal(t.cpu(), x)
+        assert torch.equal(make(t).contiguous().cpu(), make(x).contiguous())
+
+
 def test_write_through_expanded_view_is_refused():
     t = torch.zeros(1, 3).to("tpu")
     with pytest.raises(RuntimeError, match="more than one element"):

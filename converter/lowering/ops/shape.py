@@ -228,18 +228,16 @@ def lower_unfold_default(ctx, self, dimension, size, step):
 def _strided_indices(ctx, op, self, size, stride, storage_offset, views=False):
     """Flat indices into ``self`` of an as_strided view (computed at conversion time).
 
-    torch's as_strided reads storage: for a contiguous input at offset 0 the storage positions
-    are ``self``'s flat indices, as for every tensor of the tpu device (each reports the dense
-    layout whatever its traced strides, so code traced from it, such as Longformer's chunks of a
-    transposed projection under ``torch.compile``, computes the arguments against that layout).
-    With ``views`` (a read), a non-contiguous or offset CPU input whose layout the node's meta
-    gives maps each storage position back to the element of ``self`` stored there; a position no
-    element of ``self`` holds (storage beyond the view) raises UnsupportedOpError.
+    torch's as_strided reads storage: for a contiguous input at offset 0 (and in eager, where the
+    runtime has already put an input whose storage layout it knows back on its storage) the storage
+    positions are ``self``'s flat indices. With ``views`` (a read), a non-contiguous or offset input
+    whose layout the node's meta gives (a CPU tensor, or a tpu tensor: it reports the CPU's layout,
+    Longformer's chunks of a transposed projection under ``torch.compile``) maps each storage position
+    back to the element of ``self`` stored there; a position no element of ``self`` holds (storage
+    beyond the view) raises UnsupportedOpError.
     """
     meta = ctx.node.args[0].meta.get("val") if ctx.node is not None else None
-    # tpu tensors report the dense layout whatever their traced (inner) strides: code traced from
-    # them computes as_strided's arguments against the dense layout
-    dense = meta is None or meta.device.type == "tpu"
+    dense = meta is None
     strided = not dense and (not meta.is_contiguous() or meta.storage_offset() != 0)
     layout = (tuple(meta.stride()), meta.storage_offset()) if strided else None
     if strided and (not views or not all(isinstance(v, int) for v in (*layout[0], layout[1]))):
