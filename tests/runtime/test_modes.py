@@ -67,6 +67,11 @@ def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
             y = y + 1
         assert len(fused.GRAPH) < 5
         assert torch.equal(y.cpu(), torch.full((4, 3), 7.0))
+        params = [torch.zeros(2).to("tpu") for _ in range(3)]
+        for step in range(2):  # a foreach op counts its outputs: 3 + 3 reach the limit
+            torch._foreach_add_(params, 1.0)
+            assert len(fused.GRAPH) == 1 - step
+        assert all(torch.equal(p.cpu(), torch.full((2,), 2.0)) for p in params)
 
 
 def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch):

@@ -44,8 +44,12 @@ _ref = weakref.ref
 _refcount = sys.getrefcount
 _ARRAY = type(jnp.zeros(()))  # jaxlib's ArrayImpl
 
-#: Flush the graph when it reaches this many ops (``TPU_FUSED_MAX_OPS``).
-MAX_OPS = int(os.environ.get("TPU_FUSED_MAX_OPS", "20000"))
+#: Flush the graph when its ops reach this many tensor outputs in all (``TPU_FUSED_MAX_OPS``): a foreach
+#: op over six tensors counts six. XLA's compile time and memory grow with the graph (measured: ~2.5 ms
+#: and ~1 MB per elementwise output; a loop of 20000 six-tensor foreach ops with no sync point, flushed
+#: by op count, took 18 GB to compile), so an unsynced loop is cut into graphs of this size, each
+#: compiled once.
+MAX_OPS = int(os.environ.get("TPU_FUSED_MAX_OPS", "4000"))
 
 
 class _Trie:
@@ -104,6 +108,7 @@ class FusedGraph:
 
     def _reset(self) -> None:
         self.nodes: list[tuple] = []   # (plan, refs); a ref is ("L", leaf) or (node, output)
+        self.size = 0  # tensor outputs of the nodes (see MAX_OPS)
         self.trie: _Trie = _ROOT[0]   # the interned structure of ``nodes``
         self.leaves: list[Any] = []
         self._leaf_ids: dict[int, int] = {}
@@ -156,7 +161,8 @@ class FusedGraph:
         else:
             outs = tuple([LazyRef(self, node, i, spec) for i, spec in enumerate(specs)])
             self.refs.extend(map(_ref, outs))
-        if len(self.nodes) >= MAX_OPS:
+        self.size += len(specs)
+        if self.size >= MAX_OPS:
             self.flush()
         return outs
 
