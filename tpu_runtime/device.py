@@ -15,9 +15,10 @@ would do, from Python, with PyTorch's documented registration APIs:
 * ``torch.library`` kernels on the PrivateUse1 key for the entry points that take
   no tpu tensor (``torch.empty(..., device="tpu")``, ``arange``, ``full``,
   ``rand``…): they create :class:`~tpu_runtime.tensor.TpuTensor` objects, whose
-  every later op goes through ``__torch_dispatch__``; plus ``_copy_from``, which
-  PyTorch calls on the backend with the Python key excluded (inside
-  ``torch.tensor(..., device="tpu")``).
+  every later op goes through ``__torch_dispatch__``; plus ``_copy_from`` and
+  ``_local_scalar_dense``, which PyTorch calls on the backend with the Python key
+  excluded (inside ``torch.tensor(..., device="tpu")``, and ``torch.tensor([a[0], a[1]])``
+  reading each tpu scalar).
 
 Nothing global is patched: these are registrations into PyTorch's extension points.
 """
@@ -48,7 +49,7 @@ HOST_FACTORIES = (
 FACTORIES = (
     "empty.memory_format", "empty_strided", "arange", "arange.start", "arange.start_step",
     "full", "rand", "randn", "randint", "randint.low", "randperm", "randperm.generator", "scalar_tensor", "eye", "eye.m",
-    "_copy_from", "_copy_from_and_resize", "_efficientzerotensor", *HOST_FACTORIES,
+    "_copy_from", "_copy_from_and_resize", "_efficientzerotensor", "_local_scalar_dense", *HOST_FACTORIES,
 )
 
 

@@ -496,3 +496,12 @@ def test_torch_tpu_answers_what_libraries_ask_a_device_module():
     # torch.autocast("tpu") without a dtype computes in bfloat16, TPU's matmul type
     with torch.autocast("tpu"):
         assert torch.nn.Linear(4, 4).to("tpu")(torch.randn(2, 4, device="tpu")).dtype == torch.bfloat16
+
+
+def test_torch_tensor_of_tpu_scalars_reads_each_as_on_cuda():
+    # torch.tensor reads each element with item() below the Python dispatch key (a PrivateUse1 kernel)
+    a = torch.tensor([1.5, 2.5]).to("tpu")
+    assert torch.equal(torch.tensor([a[0], a[1]]), torch.tensor([1.5, 2.5]))
+    assert torch.equal(torch.as_tensor([a.sum(), a.mean()]), torch.tensor([4.0, 2.0]))
+    on_tpu = torch.tensor([a[1]], device="tpu")
+    assert on_tpu.device.type == "tpu" and torch.equal(on_tpu.cpu(), torch.tensor([2.5]))
