@@ -534,3 +534,16 @@ def test_compiled_empty_tpu_inputs_match_cpu():
     model = torch.nn.Linear(3, 2).to("tpu")
     torch.compile(model, backend="tpu")(x.to("tpu")).sum().backward()
     assert model.weight.grad.cpu().eq(0).all()
+
+
+def test_compile_tpu_python_float_that_changes_between_calls():
+    # the second value makes dynamo trace the float as a symbolic input (a 0-d tensor converted with
+    # prims.convert_element_type): learning rates from a scheduler, temperatures
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, temp: (x / temp).softmax(-1) * temp, backend="tpu")
+    x = torch.arange(3.0)
+    for temp in (1.0, 0.5, 0.25):
+        torch.testing.assert_close(fn(x.to("tpu"), temp).cpu(), (x / temp).softmax(-1) * temp)
+    torch._dynamo.reset()
+    scaled = torch.compile(lambda x, a: x * a, backend="tpu", dynamic=True)
+    assert torch.equal(scaled(torch.ones(3).to("tpu"), 0.5).cpu(), torch.full((3,), 0.5))

@@ -56,6 +56,16 @@ def lower__to_copy_default(ctx, self, *, dtype=None, layout=None, device=None, p
     return cast(self, dt)
 
 
+@lowering(torch.ops.prims.convert_element_type.default)
+def lower_prims_convert_element_type_default(ctx, a, dtype):
+    """convert_element_type(Tensor a, ScalarType dtype) -> Tensor
+
+    ``_to_copy(dtype=)``'s primitive: ``torch.compile`` emits it for a python float argument that it
+    traces as a symbolic value (a learning rate or temperature that changes between calls).
+    """
+    return cast(a, ctx.out_dtype or to_jax_dtype(dtype))
+
+
 @lowering(aten.clone.default)
 def lower_clone_default(ctx, self, *, memory_format=None):
     """clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor
