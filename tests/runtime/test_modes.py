@@ -314,3 +314,33 @@ def test_modes_share_one_kernel_library():
             results[mode] = (torch.tanh(x.to("tpu")) * 3).cpu()
     assert torch.equal(results["strict"], results["debug"]) and torch.equal(results["strict"], results["fused"])
     assert jnp.allclose(results["strict"].numpy(), (torch.tanh(x) * 3).numpy(), atol=1e-6)
+
+
+def test_fused_threads_recording_at_once_get_their_own_values():
+    # one graph for every thread: a flush never runs between an op reading its inputs' nodes and
+    # appending its own (threads recording at once raised IndexError)
+    import threading
+
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            acc = torch.full((4,), float(i)).to("tpu")
+            for k in range(40):
+                acc = acc * 1.01 + k
+            results[i] = acc.cpu()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    with tpu_runtime.set_eager_mode("fused"):
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    for i in range(4):
+        want = torch.full((4,), float(i))
+        for k in range(40):
+            want = want * 1.01 + k
+        torch.testing.assert_close(results[i], want)

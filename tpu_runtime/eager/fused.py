@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -101,9 +102,14 @@ def concrete(v: Any) -> Any:
 
 
 class FusedGraph:
-    """The ops recorded since the last sync."""
+    """The ops recorded since the last sync.
+
+    Threads share it (autograd may run backward on a thread of its own, and user threads may
+    record at the same time): recording, flushing and noting replaced values hold one reentrant
+    lock, so a flush never runs between an op reading its inputs' nodes and appending its own."""
 
     def __init__(self) -> None:
+        self._lock = threading.RLock()
         self._reset()
 
     def _reset(self) -> None:
@@ -122,49 +128,50 @@ class FusedGraph:
 
     def record(self, plan: Any, values: list) -> tuple:
         """Append one op; return a :class:`LazyRef` per tensor output."""
-        refs = []
-        for v in values:
-            t = type(v)
-            if t is LazyRef:
-                if v.concrete is None and v.graph is self and v.error is None:
-                    refs.append((v.node, v.idx))
+        with self._lock:
+            refs = []
+            for v in values:
+                t = type(v)
+                if t is LazyRef:
+                    if v.concrete is None and v.graph is self and v.error is None:
+                        refs.append((v.node, v.idx))
+                        continue
+                    v = concrete(v)
+                elif t is _ARRAY:  # the common leaf, inlined from _leaf
+                    i = self._leaf_ids.get(id(v))
+                    if i is None:
+                        i = self._leaf_ids[id(v)] = len(self.leaves)
+                        self.leaves.append(v)
+                    refs.append(("L", i))
                     continue
-                v = concrete(v)
-            elif t is _ARRAY:  # the common leaf, inlined from _leaf
-                i = self._leaf_ids.get(id(v))
-                if i is None:
-                    i = self._leaf_ids[id(v)] = len(self.leaves)
-                    self.leaves.append(v)
-                refs.append(("L", i))
-                continue
-            elif t is float and v and v == v:  # a dynamic python float: one leaf per value (not 0.0/-0.0, NaN)
-                i = self._float_ids.get(v)
-                if i is None:
-                    i = self._float_ids[v] = len(self.leaves)
-                    self.leaves.append(v)
-                refs.append(("L", i))
-                continue
-            refs.append(("L", self._leaf(v)))
-        node = len(self.nodes)
-        refs = tuple(refs)
-        self.nodes.append((plan, refs))
-        edge = (plan.uid, refs)
-        trie = self.trie.next.get(edge)
-        if trie is None:
-            trie = self.trie.next[edge] = _Trie()
-        self.trie = trie
-        specs = plan.out_specs
-        if len(specs) == 1:
-            r = LazyRef(self, node, 0, specs[0])
-            self.refs.append(_ref(r))
-            outs = (r,)
-        else:
-            outs = tuple([LazyRef(self, node, i, spec) for i, spec in enumerate(specs)])
-            self.refs.extend(map(_ref, outs))
-        self.size += len(specs)
-        if self.size >= MAX_OPS:
-            self.flush()
-        return outs
+                elif t is float and v and v == v:  # a dynamic python float: one leaf per value (not 0.0/-0.0, NaN)
+                    i = self._float_ids.get(v)
+                    if i is None:
+                        i = self._float_ids[v] = len(self.leaves)
+                        self.leaves.append(v)
+                    refs.append(("L", i))
+                    continue
+                refs.append(("L", self._leaf(v)))
+            node = len(self.nodes)
+            refs = tuple(refs)
+            self.nodes.append((plan, refs))
+            edge = (plan.uid, refs)
+            trie = self.trie.next.get(edge)
+            if trie is None:
+                trie = self.trie.next[edge] = _Trie()
+            self.trie = trie
+            specs = plan.out_specs
+            if len(specs) == 1:
+                r = LazyRef(self, node, 0, specs[0])
+                self.refs.append(_ref(r))
+                outs = (r,)
+            else:
+                outs = tuple([LazyRef(self, node, i, spec) for i, spec in enumerate(specs)])
+                self.refs.extend(map(_ref, outs))
+            self.size += len(specs)
+            if self.size >= MAX_OPS:
+                self.flush()
+            return outs
 
     def _leaf(self, v: Any) -> int:
         if type(v) is _ARRAY or (hasattr(v, "shape") and hasattr(v, "devices")):  # a jax.Array: one leaf per array
@@ -181,15 +188,18 @@ class FusedGraph:
 
         When ``old`` is a leaf (or a pending value that replaced one), ``ref`` may be written into that
         leaf's buffer: see :func:`_donation`."""
-        t = type(old)
-        if t is _ARRAY:
-            leaf = self._leaf_ids.get(id(old))  # a live leaf: its id is its own
-        elif t is LazyRef and old.graph is self and old.concrete is None:
-            leaf = self.replaces.pop((old.node, old.idx), None)
-        else:
-            return
-        if leaf is not None:
-            self.replaces[(ref.node, ref.idx)] = leaf
+        with self._lock:
+            if ref.concrete is not None:  # another thread ran the graph in between: nothing to pair
+                return
+            t = type(old)
+            if t is _ARRAY:
+                leaf = self._leaf_ids.get(id(old))  # a live leaf: its id is its own
+            elif t is LazyRef and old.graph is self and old.concrete is None:
+                leaf = self.replaces.pop((old.node, old.idx), None)
+            else:
+                return
+            if leaf is not None:
+                self.replaces[(ref.node, ref.idx)] = leaf
 
     def cache_view(self, view: Any, ref: LazyRef) -> None:
         """Note that ``view`` caches the pending value ``ref`` (its view chain replayed on its storage)."""
@@ -202,38 +212,39 @@ class FusedGraph:
         view recomputes it from its storage if it is read again (keeping its cache live would
         make the graph write a second copy of the viewed data, e.g. a transposed one).
         """
-        for w, ref_id in self.view_caches:
-            view = w()
-            if view is not None and id(view._cached) == ref_id:
-                view._cached = None
-        self.view_caches = []
-        if not self.nodes:
-            return
-        live = [r for w in self.refs if (r := w()) is not None and r.concrete is None]
-        outs = sorted({(r.node, r.idx) for r in live})
-        nodes, token, leaves, replaces = self.nodes, self.trie.token, self.leaves, self.replaces
-        self._reset()
-        if not outs:
-            return
-        outs, donate = _donation(leaves, nodes, outs, replaces)
-        key = ("fused", token, tuple(outs), len(leaves), donate)
-        prev = swap_on()  # x64(), without a context manager's cost
-        try:
-            exe = CACHE.lookup(key)
-            if exe is None:
-                results = CACHE.compile(key, _graph_fn(nodes, outs), tuple(leaves),
-                                        describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
-            else:
-                results = exe(*leaves)
-        except Exception as e:
+        with self._lock:
+            for w, ref_id in self.view_caches:
+                view = w()
+                if view is not None and id(view._cached) == ref_id:
+                    view._cached = None
+            self.view_caches = []
+            if not self.nodes:
+                return
+            live = [r for w in self.refs if (r := w()) is not None and r.concrete is None]
+            outs = sorted({(r.node, r.idx) for r in live})
+            nodes, token, leaves, replaces = self.nodes, self.trie.token, self.leaves, self.replaces
+            self._reset()
+            if not outs:
+                return
+            outs, donate = _donation(leaves, nodes, outs, replaces)
+            key = ("fused", token, tuple(outs), len(leaves), donate)
+            prev = swap_on()  # x64(), without a context manager's cost
+            try:
+                exe = CACHE.lookup(key)
+                if exe is None:
+                    results = CACHE.compile(key, _graph_fn(nodes, outs), tuple(leaves),
+                                            describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
+                else:
+                    results = exe(*leaves)
+            except Exception as e:
+                for r in live:
+                    r.error = e
+                raise
+            finally:
+                restore(prev)
+            where = {o: i for i, o in enumerate(outs)}
             for r in live:
-                r.error = e
-            raise
-        finally:
-            restore(prev)
-        where = {o: i for i, o in enumerate(outs)}
-        for r in live:
-            r.concrete = results[where[(r.node, r.idx)]]
+                r.concrete = results[where[(r.node, r.idx)]]
 
 
 #: Reference count of a leaf array that only the graph's leaf list holds, as :func:`_donation` sees it
