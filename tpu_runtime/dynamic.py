@@ -120,6 +120,8 @@ def _masked_select(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
     self, mask = args[0], args[1]
     if tuple(self.shape) != tuple(mask.shape):
         self, mask = torch.broadcast_tensors(self, mask)
+    if self.dim() == 0:  # both 0-d: one element, selected or not
+        self, mask = self.reshape(1), mask.reshape(1)
     return masked_indexing(aten.index.Tensor, (self, [mask]), {})
 
 

@@ -32,6 +32,7 @@ CASES = {
     "nonzero_none": lambda t: torch.nonzero(t > 10),
     "masked_select": lambda t: torch.masked_select(t, t > 0.2),
     "masked_select_broadcast": lambda t: torch.masked_select(t, t[0] > 0.2),
+    "masked_select_0d": lambda t: torch.masked_select(t[0, 1], t[0, 1] > -10),
     "mask_index": lambda t: t[t > 0.2],
     "row_mask": lambda t: t[t[:, 0] > 0.1],
     "col_mask_after_slice": lambda t: t[1:, t[0] != 0],
