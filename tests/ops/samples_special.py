@@ -69,7 +69,11 @@ OPS = [
                                    aten.special_zeta.self_scalar),
            lambda dt: [Sample((make((3, 4), dt, low=1.5, high=6.0), make((3, 4), dt, low=0.5, high=4.0, seed=1))),
                        Sample((make((5,), dt, low=1.5, high=6.0), make((), dt, low=1.0, high=2.0, seed=2), 2.0),
-                              name="scalar_q")], dtypes=(f32, f64), tol=TOL),
+                              name="scalar_q"),
+                       # torch's values off the series: poles at non-positive integer q, x <= 1
+                       Sample((torch.tensor([3.0, 5.0, 0.0, 0.0, 1.0, 0.5, 2.5, 4.0], dtype=dt),
+                               torch.tensor([-2.0, 0.0, -4.0, -3.0, 2.0, 1.0, -1.5, -1.5], dtype=dt)),
+                              name="edges")], dtypes=(f32, f64), tol=TOL),
     OpInfo("igamma", torch.igamma, (aten.igamma.default,),
            lambda dt: [Sample((make((3, 4), dt, low=0.1, high=8.0), make((3, 4), dt, low=0.0, high=10.0, seed=1))),
                        Sample((make((4,), dt, low=0.5, high=3.0), make((2, 1), dt, low=0.0, high=4.0, seed=2)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -547,3 +548,18 @@ def test_compile_tpu_python_float_that_changes_between_calls():
     torch._dynamo.reset()
     scaled = torch.compile(lambda x, a: x * a, backend="tpu", dynamic=True)
     assert torch.equal(scaled(torch.ones(3).to("tpu"), 0.5).cpu(), torch.full((3,), 0.5))
+
+
+def test_compile_tpu_dynamic_shapes_scale_by_a_symbolic_size():
+    # GPT-2's attention scaling and gelu_new under dynamic=True: true_divide by a symbolic float, a size
+    # turned into a float
+    torch._dynamo.reset()
+
+    def fn(x):
+        g = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+        return g / torch.full([], x.size(-1) ** 0.5, dtype=x.dtype, device=x.device) + x * x.size(-1) ** -0.5
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for n in (4, 9):
+        x = torch.linspace(-2, 2, 2 * n).reshape(2, n)
+        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), fn(x))

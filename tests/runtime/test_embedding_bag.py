@@ -1,4 +1,4 @@
-"""``nn.EmbeddingBag`` on the tpu device: forward and weight / per-sample-weight gradients against CPU."""
+"""``nn.EmbeddingBag`` on the tpu device: forward and weight / per-sample-weight gradients against CPU; ``nn.Embedding(max_norm=...)``."""
 
 from __future__ import annotations
 
@@ -62,3 +62,21 @@ def test_embedding_bag_sparse_gradient_is_refused_clearly():
     out = bag(_IDX.to("tpu"), _OFFSETS.to("tpu"))
     with pytest.raises(Exception, match="sparse=True"):
         out.sum().backward()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_embedding_max_norm_renormalizes_the_looked_up_rows_in_place(mode):
+    # nn.Embedding(max_norm=...) calls embedding_renorm_ on its weight before the lookup: rows named
+    # (once or twice) are scaled to the norm, other rows keep their values, as on the CPU
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 4, max_norm=1.0, norm_type=1.5)
+    with torch.no_grad():
+        emb.weight.mul_(3.0)
+    idx = torch.tensor([[0, 1, 2], [2, 7, 0]])
+    ref = torch.nn.Embedding(10, 4, max_norm=1.0, norm_type=1.5)
+    ref.load_state_dict(emb.state_dict())
+    want = ref(idx)
+    with tpu_runtime.set_eager_mode(mode):
+        got = emb.to("tpu")(idx.to("tpu"))
+        torch.testing.assert_close(got.detach().cpu(), want.detach())
+        torch.testing.assert_close(emb.weight.detach().cpu(), ref.weight.detach())

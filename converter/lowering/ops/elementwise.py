@@ -94,12 +94,13 @@ def lower_mul_tensor(ctx, self, other):
     return (a * b).astype(dt)
 
 
-@lowering(aten.div.Tensor, aten.div.Scalar)
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def lower_div_tensor(ctx, self, other):
     """div.Tensor(Tensor self, Tensor other) -> Tensor
 
-    Also div.Scalar. True division: integer and bool inputs divide as float32
-    (torch's default dtype). Emits ``div``.
+    Also div.Scalar and their ``true_divide`` aliases (``torch.compile`` with dynamic shapes keeps
+    ``true_divide`` for a tensor divided by a symbolic float). True division: integer and bool
+    inputs divide as float32 (torch's default dtype). Emits ``div``.
     """
     a, b, dt = operands(ctx, self, other, floating=True)
     return (a / b).astype(dt)

@@ -33,6 +33,26 @@ def lower_embedding_default(ctx, weight, indices, padding_idx=-1, scale_grad_by_
     return jnp.take(weight, indices, axis=0, mode="clip")
 
 
+@lowering(aten.embedding_renorm.default)
+def lower_embedding_renorm_default(ctx, self, indices, max_norm, norm_type):
+    """embedding_renorm(Tensor self, Tensor indices, float max_norm, float norm_type) -> Tensor
+
+    The functional form of ``embedding_renorm_`` (``nn.Embedding(max_norm=...)``): each row of ``self``
+    that ``indices`` names and whose ``norm_type``-norm exceeds ``max_norm`` is scaled by
+    ``max_norm / (norm + 1e-7)``, as torch does; other rows are unchanged. A row named twice is
+    scaled once (the scaled rows are set, not multiplied in).
+    """
+    idx = indices.reshape(-1).astype(jnp.int64)
+    rows = jnp.take(self, idx, axis=0, mode="clip")
+    acc = rows.astype(opmath_dtype(self.dtype))
+    if norm_type == float("inf"):
+        norms = jnp.max(jnp.abs(acc), axis=1)
+    else:
+        norms = jnp.sum(jnp.abs(acc) ** norm_type, axis=1) ** (1.0 / norm_type)
+    scale = jnp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    return self.at[idx].set((acc * scale[:, None]).astype(self.dtype), mode="drop")
+
+
 def bag_ids(offsets, n, nb):
     """The bag of each of ``n`` index positions given the first ``nb`` offsets (bag starts).
 

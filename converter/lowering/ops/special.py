@@ -107,9 +107,18 @@ def _float_binary(ctx, a, b, fn):
 def lower_special_zeta_default(ctx, self, other):
     """special_zeta(Tensor self, Tensor other) -> Tensor
 
-    Hurwitz zeta ``Σₖ (k + other)^-self`` (also the scalar overloads).
+    Hurwitz zeta ``Σₖ (k + other)^-self`` (also the scalar overloads), with torch's (Cephes') values
+    where the series has none: ``inf`` at ``self == 1`` and for a non-positive integer ``other``,
+    ``nan`` for ``self < 1`` and for a non-positive ``other`` with a non-integer ``self``.
     """
-    return _float_binary(ctx, self, other, special.zeta)
+    return _float_binary(ctx, self, other, _zeta)
+
+
+def _zeta(x, q):
+    z = special.zeta(x, q)
+    pole = q <= 0
+    z = jnp.where(pole & (q == jnp.floor(q)), jnp.inf, jnp.where(pole & (x != jnp.floor(x)), jnp.nan, z))
+    return jnp.where(x == 1, jnp.inf, jnp.where(x < 1, jnp.nan, z))
 
 
 @lowering(aten.igamma.default)
