@@ -22,6 +22,10 @@ CASES = [
     (aten.reflection_pad3d.default, lambda x: aten.reflection_pad3d(x, [1, 1, 0, 1, 1, 0]), (make((1, 1, 3, 3, 3)),)),
     (aten.replication_pad2d.default, lambda x: aten.replication_pad2d(x, [2, 0, 1, 3]), (make((2, 4, 5)),)),
     (aten.replication_pad3d.default, lambda x: aten.replication_pad3d(x, [1, 0, 0, 2, 1, 1]), (make((1, 1, 2, 3, 3)),)),
+    (torch.ops.prims.convert_element_type.default,
+     lambda x: torch.ops.prims.convert_element_type.default(x * 100, torch.int32), (make((2, 3)),)),
+    (aten.embedding_renorm.default, lambda w, i: aten.embedding_renorm.default(w * 3, i, 1.0, 2.0),
+     (make((5, 3)), torch.tensor([0, 2, 2, 4]))),
 ]
 
 

@@ -147,8 +147,11 @@ UNTESTED_BY_OPINFO[GROUPED_MM] = (
     "float32 forward and backward in tests/runtime/test_compile.py")
 _DIRECT = "decomposed by torch.export; reached by eager dispatch and make_fx graphs: tests/ops/test_direct_ops.py"
 UNTESTED_BY_OPINFO.update({op: _DIRECT for op in (
-    aten.fill.Scalar, aten.squeeze.dim,
+    aten.fill.Scalar, aten.squeeze.dim, torch.ops.prims.convert_element_type.default, aten.embedding_renorm.default,
 )})
+UNTESTED_BY_OPINFO.update({op: "torch.export and make_fx decompose it into div (whose OpInfo runs the same row); "
+                               "torch.compile with dynamic shapes keeps it: tests/runtime/test_compile.py"
+                           for op in (aten.true_divide.Tensor, aten.true_divide.Scalar)})
 _RNN_CELL = ("CUDA-only in PyTorch (no CPU kernel to compare with); checked as the vjp of the forward row and "
              "by nn.LSTM/nn.GRU training against CPU in tests/runtime/test_rnn.py")
 UNTESTED_BY_OPINFO.update({op: _RNN_CELL for op in (
