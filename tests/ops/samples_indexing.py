@@ -142,6 +142,7 @@ INDEXING = [
            lambda dt: [Sample((make((3, 4), dt), 1, idx((3, 6), 4))),
                        Sample((make((4, 5), dt), 0, idx((2, 3), 4)), name="smaller-index"),
                        Sample((make((), dt), 0, idx((), 1)), name="0d"),
+                       Sample((make((5,), dt), 0, idx((2, 0), 5)), name="empty-index-of-other-rank"),
                        Sample((make((3, 4), dt), 1, idx((3, 2), 4)), {"along": True}, name="take_along_dim")],
            dtypes=(f32, b8)),
     OpInfo("scatter", _scatter, (aten.scatter.src, aten.scatter.value),

@@ -190,3 +190,14 @@ def test_grouped_mm_matches_cpu(mode):
         bf = torch._grouped_mm(x.bfloat16().to("tpu"), w.bfloat16().to("tpu"), offs.to("tpu"), out_dtype=torch.float32)
         assert bf.dtype == torch.float32
         torch.testing.assert_close(bf.cpu(), torch._grouped_mm(x.bfloat16().float(), w.bfloat16().float(), offs))
+
+
+def test_matrix_exp_of_half_precision_is_computed_in_float32():
+    # jax's expm refuses bfloat16/float16; torch's CPU kernel takes them (and on this input returns
+    # infinities in both: the reference is the float32 exponential of the same rounded values)
+    a = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(2)) * 0.5
+    for dtype in (torch.bfloat16, torch.float16):
+        got = torch.linalg.matrix_exp(a.to(dtype).to("tpu"))
+        want = torch.linalg.matrix_exp(a.to(dtype).float())
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu().float(), want.float(), rtol=2e-2, atol=2e-2)

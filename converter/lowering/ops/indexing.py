@@ -127,8 +127,11 @@ def lower_gather_default(ctx, self, dim, index, *, sparse_grad=False):
     """gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor
 
     Emits ``take_along_axis`` (one ``gather``); ``self`` is first cropped to
-    ``index``'s extent in the other dims, which torch allows to be smaller.
+    ``index``'s extent in the other dims, which torch allows to be smaller. An empty ``index``
+    gives an empty result of its shape (torch then accepts any number of its dims).
     """
+    if index.size == 0:
+        return jnp.zeros(index.shape, self.dtype)
     if self.ndim == 0:
         return jnp.take(self.reshape(1), index.reshape(-1), mode="clip").reshape(index.shape)
     d = norm_dim(dim, self.ndim)

@@ -262,8 +262,11 @@ def lower_linalg_matrix_exp_default(ctx, self):
 
     ``jax.scipy.linalg.expm`` (Padé approximant with scaling and squaring), batched over the
     leading dims. torch's backward (``linalg_matrix_exp_differential``) is the exponential of
-    a block matrix, so gradients reuse this row.
+    a block matrix, so gradients reuse this row. Half-precision inputs (which ``expm`` refuses) are
+    computed in float32 and rounded once, as torch's CPU kernel accepts them.
     """
+    if self.dtype in (jnp.bfloat16, jnp.float16):
+        return jax.scipy.linalg.expm(self.astype(jnp.float32)).astype(self.dtype)
     return jax.scipy.linalg.expm(self)
 
 
