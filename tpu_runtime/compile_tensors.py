@@ -183,12 +183,11 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 _PERMUTES = frozenset({torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int})
-#: View ops the runtime computes with one of :data:`~tpu_runtime.layout.LAYOUT_VIEWS` (``t`` → ``permute``,
+#: :data:`~tpu_runtime.layout.LAYOUT_VIEWS` and the view ops the runtime computes with them (``t`` → ``permute``,
 #: ``_unsafe_view`` → ``view``, ``unbind`` → ``select``…): each traced view of these reports the layout its
 #: concrete twin reports (:func:`tpu_runtime.values.make_view`).
-_RUNTIME_VIEWS = frozenset({*_PERMUTES, *_RESHAPES, torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim,
-                            torch.ops.aten.alias.default, torch.ops.aten.detach.default,
-                            torch.ops.aten.as_strided.default, torch.ops.aten.unbind.int})
+_RUNTIME_VIEWS = frozenset({*LAYOUT_VIEWS, *_PERMUTES, *_RESHAPES, torch.ops.aten.squeeze.default,
+                            torch.ops.aten.squeeze.dim, torch.ops.aten.detach.default, torch.ops.aten.unbind.int})
 
 
 def _view_layout(func: Any, args: tuple, kwargs: dict) -> tuple[bool, list | None]:
@@ -199,7 +198,7 @@ def _view_layout(func: Any, args: tuple, kwargs: dict) -> tuple[bool, list | Non
     layouts agree); one the CPU would not make a view, or whose layout is symbolic, is marked and
     reports dense strides, and so does any view of a marked tensor; other ops report dense strides."""
     x = args[0] if args else None
-    if type(x) is not TpuTensor or not _is_runtime_view(func):
+    if type(x) is not TpuTensor or func not in _RUNTIME_VIEWS:
         return False, None
     if x._traced_view:
         return True, None
@@ -213,10 +212,6 @@ def _view_layout(func: Any, args: tuple, kwargs: dict) -> tuple[bool, list | Non
         return True, None
     layouts = meta_layouts(func, rest, kwargs, tuple(x.shape), x.dtype, stride, offset)
     return (True, None) if layouts is None else (False, layouts)
-
-
-def _is_runtime_view(func: Any) -> bool:
-    return func in _RUNTIME_VIEWS or func in LAYOUT_VIEWS
 
 
 def _static(tree: Any) -> bool:

@@ -35,7 +35,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from converter.lowering.ops.shape import _positions
+from converter.lowering.ops.shape import strided_elements
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, optim_kernels, resize, rng, serialization
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
@@ -428,12 +428,8 @@ def _opaque_as_strided(x: TpuTensor, size: Any, stride: Any, offset: Any) -> Tpu
     Raises:
         RuntimeError: a position no element of ``x`` holds.
     """
-    held = _positions(tuple(x.shape), tuple(x.stride()), x.storage_offset()).reshape(-1)
-    idx = _positions(tuple(int(s) for s in size), tuple(int(s) for s in stride),
-                     x.storage_offset() if offset is None else int(offset))
-    where = np.full(int(max(held.max(initial=0), idx.max(initial=0))) + 1, -1, dtype=np.int64)
-    where[held] = np.arange(held.size)
-    picked = where[idx]
+    picked = strided_elements(tuple(x.shape), tuple(x.stride()), x.storage_offset(), tuple(int(s) for s in size),
+                              tuple(int(s) for s in stride), x.storage_offset() if offset is None else int(offset))
     if (picked < 0).any():
         raise RuntimeError(f"as_strided{list(size), list(stride), offset} of a tpu tensor of shape {list(x.shape)} "
                            f"and strides {list(x.stride())} reads storage it does not hold (the output of a compiled "

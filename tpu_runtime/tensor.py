@@ -61,7 +61,7 @@ class TpuTensor(torch.Tensor):
     _strides: Any = None  # a view whose layout in its storage is known: its strides there (tpu_runtime.layout)
     _offset: int = 0  # ... and its storage offset
     _opaque: bool = False  # reports a layout its dense value does not have (wrap_strided)
-    _traced_view: bool = False  # a tracing tensor made by a view op other than a permute (compile_tensors)
+    _traced_view: bool = False  # a tracing tensor whose layout is not known: it reports dense (compile_tensors)
 
     @staticmethod
     def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),

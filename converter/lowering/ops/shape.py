@@ -246,19 +246,27 @@ def _strided_indices(ctx, op, self, size, stride, storage_offset, views=False):
     if not all(isinstance(v, int) for v in (*size, *stride, storage_offset or 0)):
         raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason="as_strided needs static sizes and strides")
     start = storage_offset if storage_offset is not None else (layout[1] if layout else 0)
-    idx = _positions(tuple(size), tuple(stride), start)
     if layout is None:
+        idx = _positions(tuple(size), tuple(stride), start)
         if idx.size and idx.max() >= math.prod(self.shape):
             raise UnsupportedOpError(str(op), ctx.target, ctx.location, reason="as_strided reads past the input's storage")
         return idx
-    held = _positions(tuple(self.shape), layout[0], layout[1]).reshape(-1)
-    where = np.full(max(int(held.max(initial=0)), int(idx.max(initial=0))) + 1, -1, dtype=np.int64)
-    where[held] = np.arange(held.size)
-    picked = where[idx]
+    picked = strided_elements(tuple(self.shape), layout[0], layout[1], tuple(size), tuple(stride), start)
     if (picked < 0).any():
         raise UnsupportedOpError(str(op), ctx.target, ctx.location,
                                  reason="as_strided reads storage that the (non-contiguous) input does not hold")
     return picked
+
+
+def strided_elements(shape, strides, offset, size, stride, start):
+    """For each element of an as_strided view (``size``/``stride`` from storage position ``start``), the flat
+    index of the element of a tensor of ``shape`` laid out with ``strides`` at ``offset`` that is stored at
+    that position; -1 where no element of that tensor is stored."""
+    idx = _positions(size, stride, start)
+    held = _positions(shape, strides, offset).reshape(-1)
+    where = np.full(max(int(held.max(initial=0)), int(idx.max(initial=0))) + 1, -1, dtype=np.int64)
+    where[held] = np.arange(held.size)
+    return where[idx]
 
 
 def _positions(size: tuple, stride: tuple, offset: int) -> np.ndarray:
