@@ -80,3 +80,19 @@ def test_embedding_max_norm_renormalizes_the_looked_up_rows_in_place(mode):
         got = emb.to("tpu")(idx.to("tpu"))
         torch.testing.assert_close(got.detach().cpu(), want.detach())
         torch.testing.assert_close(emb.weight.detach().cpu(), ref.weight.detach())
+
+
+@pytest.mark.parametrize("mode,padding_idx", [("sum", None), ("mean", None), ("max", None), ("sum", 3),
+                                              ("mean", 3)])
+def test_include_last_offset_short_of_the_indices_follows_the_cpu_kernel(mode, padding_idx):
+    # a last offset before the end of the indices: without a padding_idx torch's CPU kernel sums the
+    # last bag only up to it (the mean still divides by the count to the end); with one, and in max
+    # mode, the bag runs to the end
+    torch.manual_seed(0)
+    w = torch.randn(10, 4)
+    idx, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 4, 6])
+    want = torch.nn.functional.embedding_bag(idx, w, offsets, mode=mode, include_last_offset=True,
+                                             padding_idx=padding_idx)
+    got = torch.nn.functional.embedding_bag(idx.to("tpu"), w.to("tpu"), offsets.to("tpu"), mode=mode,
+                                            include_last_offset=True, padding_idx=padding_idx)
+    torch.testing.assert_close(got.cpu(), want)

@@ -58,7 +58,9 @@ def bag_ids(offsets, n, nb):
 
     Bag of a position = (number of bag starts <= position) - 1: a scatter-add of the starts
     and a cumsum, O(n) and valid for symbolic sizes. With include_last_offset torch ignores
-    the last offset's value (``nb`` excludes it): the last bag runs to the end of the indices.
+    the last offset's value here (``nb`` excludes it): the last bag runs to the end of the indices
+    (without a padding_idx, the sum and mean modes stop adding at the last offset: see
+    ``_embedding_bag``).
     """
     starts = offsets[:nb].astype(jnp.int64)
     return jnp.cumsum(jnp.zeros((n,), jnp.int64).at[starts].add(1, mode="drop")) - 1
@@ -99,7 +101,12 @@ def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, 
         max_indices = jnp.where(nonempty, jnp.take(idx, first, mode="clip"), 0)
         out = jnp.where(nonempty, out, jnp.zeros((), acc))
     else:
-        summed = jnp.where(valid[:, None], rows, jnp.zeros((), acc))
+        # with include_last_offset and no padding_idx, torch's CPU kernel sums a bag only up to the
+        # last offset (the mean still divides by the count to the end of the indices); with a
+        # padding_idx, and in max mode, the last bag runs to the end
+        bounded = include_last_offset and not has_padding and nb >= 0
+        kept = valid & (pos < offsets[nb].astype(jnp.int64)) if bounded else valid
+        summed = jnp.where(kept[:, None], rows, jnp.zeros((), acc))
         out = jnp.zeros((nb, d), acc).at[seg].add(summed, mode="drop")
         if mode == _MEAN:
             out = out / jnp.maximum(counts, 1).astype(acc)[:, None]
