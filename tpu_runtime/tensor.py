@@ -21,6 +21,8 @@ Memory model (functionalization by hand):
 
 from __future__ import annotations
 
+import collections
+import copy
 from typing import Any
 
 import torch
@@ -149,20 +151,35 @@ class TpuTensor(torch.Tensor):
         return self.detach().cpu().resolve_conj().resolve_neg().numpy()
 
     def __deepcopy__(self, memo: dict) -> "TpuTensor":
+        # As torch's: a parameter's copy is a new parameter of the values (no .grad, no attributes); a
+        # tensor's also copies its .grad and the Python attributes set on it.
         if id(self) in memo:
             return memo[id(self)]
         with torch.no_grad():
             new = self.clone()
         new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
         if getattr(self, "_is_param", False):
             new._is_param = True
-        memo[id(self)] = new
+            return new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for name, value in _user_state(self).items():
+            setattr(new, name, copy.deepcopy(value, memo))
         return new
 
     def __reduce_ex__(self, proto: int) -> tuple:
         # Pickled as PyTorch pickles any storage-less PrivateUse1 tensor: a CPU copy and torch's
         # rebuild function, which honours ``torch.load(map_location=...)`` and is allowed by
         # ``weights_only=True`` (a CPU-only process can load a tpu checkpoint with map_location="cpu").
+        # A parameter is rebuilt as one, with the attributes set on it, by torch's own functions
+        # (``torch.save(model)`` then ``torch.load`` gives a model whose parameters an optimizer finds).
+        if getattr(self, "_is_param", False):
+            state = _user_state(self)
+            if state:
+                return (torch._utils._rebuild_parameter_with_state,
+                        (self.detach(), self.requires_grad, collections.OrderedDict(), state))
+            return torch._utils._rebuild_parameter, (self.detach(), self.requires_grad, collections.OrderedDict())
         return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (self.detach().cpu(), self.dtype, str(DEVICE), self.requires_grad))
 
@@ -215,6 +232,16 @@ def _storage_size(shape: tuple, dtype: torch.dtype) -> int | None:
 
 def _empty(shape: tuple, dtype: torch.dtype) -> "TpuTensor":
     return _MAKE(TpuTensor, shape, dtype=dtype, device=DEVICE, storage_size=dtype.itemsize)
+
+
+#: Attributes the runtime keeps on a tpu tensor (everything else in its ``__dict__`` was set by the user).
+_INTERNAL = frozenset({"_storage", "_chain", "_spec", "_cached", "_seen", "_fake", "_payload_stride", "_prefix",
+                       "_strides", "_offset", "_opaque", "_traced_view", "_is_param", "_payload"})
+
+
+def _user_state(t: TpuTensor) -> dict:
+    """The Python attributes set on ``t`` by its user (what torch copies and pickles with a tensor)."""
+    return {k: v for k, v in t.__dict__.items() if k not in _INTERNAL}
 
 
 def wrap(value: Any, spec: tuple) -> TpuTensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 
 import pytest
@@ -89,3 +90,29 @@ def test_a_missing_tpu_index_and_a_foreign_storage_are_clear_errors():
     t = torch.zeros(2, device="tpu")
     with pytest.raises(RuntimeError, match="set_ of a tpu tensor from a storage on cpu"):
         t.set_(torch.ones(2).untyped_storage(), 0, (2,), (1,))
+
+
+def test_a_saved_tpu_parameter_and_model_load_as_parameters():
+    # as on the CPU: torch.save(model) / pickle keep parameters Parameters (an optimizer built on the
+    # loaded model finds them) and the attributes set on them; map_location="cpu" gives CPU Parameters
+    model = torch.nn.Linear(3, 2).to("tpu")
+    model.weight.no_decay = True
+    loaded = _roundtrip(model, weights_only=False)
+    assert [n for n, _ in loaded.named_parameters()] == ["weight", "bias"]
+    assert loaded.weight.device.type == "tpu" and loaded.weight.no_decay is True
+    torch.testing.assert_close(loaded.weight.detach().cpu(), model.weight.detach().cpu())
+    on_cpu = _roundtrip(model.weight, weights_only=True, map_location="cpu")
+    assert type(on_cpu) is torch.nn.Parameter and on_cpu.device.type == "cpu" and on_cpu.no_decay is True
+
+
+def test_deepcopy_of_tpu_tensors_copies_what_torch_copies():
+    # a tensor's deepcopy keeps its .grad and attributes; a parameter's is a new parameter of the values
+    t = torch.ones(2).to("tpu").requires_grad_()
+    t.grad, t.tag = torch.full((2,), 3.0).to("tpu"), ["x"]
+    c = copy.deepcopy(t)
+    assert c.requires_grad and c.tag == ["x"] and c.tag is not t.tag
+    torch.testing.assert_close(c.grad.cpu(), torch.full((2,), 3.0))
+    p = torch.nn.Parameter(torch.ones(2).to("tpu"))
+    p.grad = torch.ones(2).to("tpu")
+    q = copy.deepcopy(p)
+    assert isinstance(q, torch.nn.Parameter) and q.grad is None and q.device.type == "tpu"
