@@ -83,6 +83,7 @@ class OpPlan:
     op: Any = None
     extra: dict = field(default_factory=dict)
     exe: Any = None  # the compiled executable, once strict/debug mode has run the plan
+    checked: bool = False  # fused eager has traced ``fn`` once on the call's abstract inputs
     uid: int = field(default_factory=lambda: next(_UIDS))  # a cheap stand-in for ``key`` in graph keys
 
 

@@ -58,6 +58,19 @@ def test_fused_ops_are_lazy_until_a_sync_point():
         assert z.sum().item() == 27.0               # item is a sync point
 
 
+def test_fused_lowering_errors_raise_at_the_op_and_spare_the_graph():
+    # an op its lowering refuses (max of an empty tensor) raises at the op, naming it, as in strict
+    # eager; the ops recorded before and after it still run
+    x = torch.ones(3).to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        before = x * 2
+        with pytest.raises(Exception, match="aten.max.default"):
+            torch.zeros(0, 3, device="tpu").max()
+        after = before + 1
+        assert type(after._storage.value) is LazyRef
+        assert after.cpu().tolist() == [3.0, 3.0, 3.0]
+
+
 def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
     monkeypatch.setattr(fused, "MAX_OPS", 5)
     x = torch.ones(4, 3).to("tpu")

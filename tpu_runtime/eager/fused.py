@@ -35,9 +35,10 @@ import threading
 import weakref
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from converter.lowering.dtypes import JAX_TO_TORCH
+from converter.lowering.dtypes import JAX_TO_TORCH, to_jax_dtype
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE, donation_order
 
@@ -129,6 +130,8 @@ class FusedGraph:
     def record(self, plan: Any, values: list) -> tuple:
         """Append one op; return a :class:`LazyRef` per tensor output."""
         with self._lock:
+            if not plan.checked and plan.exe is None:
+                _check(plan, values)
             refs = []
             for v in values:
                 t = type(v)
@@ -245,6 +248,15 @@ class FusedGraph:
             where = {o: i for i, o in enumerate(outs)}
             for r in live:
                 r.concrete = results[where[(r.node, r.idx)]]
+
+
+def _check(plan: Any, values: list) -> None:
+    """Trace ``plan``'s function once on abstract inputs like ``values`` (its first use in fused eager):
+    an op its lowering refuses (a reduction of an empty tensor, an unsupported argument) raises its
+    error at the op, as in strict eager, instead of failing the whole graph at the next sync."""
+    jax.eval_shape(plan.fn, *[jax.ShapeDtypeStruct(v.shape, to_jax_dtype(v.dtype)) if type(v) is LazyRef else v
+                              for v in values])
+    plan.checked = True
 
 
 #: Reference count of a leaf array that only the graph's leaf list holds, as :func:`_donation` sees it
