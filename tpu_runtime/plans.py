@@ -113,6 +113,8 @@ def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None, index
         dyn = func in DYNAMIC_FLOAT_OPS
     _INDEXING[0] = func in INDEXING_OPS if indexing is None else indexing
     key = [func if tag is None else tag]
+    if _default_dtype() is not _FLOAT32:  # it decides the result dtype of int / float promotion (``i / 2``)
+        key.append(("default dtype", _default_dtype()))
     for a in args:
         if type(a) is TpuTensor:  # the common case, inlined
             ins.append(a)
@@ -125,6 +127,9 @@ def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None, index
             key.append(_key(v, ins, dyn))
     return tuple(key), ins
 
+
+_default_dtype = torch.get_default_dtype
+_FLOAT32 = torch.float32
 
 #: Element types of an argument list that is its own key part (shapes, dims).
 _PLAIN = frozenset({int, type(None), str})
