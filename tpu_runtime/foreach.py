@@ -34,6 +34,8 @@ aten = torch.ops.aten
 
 #: foreach names whose per-tensor op is spelled differently.
 _ALIASES = {"norm": "linalg_vector_norm"}
+#: ... only in their ``Scalar``/``ScalarList`` overloads (``torch.maximum`` takes no scalar).
+_SCALAR_ALIASES = {"maximum": "clamp_min", "minimum": "clamp_max"}
 #: per-tensor arguments that are keyword-only there but positional in the foreach schema.
 _KEYWORD = {"value", "alpha", "dtype"}
 #: ops whose foreach ``scalar``/``scalars`` argument is the per-tensor ``value=``.
@@ -129,10 +131,18 @@ def _write_each(plan: Any, ins: list, dsts: Any) -> None:
         assign_value(dst, value, spec)
 
 
+def _base(func: Any, name: str) -> str:
+    """The name of the per-tensor op of ``func`` (``aten._foreach_<name>``, in place or not)."""
+    base = name.rstrip("_")
+    if func._overloadname.startswith("Scalar"):
+        base = _SCALAR_ALIASES.get(base, base)
+    return _ALIASES.get(base, base)
+
+
 def _elementwise(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
     """Each element through the ordinary route (``packet(*element_args)``)."""
     inplace = name.endswith("_")
-    base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
+    base = _base(func, name)
     packet = getattr(aten, base + "_" if inplace else base)
     results = [packet(*pos, **kw) for pos, kw in _elements(func, base, args, kwargs)]
     return None if inplace else results
@@ -185,7 +195,7 @@ def _route(func: Any, name: str, args: tuple, kwargs: dict) -> tuple | None:
         if packet is None or func._overloadname not in packet.overloads():
             return None
         functional = getattr(packet, func._overloadname)
-    base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
+    base = _base(func, name)
     calls = _elements(func, base, args, kwargs)
     if not calls:
         return None
@@ -227,7 +237,7 @@ def _kernel(functional: Any, name: str, op: Any) -> Callable:
     from tpu_runtime import kernels
 
     row = registry.find(op)
-    base = _ALIASES.get(name.rstrip("_"), name.rstrip("_"))
+    base = _base(functional, name)
 
     def kernel(ctx: Any, *args: Any, **kwargs: Any) -> list:
         results = []

@@ -7,6 +7,8 @@ import copy
 import pytest
 import torch
 
+import tpu_runtime
+
 from tests.runtime.conftest import batch, tiny_mlp, train_steps
 
 
@@ -140,3 +142,18 @@ def test_an_in_place_foreach_call_over_aliasing_lists_runs_element_by_element_as
         got = [ta.cpu(), tb.cpu()]
     torch._foreach_add_([a, b], [b, a])
     torch.testing.assert_close(got, [a, b])
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_foreach_maximum_and_minimum_with_scalars_match_cpu(mode):
+    # torch.maximum takes no scalar: the per-tensor op of their Scalar / ScalarList overloads is clamp_min / clamp_max
+    base = [torch.tensor([-1.0, 0.05, 2.0]), torch.tensor([0.3, -0.4])]
+    calls = [lambda ts: torch._foreach_maximum(ts, 0.1), lambda ts: torch._foreach_minimum(ts, [0.1, -0.2]),
+             lambda ts: (torch._foreach_maximum_(ts, [0.0, 0.5]), ts)[1],
+             lambda ts: (torch._foreach_minimum_(ts, 0.0), ts)[1]]
+    with tpu_runtime.set_eager_mode(mode):
+        for call in calls:
+            want = call([t.clone() for t in base])
+            got = call([t.clone().to("tpu") for t in base])
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g.cpu(), w)
