@@ -28,6 +28,7 @@ For each op overload the route is decided once and cached:
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -394,6 +395,15 @@ def _batch_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     return _decomposed(func, args, kwargs, decomposition_table[func], func)
 
 
+def _same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
+    """``aten::_has_same_storage_numel(Tensor self, Tensor other) -> bool`` (forward AD's ``make_dual`` check):
+    whether both tensors' storages hold as many elements."""
+    def numel(t: Any) -> int:
+        return math.prod(t._storage.spec[0]) if isinstance(t, TpuTensor) else t.untyped_storage().nbytes() // t.itemsize
+
+    return numel(args[0]) == numel(args[1])
+
+
 def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
     return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
 
@@ -459,6 +469,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten.squeeze.default: _squeeze,
     aten.squeeze.dim: _squeeze,
     aten._fused_sdp_choice.default: _sdp_choice,
+    aten._has_same_storage_numel.default: _same_storage_numel,
     aten.native_batch_norm.default: _batch_norm,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,

@@ -345,3 +345,16 @@ def test_segment_reduce_trains_on_the_device_as_on_cpu(mode):
             (want * torch.arange(9.0).view(3, 3)).sum().backward()
             torch.testing.assert_close(got.detach().cpu(), want.detach())
             torch.testing.assert_close(xt.grad.cpu(), x.grad)
+
+
+def test_forward_mode_ad_make_dual_gives_the_tangent():
+    import torch.autograd.forward_ad as fwAD
+
+    x, v = torch.randn(4), torch.randn(4)
+
+    def tangent(device):
+        with fwAD.dual_level():
+            d = fwAD.make_dual(x.to(device), v.to(device))
+            return fwAD.unpack_dual(d.exp() * d).tangent.cpu()
+
+    torch.testing.assert_close(tangent("tpu"), tangent("cpu"))
