@@ -107,8 +107,9 @@ class UnsupportedOpError(ConversionError):
         super().__init__(msg)
 
 
-class LoweringError(ConversionError):
-    """A lowering exists but failed on this node."""
+class LoweringError(ConversionError, RuntimeError):
+    """A lowering exists but failed on this node (also a ``RuntimeError``: what torch raises for a call its
+    kernel refuses, so ``except RuntimeError`` written for the CPU catches it on the tpu device too)."""
 
     def __init__(self, op: Any, location: SourceLocation | None, detail: str):
         self.op, self.location = op, location or SourceLocation()

@@ -54,10 +54,43 @@ def result_type(*args: Any) -> Any:
     raise TypeError("result_type of no arguments")
 
 
-def promote(*args: Any, dtype: Any = None) -> list[Any]:
-    """Cast every argument (arrays and python scalars) to ``dtype`` or torch's result type."""
+def promote(*args: Any, dtype: Any = None, wrap: bool = False) -> list[Any]:
+    """Cast every argument (arrays and python scalars) to ``dtype`` or torch's result type.
+
+    With ``wrap``, a python int outside an integer ``dtype``'s range wraps around into it, as torch's
+    arithmetic and comparison ops take it (``int8 * 200`` multiplies by -56); without, it raises."""
     dtype = dtype or result_type(*args)
+    if wrap and jnp.issubdtype(dtype, jnp.integer):
+        args = tuple(wrapped_int(a, dtype) if type(a) is int else a for a in args)
     return [jnp.asarray(a, dtype=dtype) if not is_array(a) else a.astype(dtype) for a in args]
+
+
+def wrapped_int(value: int, dtype: Any) -> int:
+    """``value`` wrapped around into the range of the integer ``dtype`` (two's complement)."""
+    info = jnp.iinfo(dtype)
+    if info.min <= value <= info.max:
+        return value
+    bits = info.bits
+    value %= 1 << bits
+    return value - (1 << bits) if info.min < 0 and value > info.max else value
+
+
+#: torch's C names of integer dtypes, as its overflow message spells them.
+_C_NAMES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int", "int64": "int64_t",
+            "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
+
+
+def check_fits(value: Any, dtype: Any) -> None:
+    """Refuse a python int that an integer ``dtype`` cannot hold, as torch refuses a fill value.
+
+    Raises:
+        RuntimeError: torch's message (``fill_``, ``full``, ``masked_fill`` with ``int8`` and 300).
+    """
+    if type(value) is int and jnp.issubdtype(dtype, jnp.integer):
+        info = jnp.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            name = np.dtype(dtype).name
+            raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(name, name)} without overflow")
 
 
 def dim(d: int, ndim: int) -> int:

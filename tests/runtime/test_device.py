@@ -505,18 +505,3 @@ def test_torch_tensor_of_tpu_scalars_reads_each_as_on_cuda():
     assert torch.equal(torch.as_tensor([a.sum(), a.mean()]), torch.tensor([4.0, 2.0]))
     on_tpu = torch.tensor([a[1]], device="tpu")
     assert on_tpu.device.type == "tpu" and torch.equal(on_tpu.cpu(), torch.tensor([2.5]))
-
-
-@pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_results_follow_the_default_dtype_when_it_changes(mode):
-    # int / float promotion gives the default dtype: a call signature first run under float64 must not
-    # keep giving float64 under float32 (and back)
-    i = torch.tensor([1, 2, 3]).to("tpu")
-    previous = torch.get_default_dtype()
-    try:
-        with tpu_runtime.set_eager_mode(mode):
-            for default in (torch.float64, torch.float32, torch.float64):
-                torch.set_default_dtype(default)
-                assert [(i / 2).dtype, (i * 2.5).dtype, (i + 0.5).dtype] == [default] * 3
-    finally:
-        torch.set_default_dtype(previous)

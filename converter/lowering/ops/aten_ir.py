@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
+from converter.lowering.helpers import check_fits
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.ops.creation import lower_arange_start_step
@@ -65,8 +66,10 @@ def lower_split_tensor(ctx, self, split_size, dim=0):
 def lower_masked_fill_scalar(ctx, self, mask, value):
     """masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor
 
-    ``select``: ``value`` (cast to ``self``'s dtype) where ``mask``, else ``self``.
+    ``select``: ``value`` (cast to ``self``'s dtype) where ``mask``, else ``self`` (an int the dtype cannot hold is
+    refused, as by torch).
     """
+    check_fits(value, self.dtype)
     return jnp.where(mask, jnp.asarray(value).astype(self.dtype), self)
 
 

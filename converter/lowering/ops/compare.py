@@ -23,8 +23,9 @@ aten = torch.ops.aten
 
 
 def _common(self, other):
-    """Both operands in torch's common dtype (comparisons do not compute in opmath: exact)."""
-    return promote(self, other)
+    """Both operands in torch's common dtype (comparisons do not compute in opmath: exact; a python int outside
+    an integer dtype's range wraps around into it, as in torch: ``int8 == 300`` compares with 44)."""
+    return promote(self, other, wrap=True)
 
 
 @lowering(aten.eq.Tensor, aten.eq.Scalar)
@@ -140,7 +141,7 @@ def lower_bitwise_and_tensor(ctx, self, other):
 
     Also bitwise_and.Scalar and .Scalar_Tensor. Emits ``and`` (logical on bool).
     """
-    a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
     return a & b
 
 
@@ -150,7 +151,7 @@ def lower_bitwise_or_tensor(ctx, self, other):
 
     Also bitwise_or.Scalar and .Scalar_Tensor. Emits ``or`` (logical on bool).
     """
-    a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
     return a | b
 
 
@@ -160,7 +161,7 @@ def lower_bitwise_xor_tensor(ctx, self, other):
 
     Also bitwise_xor.Scalar and .Scalar_Tensor. Emits ``xor`` (logical on bool).
     """
-    a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
     return a ^ b
 
 
@@ -174,13 +175,13 @@ def lower_bitwise_not_default(ctx, self):
 
 
 def _shift_left(ctx, self, other):
-    a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
     # XLA and torch agree: a shift by a negative amount or by >= the bit width gives 0.
     return jax.lax.shift_left(*bcast(a, b))
 
 
 def _shift_right(ctx, self, other):
-    a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
     # Arithmetic for signed types (an out-of-range shift fills with the sign bit, as
     # torch does), logical for unsigned ones.
     a, b = bcast(a, b)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from converter.lowering.dtypes import to_jax_dtype
+from converter.lowering.helpers import check_fits
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -67,9 +68,12 @@ def lower_arange_start_step(ctx, start, end, step=1, *, dtype=None, layout=None,
 def lower_full_default(ctx, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     """full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 
-    Emits ``broadcast`` of a constant. zeros/ones/new_zeros/new_ones/new_full decompose to this.
+    Emits ``broadcast`` of a constant. zeros/ones/new_zeros/new_ones/new_full decompose to this. An int the
+    dtype cannot hold is refused, as by torch.
     """
-    return jnp.full(tuple(size), fill_value, dtype=_scalar_dtype(ctx, fill_value, dtype))
+    out = _scalar_dtype(ctx, fill_value, dtype)
+    check_fits(fill_value, out)
+    return jnp.full(tuple(size), fill_value, dtype=out)
 
 
 @lowering(aten.full_like.default)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
+from converter.lowering.helpers import check_fits
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.registry import lowering
 
@@ -19,8 +20,9 @@ aten = torch.ops.aten
 def lower_fill_scalar(ctx, self, value):
     """fill.Scalar(Tensor self, Scalar value) -> Tensor
 
-    ``full_like``: a broadcast constant of ``self``'s shape and dtype.
+    ``full_like``: a broadcast constant of ``self``'s shape and dtype (an int it cannot hold is refused, as by torch).
     """
+    check_fits(value, self.dtype)
     return jnp.full(self.shape, value, dtype=self.dtype)
 
 

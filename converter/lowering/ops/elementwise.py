@@ -47,9 +47,10 @@ def opmath(dtype):
 
 
 def operands(ctx, *args, floating: bool = False):
-    """Promote ``args`` to the opmath of the result dtype; return ``(*arrays, result_dtype)``."""
+    """Promote ``args`` to the opmath of the result dtype; return ``(*arrays, result_dtype)`` (a python int
+    outside an integer dtype's range wraps around into it, as in torch's arithmetic)."""
     dt = out_dtype(ctx, *args, floating=floating)
-    return (*promote(*args, dtype=opmath(dt)), dt)
+    return (*promote(*args, dtype=opmath(dt), wrap=True), dt)
 
 
 def bcast(a, b):

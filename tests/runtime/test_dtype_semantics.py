@@ -1,0 +1,56 @@
+"""Result dtypes and values as torch gives them: the default dtype, python ints outside an integer dtype's range
+(torch's arithmetic wraps them, its fill values refuse them)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tpu_runtime
+
+_WRAPPED = {
+    "int8 * 200": lambda t: t.to(torch.int8) * 200,
+    "uint8 + 300": lambda t: t.to(torch.uint8) + 300,
+    "uint8 - 1": lambda t: t.to(torch.uint8) - 1,
+    "int16.add_(70000)": lambda t: t.to(torch.int16).add_(70000),
+    "int32 * 2**40": lambda t: t.to(torch.int32) * 2**40,
+    "int8 % 200": lambda t: t.to(torch.int8) % 200,
+    "int8 // 200": lambda t: t.to(torch.int8) // 200,
+    "int8 == 300": lambda t: t.to(torch.int8) == 300,
+    "int8 < 300": lambda t: t.to(torch.int8) < 300,
+    "int8 & 300": lambda t: t.to(torch.int8) & 300,
+    "int8 << 300": lambda t: t.to(torch.int8) << 300,
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_arithmetic_and_comparisons_wrap_an_out_of_range_int_as_torch_does(mode):
+    x = torch.tensor([1, 100, -5, 44])
+    with tpu_runtime.set_eager_mode(mode):
+        for name, f in _WRAPPED.items():
+            assert f(x.to("tpu")).cpu().tolist() == f(x).tolist(), name
+
+
+@pytest.mark.parametrize("call", [lambda t: t.fill_(300), lambda t: t.masked_fill(t > 0, 200),
+                                  lambda t: torch.full((2,), 300, dtype=torch.int8, device=t.device)])
+def test_a_fill_value_the_dtype_cannot_hold_is_refused_as_on_the_cpu(call):
+    x = torch.tensor([1, 100, -5], dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        call(x.clone())
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        call(x.to("tpu")).cpu()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_results_follow_the_default_dtype_when_it_changes(mode):
+    # int / float promotion gives the default dtype: a call signature first run under float64 must not
+    # keep giving float64 under float32 (and back)
+    i = torch.tensor([1, 2, 3]).to("tpu")
+    previous = torch.get_default_dtype()
+    try:
+        with tpu_runtime.set_eager_mode(mode):
+            for default in (torch.float64, torch.float32, torch.float64):
+                torch.set_default_dtype(default)
+                assert [(i / 2).dtype, (i * 2.5).dtype, (i + 0.5).dtype] == [default] * 3
+    finally:
+        torch.set_default_dtype(previous)
