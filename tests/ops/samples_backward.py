@@ -278,6 +278,7 @@ POOL = [
            dtypes=(F32, BF16), tol=BF16_TOL),
     _resize_backward_info("upsample_bicubic2d_backward", 2, linear=True),
     _resize_backward_info("_upsample_bilinear2d_aa_backward", 2, linear=True, dtypes=(F32,)),  # no CPU bf16
+    _resize_backward_info("_upsample_bicubic2d_aa_backward", 2, linear=True, dtypes=(F32,)),
     _resize_backward_info("upsample_linear1d_backward", 1, linear=True),
     _resize_backward_info("upsample_trilinear3d_backward", 3, linear=True),
     _resize_backward_info("upsample_nearest1d_backward", 1, linear=False),

@@ -355,6 +355,15 @@ UPSAMPLE = [
                        Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": "bilinear", "antialias": True},
                               name="up")],
            tol={F32: (1e-5, 1e-5)}),
+    OpInfo("upsample_bicubic2d_aa", F.interpolate, (aten._upsample_bicubic2d_aa.default,),
+           lambda dt: [Sample((make((1, 2, 17, 11), dt),), {"size": (5, 4), "mode": "bicubic", "antialias": True},
+                              name="down"),
+                       Sample((make((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": "bicubic",
+                                                          "antialias": True, "align_corners": True},
+                              name="down_align_corners"),
+                       Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": "bicubic", "antialias": True},
+                              name="up")],
+           tol={F32: (1e-5, 1e-5)}),
 ]
 
 

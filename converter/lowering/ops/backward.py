@@ -29,6 +29,7 @@ from converter.lowering.ops.conv import lower_convolution_default
 from converter.lowering.ops.pool import (lower__adaptive_avg_pool2d_default, lower_avg_pool2d_default,
                                          lower_avg_pool3d_default)
 from converter.lowering.ops.upsample import (bicubic_resize, bilinear_resize,
+                                             lower__upsample_bicubic2d_aa_default,
                                              lower__upsample_bilinear2d_aa_default,
                                              lower_upsample_nearest2d_default, nearest_resize)
 from converter.lowering.registry import lowering
@@ -231,6 +232,18 @@ def lower__upsample_bilinear2d_aa_backward_default(ctx, grad_output, output_size
     """
     sub = _forward_ctx(ctx)
     return _resize_backward(ctx, grad_output, input_size, lambda x: lower__upsample_bilinear2d_aa_default(
+        sub, x, list(output_size), align_corners, scales_h, scales_w))
+
+
+@lowering(aten._upsample_bicubic2d_aa_backward.default)
+def lower__upsample_bicubic2d_aa_backward_default(ctx, grad_output, output_size, input_size, align_corners,
+                                                  scales_h=None, scales_w=None):
+    """_upsample_bicubic2d_aa_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    ``jax.vjp`` of the antialiased bicubic resize: the transposed weight matrices applied to the gradient.
+    """
+    sub = _forward_ctx(ctx)
+    return _resize_backward(ctx, grad_output, input_size, lambda x: lower__upsample_bicubic2d_aa_default(
         sub, x, list(output_size), align_corners, scales_h, scales_w))
 
 

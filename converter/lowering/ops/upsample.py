@@ -1,8 +1,8 @@
-"""Upsampling: nearest and bilinear 2d (preserved composites) and antialiased bilinear.
+"""Upsampling: nearest and bilinear 2d (preserved composites) and antialiased bilinear and bicubic.
 
 torch.export keeps ``F.interpolate(mode="nearest"|"bilinear")`` on 4-d inputs as
 ``upsample_nearest2d.vec`` / ``upsample_bilinear2d.vec`` (preserved) and
-``antialias=True`` as ``_upsample_bilinear2d_aa``; the 1d/3d modes, ``nearest-exact``,
+``antialias=True`` as ``_upsample_bilinear2d_aa`` / ``_upsample_bicubic2d_aa``; the 1d/3d modes, ``nearest-exact``,
 ``bicubic`` and ``trilinear`` decompose into arange/index/arithmetic.
 
 Source indices and interpolation weights are computed at trace time with NumPy in
@@ -232,10 +232,24 @@ def bicubic_resize(ctx, input, out_sizes, scales, align_corners):
     return x.astype(dtype)
 
 
-def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool) -> np.ndarray:
-    """torch's antialiased bilinear weights (``_compute_indices_min_size_weights_aa``)."""
+def _triangle(x: np.ndarray) -> np.ndarray:
+    return np.maximum(1.0 - np.abs(x), 0.0)
+
+
+def _keys_cubic(x: np.ndarray) -> np.ndarray:
+    """Keys' cubic convolution kernel with a = -0.5 (torch's antialiased bicubic filter, as PIL's)."""
+    a, x = -0.5, np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool, taps: int = 2,
+               kernel=_triangle) -> np.ndarray:
+    """torch's antialiased resize weights (``_compute_indices_min_size_weights_aa``): ``kernel`` over
+    ``taps`` input pixels, its support widened by the scale when downsampling, normalized per output."""
     s = float(_scale(in_size, out_size, scale, np.float64, align_corners))
-    support = s if s >= 1.0 else 1.0  # interp_size / 2 = 1 for bilinear, widened when downsampling
+    support = taps / 2 * s if s >= 1.0 else taps / 2
     invscale = 1.0 / s if s >= 1.0 else 1.0
     m = np.zeros((out_size, in_size), np.float64)
     for i in range(out_size):
@@ -243,10 +257,22 @@ def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool) -> np.nd
         xmin = max(int(center - support + 0.5), 0)
         xmax = min(int(center + support + 0.5), in_size)
         j = np.arange(xmin, xmax)
-        w = np.maximum(1.0 - np.abs((j - center + 0.5) * invscale), 0.0)
+        w = kernel((j - center + 0.5) * invscale)
         total = w.sum()
         m[i, xmin:xmax] = w / total if total != 0 else w
     return m
+
+
+def _aa_resize(ctx, x, output_size, align_corners, scales_h, scales_w, taps, kernel):
+    _require_static(ctx, list(x.shape[-2:]) + list(output_size))
+    dtype = ctx.out_dtype or x.dtype
+    acc = opmath_dtype(dtype)
+    x = x.astype(acc)
+    for ax, o, s in ((x.ndim - 1, output_size[1], scales_w), (x.ndim - 2, output_size[0], scales_h)):
+        m = jnp.asarray(_aa_matrix(x.shape[ax], o, s, align_corners, taps, kernel), acc)
+        x = jnp.moveaxis(jax.lax.dot_general(x, m, (((ax,), (1,)), ((), ())), precision=jax.lax.Precision.HIGHEST),
+                         -1, ax)
+    return x.astype(dtype)
 
 
 @lowering(aten._upsample_bilinear2d_aa.default)
@@ -258,12 +284,14 @@ def lower__upsample_bilinear2d_aa_default(ctx, self, output_size, align_corners,
     torch's normalized triangle-filter weights, whose support widens by the scale
     when downsampling.
     """
-    _require_static(ctx, list(self.shape[-2:]) + list(output_size))
-    dtype = ctx.out_dtype or self.dtype
-    acc = opmath_dtype(dtype)
-    x = self.astype(acc)
-    for ax, o, s in ((x.ndim - 1, output_size[1], scales_w), (x.ndim - 2, output_size[0], scales_h)):
-        m = jnp.asarray(_aa_matrix(x.shape[ax], o, s, align_corners), acc)
-        x = jnp.moveaxis(jax.lax.dot_general(x, m, (((ax,), (1,)), ((), ())), precision=jax.lax.Precision.HIGHEST),
-                         -1, ax)
-    return x.astype(dtype)
+    return _aa_resize(ctx, self, output_size, align_corners, scales_h, scales_w, 2, _triangle)
+
+
+@lowering(aten._upsample_bicubic2d_aa.default)
+def lower__upsample_bicubic2d_aa_default(ctx, self, output_size, align_corners, scales_h=None, scales_w=None):
+    """_upsample_bicubic2d_aa(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    Antialiased bicubic resize (``F.interpolate(..., mode="bicubic", antialias=True)``, torchvision's
+    ``resize(antialias=True)``): as the bilinear one, with Keys' cubic kernel (a = -0.5) over 4 taps.
+    """
+    return _aa_resize(ctx, self, output_size, align_corners, scales_h, scales_w, 4, _keys_cubic)
