@@ -136,25 +136,58 @@ def _replay_plan(chain: tuple, spec: tuple) -> OpPlan:
     return plan
 
 
+#: Views that change values (or dtype), and how a value written into one maps back to its source:
+#: element positions cannot be traced through them, so a write goes through them by value.
+_VALUE_VIEWS = {
+    torch.ops.aten.view_as_real.default: lambda x: jax.lax.complex(x[..., 0], x[..., 1]),
+    torch.ops.aten.view_as_complex.default: lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], -1),
+    torch.ops.aten._conj.default: jnp.conj,
+    torch.ops.aten._neg_view.default: jnp.negative,
+}
+
+
 def _scatter_plan(chain: tuple, spec: tuple) -> OpPlan:
     key = ("scatter", _chain_key(chain), spec)
     plan = _PLANS.get(key)
     if plan is None:
-        steps = [(p.raw, i) for p, i in chain]
-        shape = spec[0]
-        size = int(np.prod(shape, dtype=np.int64))
-        idx_dtype = jnp.int32 if size < 2**31 else jnp.int64
+        steps = [(p.op, p.fn, p.raw, i) for p, i in chain]
 
         def scatter(base: Any, value: Any) -> tuple:
-            pos = jnp.arange(size, dtype=idx_dtype).reshape(shape)
-            for fn, i in steps:
-                pos = fn(pos)[i]
-            flat = base.reshape(-1).at[pos.reshape(-1)].set(value.reshape(-1).astype(base.dtype))
-            return (flat.reshape(shape),)
+            return (_written(base, steps, value),)
 
         plan = _PLANS[key] = custom_plan(key, "write through " + " → ".join(p.name for p, _ in chain), scatter,
                                          (spec,))
     return plan
+
+
+def _written(base: Any, steps: list, value: Any) -> Any:
+    """``base`` with ``value`` written into the view that ``steps`` (``(op, fn, raw fn, output)``) make of it.
+
+    Position-preserving views are traced on element positions and the value scattered there; through a view
+    that changes values (:data:`_VALUE_VIEWS`: ``c.real``, ``c.imag`` are ``view_as_real`` then ``select``) the
+    written view's source is rebuilt from the updated view, then written into its own source the same way."""
+    k = max((j for j, step in enumerate(steps) if step[0] in _VALUE_VIEWS), default=None)
+    if k is None:
+        return _scattered(base, [(raw, i) for _, _, raw, i in steps], value)
+    src = base
+    for _, fn, _, i in steps[:k]:
+        src = fn(src)[i]
+    op, fn, _, i = steps[k]
+    inner = fn(src)[i]
+    inner = _scattered(inner, [(raw, j) for _, _, raw, j in steps[k + 1:]], value)
+    src = _VALUE_VIEWS[op](inner).astype(src.dtype)
+    return _written(base, steps[:k], src) if k else src
+
+
+def _scattered(base: Any, steps: list, value: Any) -> Any:
+    """``base`` with ``value`` written at the element positions the view ``steps`` (``(raw fn, output)``) select."""
+    if not steps:
+        return jnp.broadcast_to(value, base.shape).astype(base.dtype)
+    size = int(np.prod(base.shape, dtype=np.int64))
+    pos = jnp.arange(size, dtype=jnp.int32 if size < 2**31 else jnp.int64).reshape(base.shape)
+    for fn, i in steps:
+        pos = fn(pos)[i]
+    return base.reshape(-1).at[pos.reshape(-1)].set(value.reshape(-1).astype(base.dtype)).reshape(base.shape)
 
 
 def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTensor:

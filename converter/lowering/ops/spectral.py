@@ -93,13 +93,12 @@ def lower__fft_c2c_default(ctx, self, dim, normalization, forward):
 
 
 def _check_view_input(ctx, op, x, want: str) -> None:
-    """torch's dtype check; it also stops the eager device from replaying the view on
-    integer position arrays to write through it, which cannot express a dtype change."""
+    """torch's dtype check (writes through these views on the eager device go by value, not through this
+    lowering on position arrays: tpu_runtime.values)."""
     ok = jnp.issubdtype(x.dtype, jnp.complexfloating) if want == "complex" else x.dtype in (jnp.float32, jnp.float64)
     if not ok:
         raise UnsupportedOpError(str(op), ctx.target, ctx.location,
-                                 reason=f"{op._schema.name.split('::')[1]} needs a {want} input, got {x.dtype} "
-                                        "(in-place writes through this view are not supported on the tpu device)")
+                                 reason=f"{op._schema.name.split('::')[1]} needs a {want} input, got {x.dtype}")
 
 
 @lowering(aten.view_as_real.default)
