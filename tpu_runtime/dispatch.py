@@ -37,7 +37,8 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
 from converter.lowering.ops.shape import strided_elements
-from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, optim_kernels, resize, rng, serialization
+from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
+from tpu_runtime import serialization
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
@@ -117,7 +118,7 @@ def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> 
         device = kwargs.get("device")
         if device is not None and torch.device(device).type != "tpu":
             return _on_host(func, args, kwargs)
-        return _route(func, args, kwargs, route[1])
+        return memory_format.like(func, args, kwargs, _route(func, args, kwargs, route[1]))
     return missing(func, args, kwargs)
 
 
@@ -275,11 +276,18 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
     shape = tuple(int(s) for s in args[0])
     if 0 in shape:  # perhaps an uninitialized parameter's ``.to("tpu")``: it stays one (tpu_runtime.lazy)
         return lazy.adopt_if_uninitialized(new_tensor(None, shape, dtype))
-    return new_tensor(None, shape, dtype)
+    return memory_format.empty_layout(func, args, kwargs, new_tensor(None, shape, dtype))
 
 
 def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
-    x = args[0]
+    x, fmt = args[0], kwargs.get("memory_format")
+    if (fmt is None or fmt is torch.preserve_format) and not (type(x) is TpuTensor and x._opaque):
+        return _copy_to(x, kwargs)
+    return memory_format.in_format(_copy_to(x, kwargs), fmt, x)
+
+
+def _copy_to(x: Any, kwargs: dict) -> Any:
+    """``_to_copy`` without its memory format: to another device, or a tpu copy of ``x`` (another dtype)."""
     device, dtype = kwargs.get("device"), kwargs.get("dtype")
     if device is not None:
         device = torch.device(device)
@@ -457,6 +465,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten._efficientzerotensor.default: _empty,  # a storage never written reads as zeros
     aten.empty_strided.default: _empty,
     aten._to_copy.default: _to_copy,
+    aten.clone.default: memory_format.clone,
     aten.copy_.default: _copy_,
     aten._copy_from.default: lambda func, args, kwargs: _copy_(func, (args[1], args[0]), {}),
     aten._copy_from_and_resize.default: _copy_from_and_resize,

@@ -305,7 +305,12 @@ def alias(t: TpuTensor) -> TpuTensor:
         r._cached, r._seen = t._cached, t._seen
         return r
     shape = spec[0]
-    r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
+    if t._opaque:  # keeps the layout it reports (a channels-last tensor's parameter, a compiled output's alias)
+        r = _MAKE(TpuTensor, shape, strides=t.stride(), storage_offset=t.storage_offset(), dtype=spec[1],
+                  device=DEVICE, storage_size=_storage_size(shape, spec[1]))
+        r._opaque = True
+    else:
+        r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
     r._storage = t._storage
     r._spec = spec
     if t._chain:

@@ -1,0 +1,59 @@
+"""Channels-last layouts on the tpu device: converted tensors and modules report the CPU's strides."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import tpu_runtime
+
+_CL = torch.channels_last
+_CONVERSIONS = {
+    "to": lambda t: t.to(memory_format=_CL),
+    "contiguous": lambda t: t.contiguous(memory_format=_CL),
+    "clone": lambda t: t.clone(memory_format=_CL),
+    "clone preserves": lambda t: t.to(memory_format=_CL).clone(),
+    "detach": lambda t: t.to(memory_format=_CL).detach(),
+    "Parameter": lambda t: torch.nn.Parameter(t.to(memory_format=_CL)),
+    "dtype copy": lambda t: t.to(memory_format=_CL).double(),
+    "in place": lambda t: t.to(memory_format=_CL).mul_(2),
+    "zeros_like": lambda t: torch.zeros_like(t.to(memory_format=_CL)),
+    "empty": lambda t: torch.empty(2, 3, 4, 5, memory_format=_CL, device=t.device).zero_(),
+    "back to contiguous": lambda t: t.to(memory_format=_CL).contiguous(),
+    "3d": lambda t: t.unsqueeze(2).to(memory_format=torch.channels_last_3d),
+    "to the cpu": lambda t: t.to(memory_format=_CL).cpu(),
+}
+
+
+@pytest.mark.parametrize("name", list(_CONVERSIONS))
+def test_channels_last_conversions_report_the_cpu_strides(name):
+    x = torch.randn(2, 3, 4, 5)
+    want, got = _CONVERSIONS[name](x), _CONVERSIONS[name](x.to("tpu"))
+    assert got.stride() == want.stride()
+    assert got.is_contiguous(memory_format=_CL) == want.is_contiguous(memory_format=_CL)
+    torch.testing.assert_close(got.detach().cpu(), want.detach())
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_channels_last_model_trains_as_on_the_cpu(mode):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(24, 2))
+    ref = copy.deepcopy(model).to(memory_format=_CL)
+    model = model.to("tpu").to(memory_format=_CL)
+    assert model[0].weight.stride() == ref[0].weight.stride() == (27, 1, 9, 3)
+    x = torch.randn(2, 3, 4, 5)
+    opts = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(model.parameters(), lr=0.1)
+    with tpu_runtime.set_eager_mode(mode):
+        for _ in range(2):
+            losses = []
+            for m, opt, data in ((ref, opts[0], x), (model, opts[1], x.to("tpu"))):
+                loss = m(data.to(memory_format=_CL)).sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+            assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert model[0].weight.stride() == (27, 1, 9, 3)
