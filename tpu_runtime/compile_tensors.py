@@ -86,9 +86,17 @@ class TpuPayload(torch.Tensor):
 
 
 def payload(t: TpuTensor) -> torch.Tensor:
-    """``t``'s inner tensor for ``torch.compile``: its fake while tracing, else a :class:`TpuPayload`."""
+    """``t``'s inner tensor for ``torch.compile``: its fake while tracing, else a :class:`TpuPayload`, marked
+    as ``t`` is (``torch._dynamo.mark_dynamic`` and the like: dynamo makes the inner tensor's dims dynamic by
+    its own marks)."""
     fake = t._fake
-    return TpuPayload(t) if fake is None else fake
+    if fake is not None:
+        return fake
+    p = TpuPayload(t)
+    for k, v in t.__dict__.items():
+        if k.startswith("_dynamo_"):
+            setattr(p, k, v)
+    return p
 
 
 def payload_stride(t: TpuTensor) -> tuple | None:

@@ -149,6 +149,21 @@ def test_compile_tpu_dynamic_batch_training_saves_sizes_as_numbers():
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
 
 
+def test_compile_tpu_mark_dynamic_on_tpu_inputs_runs_each_batch_size():
+    # mark_dynamic marks the tpu tensor; dynamo makes its inner tensor's dims dynamic by the inner tensor's
+    # own marks, so they are carried over (the second batch size ran the first one's graph and failed)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 16).to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    for b, mark in ((4, torch._dynamo.mark_dynamic), (6, torch._dynamo.mark_dynamic),
+                    (3, torch._dynamo.maybe_mark_dynamic)):
+        x = torch.randn(b, 8)
+        xt = x.to("tpu")
+        mark(xt, 0)
+        want = x @ model.weight.detach().cpu().T + model.bias.detach().cpu()
+        torch.testing.assert_close(compiled(xt).detach().cpu(), want, rtol=1e-5, atol=1e-5)
+
+
 def _kv_repeat(k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Llama's repeat_kv (an expanded view, then reshape) feeding a matmul with ``x``."""
     b, h, s, d = k.shape
