@@ -34,7 +34,7 @@ from converter.capture import PRESERVED_OPS
 from converter.lowering import rng_ops
 from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
-from tpu_runtime import foreach, rng
+from tpu_runtime import fastpath, foreach, rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
@@ -54,6 +54,7 @@ def _decompositions() -> dict:
     for op in PRESERVED_OPS:
         table.pop(op, None)
     table.update(foreach.decompositions())
+    table.update(fastpath.decompositions())
     return table
 
 

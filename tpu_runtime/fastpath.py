@@ -103,3 +103,10 @@ HANDLERS = {
     aten._native_multi_head_attention.default: native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
 }
+
+
+def decompositions() -> dict:
+    """The fused fast paths as AOTAutograd decompositions (``torch.compile`` of an eval
+    ``nn.TransformerEncoderLayer`` / ``nn.MultiheadAttention`` under ``no_grad`` traces them)."""
+    ops = (aten._native_multi_head_attention.default, aten._transformer_encoder_layer_fwd.default)
+    return {op: (lambda op: lambda *args, **kwargs: HANDLERS[op](op, args, kwargs))(op) for op in ops}

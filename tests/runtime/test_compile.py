@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
@@ -134,34 +133,22 @@ def test_compile_tpu_eval_batch_norm_returns_the_saved_statistics_the_device_met
     torch.testing.assert_close(invstd, torch.rsqrt(rv + 1e-5))
 
 
-def test_compile_tpu_dynamic_batch_training_saves_sizes_as_numbers():
-    # with dynamic=True AOTAutograd saves the symbolic batch for backward: it must come back a number
+def test_compile_tpu_inference_fast_paths_of_attention_and_encoder_layers():
+    # eval + no_grad modules take torch's fused fast paths (_native_multi_head_attention,
+    # _transformer_encoder_layer_fwd): the compiled graph decomposes them as eager tpu does
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4)).train()
-    compiled = torch.compile(model, backend="tpu", dynamic=True)
-    for b in (6, 3):
-        y = compiled(torch.randn(b, 8))
-        y.sum().backward()
-        assert y.shape == (b, 4) and model[0].weight.grad is not None
-        model.zero_grad()
-    model.eval()
-    x = torch.randn(5, 8)
-    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
-
-
-def test_compile_tpu_mark_dynamic_on_tpu_inputs_runs_each_batch_size():
-    # mark_dynamic marks the tpu tensor; dynamo makes its inner tensor's dims dynamic by the inner tensor's
-    # own marks, so they are carried over (the second batch size ran the first one's graph and failed)
-    torch.manual_seed(0)
-    model = torch.nn.Linear(8, 16).to("tpu")
-    compiled = torch.compile(model, backend="tpu")
-    for b, mark in ((4, torch._dynamo.mark_dynamic), (6, torch._dynamo.mark_dynamic),
-                    (3, torch._dynamo.maybe_mark_dynamic)):
-        x = torch.randn(b, 8)
-        xt = x.to("tpu")
-        mark(xt, 0)
-        want = x @ model.weight.detach().cpu().T + model.bias.detach().cpu()
-        torch.testing.assert_close(compiled(xt).detach().cpu(), want, rtol=1e-5, atol=1e-5)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 3, 8)
+    pad = torch.tensor([[False, False, True], [False, False, False]])
+    with torch.no_grad():
+        want_attn, want_weights = mha(x, x, x, key_padding_mask=pad)
+        want_layer = layer(x)
+        tx, tpad = x.to("tpu"), pad.to("tpu")
+        got_attn, got_weights = torch.compile(mha.to("tpu"), backend="tpu")(tx, tx, tx, key_padding_mask=tpad)
+        got_layer = torch.compile(layer.to("tpu"), backend="tpu")(tx)
+    for got, want in ((got_attn, want_attn), (got_weights, want_weights), (got_layer, want_layer)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
 
 
 def _kv_repeat(k: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -421,20 +408,6 @@ def test_tangent_coercion_keeps_the_value_and_reports_the_traced_layout():
     assert as_plain.__coerce_same_metadata_as_tangent__(None, torch.Tensor) is as_plain
 
 
-def test_compile_tpu_new_input_shapes_reuse_the_dynamic_graph():
-    # tpu tensors flatten with a shape-independent context, so dynamo's guard on it holds: after the
-    # first recompilation (dynamic sizes), a third length reuses the graph
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-    fn = torch.compile(lambda t: (t.softmax(-1) * 2).sum(1), backend="tpu")
-    for n in (3, 5, 7):
-        x = torch.randn(2, n, 4)
-        torch.testing.assert_close(fn(x.to("tpu")).cpu(), (x.softmax(-1) * 2).sum(1), rtol=1e-5, atol=1e-6)
-    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
-
-
 def test_compile_tpu_hf_model_over_new_lengths_has_no_graph_break_in_the_runtime():
     # dynamo's hook is on while AOTAutograd's runtime reads a tpu parameter's payload and while C++
     # asks the device guard its type: it must not try to compile those runtime frames
@@ -550,31 +523,3 @@ def test_compiled_empty_tpu_inputs_match_cpu():
     model = torch.nn.Linear(3, 2).to("tpu")
     torch.compile(model, backend="tpu")(x.to("tpu")).sum().backward()
     assert model.weight.grad.cpu().eq(0).all()
-
-
-def test_compile_tpu_python_float_that_changes_between_calls():
-    # the second value makes dynamo trace the float as a symbolic input (a 0-d tensor converted with
-    # prims.convert_element_type): learning rates from a scheduler, temperatures
-    torch._dynamo.reset()
-    fn = torch.compile(lambda x, temp: (x / temp).softmax(-1) * temp, backend="tpu")
-    x = torch.arange(3.0)
-    for temp in (1.0, 0.5, 0.25):
-        torch.testing.assert_close(fn(x.to("tpu"), temp).cpu(), (x / temp).softmax(-1) * temp)
-    torch._dynamo.reset()
-    scaled = torch.compile(lambda x, a: x * a, backend="tpu", dynamic=True)
-    assert torch.equal(scaled(torch.ones(3).to("tpu"), 0.5).cpu(), torch.full((3,), 0.5))
-
-
-def test_compile_tpu_dynamic_shapes_scale_by_a_symbolic_size():
-    # GPT-2's attention scaling and gelu_new under dynamic=True: true_divide by a symbolic float, a size
-    # turned into a float
-    torch._dynamo.reset()
-
-    def fn(x):
-        g = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-        return g / torch.full([], x.size(-1) ** 0.5, dtype=x.dtype, device=x.device) + x * x.size(-1) ** -0.5
-
-    compiled = torch.compile(fn, backend="tpu", dynamic=True)
-    for n in (4, 9):
-        x = torch.linspace(-2, 2, 2 * n).reshape(2, n)
-        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), fn(x))
