@@ -32,7 +32,8 @@ def test_arithmetic_and_comparisons_wrap_an_out_of_range_int_as_torch_does(mode)
 
 
 @pytest.mark.parametrize("call", [lambda t: t.fill_(300), lambda t: t.masked_fill(t > 0, 200),
-                                  lambda t: torch.full((2,), 300, dtype=torch.int8, device=t.device)])
+                                  lambda t: torch.full((2,), 300, dtype=torch.int8, device=t.device),
+                                  lambda t: t ** 300])
 def test_a_fill_value_the_dtype_cannot_hold_is_refused_as_on_the_cpu(call):
     x = torch.tensor([1, 100, -5], dtype=torch.int8)
     with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):

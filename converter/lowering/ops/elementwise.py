@@ -19,7 +19,7 @@ import torch
 
 from converter.errors import UnsupportedOpError
 from converter.lowering.dtypes import is_floating, is_integer
-from converter.lowering.helpers import is_array, promote, result_type
+from converter.lowering.helpers import check_fits, is_array, promote, result_type
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -238,6 +238,7 @@ def lower_pow_tensor_scalar(ctx, self, exponent):
         e = jnp.asarray(exponent, x.dtype)
         return (_int_pow(x, e) if is_integer(dt) else jnp.power(x, e)).astype(dt)
     if is_integer(dt):
+        check_fits(exponent, dt)  # torch refuses an exponent the dtype cannot hold
         e = int(exponent)
         return (jax.lax.integer_pow(x, e) if e >= 0 else _int_pow(x, jnp.asarray(e, x.dtype))).astype(dt)
     fast = {0: jnp.ones_like, 1: lambda v: v, 2: lambda v: v * v, 3: lambda v: v * v * v, 0.5: jnp.sqrt,
