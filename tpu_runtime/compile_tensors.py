@@ -171,7 +171,7 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         # expanded view): torch's reshape saw a viewable tensor and asked for a view, which on
         # that layout PyTorch itself would have made a copy. Record that reshape.
         out = torch.ops.aten.reshape.default(fake_args[0], fake_args[1])
-    layout = _view_layout(func, args, kwargs)
+    layout = _view_layout(func, args, kwargs, out)
     layouts = iter(layout[1] or ())
 
     def wrap(x: Any) -> Any:
@@ -198,13 +198,15 @@ _RUNTIME_VIEWS = frozenset({*LAYOUT_VIEWS, *_PERMUTES, *_RESHAPES, torch.ops.ate
                             torch.ops.aten.squeeze.dim, torch.ops.aten.detach.default, torch.ops.aten.unbind.int})
 
 
-def _view_layout(func: Any, args: tuple, kwargs: dict) -> tuple[bool, list | None]:
-    """How each traced tensor result of ``func`` reports its layout, as the concrete one would
-    (:func:`tpu_runtime.values.make_view`): ``(marked, layouts)``, ``layouts`` a ``(strides, offset)`` per
-    tensor output or ``None`` (dense). A view op applied to an unmarked tensor reports the CPU's layout
-    (:mod:`tpu_runtime.layout`: dynamo replays a concrete input view on its base and checks that the
-    layouts agree); one the CPU would not make a view, or whose layout is symbolic, is marked and
-    reports dense strides, and so does any view of a marked tensor; other ops report dense strides."""
+def _view_layout(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[bool, list | None]:
+    """How each traced tensor result of ``func`` (``out``: its fake results) reports its layout, as the
+    concrete one would (:func:`tpu_runtime.values.make_view`): ``(marked, layouts)``, ``layouts`` a
+    ``(strides, offset)`` per tensor output or ``None`` (dense). A view op applied to an unmarked tensor
+    reports the CPU's layout (:mod:`tpu_runtime.layout`: dynamo replays a concrete input view on its base
+    and checks that the layouts agree): with symbolic arguments (``x[i:i + n]`` over changing sizes), the
+    layout of the fake results when the input reports its fake's layout; one the CPU would not make a view,
+    or whose symbolic layout is not known, is marked and reports dense strides, and so does any view of a
+    marked tensor; other ops report dense strides."""
     x = args[0] if args else None
     if type(x) is not TpuTensor or func not in _RUNTIME_VIEWS:
         return False, None
@@ -217,9 +219,26 @@ def _view_layout(func: Any, args: tuple, kwargs: dict) -> tuple[bool, list | Non
     if not _static((x.shape, stride, offset, rest, kwargs)):
         if func in _PERMUTES:  # a symbolic shape: permuted strides still agree with the concrete ones
             return False, [(_permuted(func, args, stride), offset)]
+        fake = x._fake  # the layout of a view follows from its input's (not the size's symbols)
+        if func in LAYOUT_VIEWS and _same((stride, offset), (tuple(fake.stride()), fake.storage_offset())):
+            return False, [(tuple(o.stride()), o.storage_offset()) for o in tree_leaves(out)
+                           if isinstance(o, torch.Tensor)]
         return True, None
     layouts = meta_layouts(func, rest, kwargs, tuple(x.shape), x.dtype, stride, offset)
     return (True, None) if layouts is None else (False, layouts)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two trees of ints and SymInts are the same values, without guarding on any symbol."""
+    la, lb = tree_leaves(a), tree_leaves(b)
+    if len(la) != len(lb):
+        return False
+    for u, v in zip(la, lb):
+        if u is v or (type(u) is int and type(v) is int and u == v):
+            continue
+        if not (isinstance(u, torch.SymInt) and isinstance(v, torch.SymInt) and u.node.expr == v.node.expr):
+            return False
+    return True
 
 
 def _static(tree: Any) -> bool:

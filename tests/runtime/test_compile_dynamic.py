@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 import tpu_runtime  # noqa: F401  (registers the device and the backend)
@@ -80,3 +81,26 @@ def test_compile_tpu_dynamic_shapes_scale_by_a_symbolic_size():
     for n in (4, 9):
         x = torch.linspace(-2, 2, 2 * n).reshape(2, n)
         torch.testing.assert_close(compiled(x.to("tpu")).cpu(), fn(x))
+
+
+@pytest.mark.parametrize("view", ["batches", "narrow", "select", "column_slice"])
+def test_compile_tpu_views_of_device_data_over_changing_sizes(view):
+    # batching data resident on the device (X[i:i + 4], a shorter last batch) or viewing inputs whose size
+    # changes: once sizes turn symbolic, a view's layout comes from its fake and still matches the CPU's
+    # (dynamo replays each input view on its base and checks; it raised "Expected cond to be True")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 3)
+    w, b = linear.weight.detach().clone(), linear.bias.detach().clone()
+    fn = torch.compile(linear.to("tpu"), backend="tpu")
+    data = torch.randn(10, 4)
+    resident = data.to("tpu")
+    cases = {"batches": ((10, 4), lambda src, i: src[4 * (i % 3):4 * (i % 3) + 4]),
+             "narrow": ((None, 4), lambda src, i: src.narrow(0, 1, src.shape[0] - 2)),
+             "select": ((None, 3, 4), lambda src, i: src[:, 1]),
+             "column_slice": ((None, 8), lambda src, i: src[:, 2:6])}
+    shape, make = cases[view]
+    for i, n in enumerate((5, 7, 9, 6)):
+        x = data if view == "batches" else torch.randn(n, *shape[1:])
+        on_device = resident if view == "batches" else x.to("tpu")
+        torch.testing.assert_close(fn(make(on_device, i)).detach().cpu(), make(x, i) @ w.T + b, rtol=1e-5, atol=1e-5)
