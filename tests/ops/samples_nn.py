@@ -327,6 +327,18 @@ def _img(shape, dt):
     return make(shape, dt, low=0, high=9) if dt == torch.uint8 else make(shape, dt)
 
 
+def _antialiased(mode: str, op, down_shape: tuple) -> OpInfo:
+    """``F.interpolate(mode=mode, antialias=True)``: downsampling (by size, by scales with align_corners)
+    and upsampling."""
+    def samples(dt):
+        return [Sample((make(down_shape, dt),), {"size": (5, 4), "mode": mode, "antialias": True}, name="down"),
+                Sample((make((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": mode, "antialias": True,
+                                                   "align_corners": True}, name="down_align_corners"),
+                Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": mode, "antialias": True}, name="up")]
+
+    return OpInfo(f"upsample_{mode}2d_aa", F.interpolate, (op,), samples, tol={F32: (1e-5, 1e-5)})
+
+
 UPSAMPLE = [
     OpInfo("upsample_nearest2d", F.interpolate, (aten.upsample_nearest2d.vec,),
            lambda dt: [Sample((_img((1, 2, 3, 4), dt),), {"scale_factor": (2, 3)}, name="x2x3"),
@@ -346,24 +358,8 @@ UPSAMPLE = [
                        Sample((make((1, 2, 6, 5), dt),), {"size": (4, 1), "mode": "bilinear", "align_corners": True},
                               name="down_align_corners")],
            dtypes=(F32, BF16), tol={F32: (1e-5, 1e-5), BF16: (3e-2, 3e-2)}),
-    OpInfo("upsample_bilinear2d_aa", F.interpolate, (aten._upsample_bilinear2d_aa.default,),
-           lambda dt: [Sample((make((1, 2, 9, 8), dt),), {"size": (4, 3), "mode": "bilinear", "antialias": True},
-                              name="down"),
-                       Sample((make((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": "bilinear",
-                                                          "antialias": True, "align_corners": True},
-                              name="down_align_corners"),
-                       Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": "bilinear", "antialias": True},
-                              name="up")],
-           tol={F32: (1e-5, 1e-5)}),
-    OpInfo("upsample_bicubic2d_aa", F.interpolate, (aten._upsample_bicubic2d_aa.default,),
-           lambda dt: [Sample((make((1, 2, 17, 11), dt),), {"size": (5, 4), "mode": "bicubic", "antialias": True},
-                              name="down"),
-                       Sample((make((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": "bicubic",
-                                                          "antialias": True, "align_corners": True},
-                              name="down_align_corners"),
-                       Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": "bicubic", "antialias": True},
-                              name="up")],
-           tol={F32: (1e-5, 1e-5)}),
+    _antialiased("bilinear", aten._upsample_bilinear2d_aa.default, (1, 2, 9, 8)),
+    _antialiased("bicubic", aten._upsample_bicubic2d_aa.default, (1, 2, 17, 11)),
 ]
 
 
