@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch._prims_common import make_channels_last_2d_strides_for, make_channels_last_3d_strides_for
 
-from tpu_runtime.tensor import _MAKE, DEVICE, TpuTensor, _storage_size, dense_strides
+from tpu_runtime.tensor import TpuTensor, dense_strides, opaque_tensor
 
 _FORMATS = {torch.channels_last: (4, make_channels_last_2d_strides_for),
             torch.channels_last_3d: (5, make_channels_last_3d_strides_for)}
@@ -49,10 +49,7 @@ def with_strides(t: TpuTensor, strides: tuple | None) -> TpuTensor:
     """``t`` itself when ``strides`` is ``None``, else a tensor sharing its storage that reports ``strides``."""
     if strides is None or t._chain or t._strides is not None:
         return t
-    shape, dtype = t._spec
-    r = _MAKE(TpuTensor, shape, strides=strides, dtype=dtype, device=DEVICE, storage_size=_storage_size(shape, dtype))
-    r._storage, r._spec, r._opaque = t._storage, t._spec, True
-    return r
+    return opaque_tensor(t._storage, t._spec, strides)
 
 
 def empty_layout(func: Any, args: tuple, kwargs: dict, out: TpuTensor) -> TpuTensor:

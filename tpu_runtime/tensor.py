@@ -62,7 +62,7 @@ class TpuTensor(torch.Tensor):
     _prefix: bool = False  # a view made by ``resize_``: the first elements of its storage (tpu_runtime.resize)
     _strides: Any = None  # a view whose layout in its storage is known: its strides there (tpu_runtime.layout)
     _offset: int = 0  # ... and its storage offset
-    _opaque: bool = False  # reports a layout its dense value does not have (wrap_strided)
+    _opaque: bool = False  # reports a layout its dense value does not have (opaque_tensor)
     _traced_view: bool = False  # a tracing tensor whose layout is not known: it reports dense (compile_tensors)
 
     @staticmethod
@@ -288,11 +288,15 @@ def dense_strides(shape: tuple) -> tuple:
 def wrap_strided(value: Any, spec: tuple, stride: tuple, storage_offset: int) -> TpuTensor:
     """:func:`wrap` reporting ``stride`` and ``storage_offset`` instead of the dense layout (the value
     is still the dense array of the view: torch.compile's outputs that are traced as views)."""
+    return opaque_tensor(Storage(value, spec), spec, stride, storage_offset)
+
+
+def opaque_tensor(storage: Storage, spec: tuple, stride: tuple, storage_offset: int = 0) -> TpuTensor:
+    """A tensor of ``storage``'s dense value (no view chain) that reports ``stride`` and ``storage_offset``:
+    a layout its value does not have (compiled outputs traced as views, channels-last tensors)."""
     r = _MAKE(TpuTensor, spec[0], strides=stride, storage_offset=storage_offset, dtype=spec[1], device=DEVICE,
               storage_size=_storage_size(spec[0], spec[1]))
-    r._storage = Storage(value, spec)
-    r._spec = spec
-    r._opaque = True
+    r._storage, r._spec, r._opaque = storage, spec, True
     return r
 
 
@@ -304,13 +308,10 @@ def alias(t: TpuTensor) -> TpuTensor:
         r = view_tensor(t._storage, spec, t._chain, t._strides, t._offset)
         r._cached, r._seen = t._cached, t._seen
         return r
-    shape = spec[0]
     if t._opaque:  # keeps the layout it reports (a channels-last tensor's parameter, a compiled output's alias)
-        r = _MAKE(TpuTensor, shape, strides=t.stride(), storage_offset=t.storage_offset(), dtype=spec[1],
-                  device=DEVICE, storage_size=_storage_size(shape, spec[1]))
-        r._opaque = True
-    else:
-        r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
+        return opaque_tensor(t._storage, spec, t.stride(), t.storage_offset())
+    shape = spec[0]
+    r = _MAKE(TpuTensor, shape, dtype=spec[1], device=DEVICE) if 0 not in shape else _empty(shape, spec[1])
     r._storage = t._storage
     r._spec = spec
     if t._chain:
