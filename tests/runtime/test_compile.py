@@ -136,6 +136,7 @@ def test_compile_tpu_eval_batch_norm_returns_the_saved_statistics_the_device_met
 def test_compile_tpu_inference_fast_paths_of_attention_and_encoder_layers():
     # eval + no_grad modules take torch's fused fast paths (_native_multi_head_attention,
     # _transformer_encoder_layer_fwd): the compiled graph decomposes them as eager tpu does
+    torch._dynamo.reset()  # no code cache left by other tests' compiled modules
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
     layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
@@ -146,6 +147,7 @@ def test_compile_tpu_inference_fast_paths_of_attention_and_encoder_layers():
         want_layer = layer(x)
         tx, tpad = x.to("tpu"), pad.to("tpu")
         got_attn, got_weights = torch.compile(mha.to("tpu"), backend="tpu")(tx, tx, tx, key_padding_mask=tpad)
+        torch._dynamo.reset()
         got_layer = torch.compile(layer.to("tpu"), backend="tpu")(tx)
     for got, want in ((got_attn, want_attn), (got_weights, want_weights), (got_layer, want_layer)):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
