@@ -55,3 +55,13 @@ def test_results_follow_the_default_dtype_when_it_changes(mode):
                 assert [(i / 2).dtype, (i * 2.5).dtype, (i + 0.5).dtype] == [default] * 3
     finally:
         torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("call", [lambda t: t.argmax(), lambda t: t.argmin(0), lambda t: torch.argmax(t, 0, True)])
+def test_argmax_and_argmin_refuse_a_bool_tensor_as_on_the_cpu(call):
+    x = torch.tensor([False, True, True])
+    with pytest.raises(RuntimeError, match=r"arg(max|min)\(\): does not support bool input"):
+        call(x)
+    with pytest.raises(RuntimeError, match=r"arg(max|min)\(\): does not support bool input"):
+        call(x.to("tpu"))
+    assert x.to("tpu").max(0).indices.item() == x.max(0).indices.item() == 1  # max.dim still takes bool

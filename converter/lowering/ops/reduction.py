@@ -148,6 +148,8 @@ def lower_min_dim(ctx, self, dim, keepdim=False):
 
 
 def _arg_all(fn, x, dim, keepdim):
+    if x.dtype == jnp.bool_:  # torch's CPU and CUDA kernels refuse it (max.dim/min.dim take bool)
+        raise RuntimeError(f"{fn.__name__}(): does not support bool input")
     if dim is None:
         idx = fn(x.reshape(-1)) if x.ndim else jnp.zeros((), jnp.int64)
         return idx.reshape((1,) * x.ndim if keepdim else ()).astype(jnp.int64)
