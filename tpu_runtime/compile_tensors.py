@@ -159,7 +159,7 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         if type(x) is TpuTensor and x._fake is None:
             raise RuntimeError(f"torch.compile(backend='tpu'): {func} mixes a traced tpu tensor with a concrete "
                                "one captured from outside the compiled function; pass it as an argument")
-    unwrap = lambda x: x._fake if type(x) is TpuTensor else x  # noqa: E731
+    unwrap = lambda x: x._fake if type(x) is TpuTensor else _view_constant(x)  # noqa: E731
     fake_args, fake_kwargs = tree_map(unwrap, args), tree_map(unwrap, kwargs)
     func = _TRACED_AS.get(func, func)
     try:
@@ -188,6 +188,30 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             if type(w) is TpuTensor:
                 w._traced_view = True
     return return_and_correct_aliasing(func, args, kwargs, wrapped)
+
+
+def _view_constant(x: Any) -> Any:
+    """``x``, or for a SymInt that stands only for a constant of an input view's replay, that constant.
+
+    Dynamo gives an input that is a view of a tpu tensor (``src[1:]``, ``src[:-1]``, ``src.narrow(0, 1, n)``)
+    its base's symbolic sizes and replays the view on it, each int argument of the view (the slice's
+    start, its end ``2**63 - 1``) turned into a symbol with an ephemeral source, which its checks are
+    meant to simplify away. A slice's end clamped to a symbolic size, or a start subtracted from it,
+    keeps the symbol, and dynamo's guards then fail on a symbol no input gives (seen once the base's
+    first size changes). The view was made eagerly, outside the compiled function: those arguments
+    are its constants, so the replay takes them as such; dynamo still checks that the replayed view has
+    the input's symbolic sizes, strides and offset."""
+    if type(x) is not torch.SymInt:
+        return x
+    from torch._dynamo.source import EphemeralSource  # (dynamo is loaded: it is tracing)
+
+    node = x.node
+    symbols = node.expr.free_symbols
+    sources = node.shape_env.var_to_sources
+    if node.hint is not None and symbols and all(
+            sources.get(s) and all(isinstance(src, EphemeralSource) for src in sources[s]) for s in symbols):
+        return node.hint
+    return x
 
 
 _PERMUTES = frozenset({torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int})
