@@ -26,7 +26,7 @@ tensors: no host round trip.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._prims_common import make_contiguous_strides_for
@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
-from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias
+from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias, opaque_tensor
 from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
@@ -62,6 +62,8 @@ class TpuPayload(torch.Tensor):
     @staticmethod
     def __new__(cls, tensor: TpuTensor) -> "TpuPayload":
         strides, offset = tensor._payload_stride, 0
+        if type(strides) is TracedLayout:
+            strides, offset = strides.strides or tensor.stride(), strides.offset
         if strides is None:  # the tensor's own layout (the CPU's, for a view whose layout is known)
             strides, offset = tensor.stride(), tensor.storage_offset()
         r = _MAKE(cls, tensor.shape, dtype=tensor.dtype, device=DEVICE, strides=strides, storage_offset=offset,
@@ -99,7 +101,14 @@ def payload(t: TpuTensor) -> torch.Tensor:
     return p
 
 
-def payload_stride(t: TpuTensor) -> tuple | None:
+class TracedLayout(NamedTuple):
+    """The flattening context of a traced tensor that has a storage offset (``payload_stride``)."""
+
+    strides: tuple | None  # as payload_stride's plain context: None for the contiguous ones
+    offset: int
+
+
+def payload_stride(t: TpuTensor) -> Any:
     """The context of ``t``'s flattening: the strides of its inner tensor when they are not the
     contiguous ones (``None`` otherwise, and when they are symbolic).
 
@@ -108,14 +117,25 @@ def payload_stride(t: TpuTensor) -> tuple | None:
     layout (its context is ``None``: dynamo guards on the tensor's strides themselves). AOTAutograd
     compares the contexts for the gradient of a compiled graph's output (:func:`coerce_tangent`).
     Dynamo guards on the context of inputs, so a dense tensor's is ``None`` whatever its shape (no
-    recompilation when only the shape changes)."""
+    recompilation when only the shape changes).
+
+    A traced tensor with a static storage offset (an output that views an input ``b[1:]``) also
+    carries the offset (a :class:`TracedLayout`): the protocol passes the outer sizes and strides
+    back to :func:`unflatten` but no offset, and AOTAutograd rebuilds an output that aliases an input
+    as ``input.as_strided(out.size(), out.stride(), out.storage_offset())`` from the run-time output."""
+    if type(t._payload_stride) is TracedLayout:
+        return t._payload_stride
     inner = t._fake if t._fake is not None else t._payload_stride
-    if inner is None:
-        return None
-    strides = tuple(inner.stride()) if isinstance(inner, torch.Tensor) else tuple(inner)
-    if not all(type(s) is int for s in strides):
-        return None
-    return None if strides == tuple(make_contiguous_strides_for(t._spec[0])) else strides
+    strides = None
+    if inner is not None:
+        strides = tuple(inner.stride()) if isinstance(inner, torch.Tensor) else tuple(inner)
+        if not all(type(s) is int for s in strides) or strides == tuple(make_contiguous_strides_for(t._spec[0])):
+            strides = None
+    if t._fake is not None:
+        offset = t.storage_offset()
+        if type(offset) is int and offset:
+            return TracedLayout(strides, offset)
+    return strides
 
 
 def coerce_tangent(t: TpuTensor, expected_meta: Any, expected_type: Any) -> torch.Tensor:
@@ -127,7 +147,7 @@ def coerce_tangent(t: TpuTensor, expected_meta: Any, expected_type: Any) -> torc
         return TpuPayload(t)
     r = alias(t)
     if expected_meta is not None:
-        r._payload_stride = tuple(expected_meta)
+        r._payload_stride = expected_meta if type(expected_meta) is TracedLayout else tuple(expected_meta)
     return r
 
 
@@ -304,7 +324,7 @@ def end_tracing() -> None:
         tensor_module._DISPATCH[0] = _PLAIN[0]
 
 
-def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
+def unflatten(inner: dict, ctx: Any, outer_size: Any, outer_stride: Any) -> TpuTensor:
     """``TpuTensor.__tensor_unflatten__``: a tpu tensor back from its inner tensor.
 
     The inner tensor is a payload (run time), a tpu tensor (the compiled graph's
@@ -314,12 +334,22 @@ def unflatten(inner: dict, outer_size: Any, outer_stride: Any) -> TpuTensor:
     if isinstance(x, TpuPayload):
         return x.tensor
     if type(x) is TpuTensor and x._fake is None:
+        if type(ctx) is TracedLayout and not x._chain:  # a compiled output traced at an offset (payload_stride)
+            return opaque_tensor(x._storage, x._spec, tuple(outer_stride), ctx.offset)
         return x
     if getattr(x, "constant", None) is not None:
         # A constant the fake mode folded (``torch.tensor(3).to("tpu")`` inside the compiled
         # function): it stays the fake mode's own constant tensor, as on any other device.
         return x
-    return tracing_tensor(x, outer_size, outer_stride)
+    # The protocol passes no outer storage offset: a tensor whose inner tensor has its layout (a payload, or
+    # its fake: a view of an input's storage) reports the inner one's, as AOTAutograd regenerates an output
+    # that views an input (``v.add_(1); return v[0]`` for ``v = b[1:]``) at the traced offset.
+    offset = 0
+    if type(ctx) is TracedLayout:
+        offset = ctx.offset
+    elif outer_stride is not None and _same(tuple(outer_stride), tuple(x.stride())):
+        offset = x.storage_offset()
+    return tracing_tensor(x, outer_size, outer_stride, offset)
 
 
 __all__ = ["TpuPayload", "payload", "payload_stride", "coerce_tangent", "tracing_tensor", "tracing_dispatch",

@@ -209,7 +209,7 @@ class TpuTensor(torch.Tensor):
     def __tensor_unflatten__(inner: dict, ctx: Any, outer_size: Any, outer_stride: Any) -> "TpuTensor":
         from tpu_runtime.compile_tensors import unflatten
 
-        return unflatten(inner, outer_size, outer_stride)
+        return unflatten(inner, ctx, outer_size, outer_stride)
 
 
 def new_tensor(value: Any, shape: tuple, dtype: torch.dtype) -> TpuTensor:

@@ -1,0 +1,53 @@
+"""``torch.compile(backend="tpu")`` on inputs that are views of tpu data at a storage offset, mutated in the
+compiled function, with an output that views them: AOTAutograd rebuilds such an output from the input at the
+traced offset, which the tpu tensor protocol must carry (it read the input's storage from offset 0)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tpu_runtime  # noqa: F401  (registers the device and the backend)
+
+
+def _row_after_add(v):
+    v.add_(1)
+    return v[0]
+
+
+def _cache_column(layer_cache, k):
+    layer_cache[:, 2] = k
+    return layer_cache[:, :3]
+
+
+@pytest.mark.parametrize("case", ["row_of_mutated_slice", "kv_cache_layer"])
+def test_compiled_output_viewing_a_mutated_input_view_reads_that_view(case):
+    torch._dynamo.reset()
+    if case == "row_of_mutated_slice":
+        fn, base, args = _row_after_add, torch.arange(12.).view(3, 4), lambda b: (b[1:],)
+    else:
+        fn, base, args = _cache_column, torch.zeros(2, 2, 4), lambda b: (b[1], torch.ones(2, device=b.device))
+    expected_base = base.clone()
+    expected = fn(*args(expected_base))
+    on_device = base.to("tpu")
+    got = torch.compile(fn, backend="tpu")(*args(on_device))
+    assert got.cpu().tolist() == expected.tolist()
+    assert (got.stride(), got.storage_offset()) == (expected.stride(), expected.storage_offset())
+    assert on_device.cpu().tolist() == expected_base.tolist()
+
+
+def test_compiled_output_viewing_a_mutated_input_view_gets_the_cpu_gradient():
+    torch._dynamo.reset()
+
+    def double_then_row(v):
+        v.mul_(2)
+        return v[0]
+
+    w = torch.arange(12.).view(3, 4).requires_grad_()
+    expected = double_then_row(w.clone()[1:])
+    expected.sum().backward()
+    w_tpu = w.detach().to("tpu").requires_grad_()
+    got = torch.compile(double_then_row, backend="tpu")(w_tpu.clone()[1:])
+    got.sum().backward()
+    assert got.detach().cpu().tolist() == expected.tolist()
+    assert w_tpu.grad.cpu().tolist() == w.grad.tolist()
