@@ -188,6 +188,22 @@ def _cdist_samples(dt):
     return [Sample((g, x1, x2, p), name=f"p{p}") for p in (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf"))]
 
 
+
+def _sdpa_cpu_backward(g, q, k, v, out, lse, causal, mask=None, scale=None):
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward(g, q, k, v, out, lse, 0.0, causal,
+                                                                      attn_mask=mask, scale=scale)
+
+
+def _sdpa_cpu_backward_samples(dt):
+    samples = []
+    for causal, mask, scale, name in ((True, None, None, "causal"), (False, "float", 0.3, "float_mask_scale"),
+                                      (False, None, None, "plain")):
+        q, k, v = (make((2, 3, 5, 4), dt, seed=i) for i in range(3))
+        m = make((2, 1, 5, 5), dt, seed=4) if mask else None
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=m, scale=scale)
+        samples.append(Sample((make((2, 3, 5, 4), dt, seed=5), q, k, v, out, lse, causal, m, scale), name=name))
+    return samples
+
 POOL = [
     OpInfo("convolution_backward", _conv_backward, (aten.convolution_backward.default,), _conv_samples,
            dtypes=(F32, BF16), tol={F32: (1e-4, 1e-4), BF16: (3e-2, 1e-1)}),
@@ -456,6 +472,9 @@ SAMPLING = [
                        Sample((make((4, 2), dt),), {"p": float("inf")}, name="pinf"),
                        Sample((make((1, 3), dt),), {"p": 3.0}, name="one_row_empty")],
            tol={F32: (1e-5, 1e-5)}),
+    OpInfo("sdpa_for_cpu_backward", _sdpa_cpu_backward,
+           (aten._scaled_dot_product_flash_attention_for_cpu_backward.default,), _sdpa_cpu_backward_samples,
+           tol={F32: (1e-4, 1e-5)}),
     OpInfo("pdist_backward", _pdist_backward, (aten._pdist_backward.default,), _pdist_backward_samples,
            tol={F32: (1e-5, 1e-5)}),
 ]

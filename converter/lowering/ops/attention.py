@@ -72,6 +72,17 @@ def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
         rep = q.shape[-3] // k.shape[-3]
         k, v = jnp.repeat(k, rep, axis=-3), jnp.repeat(v, rep, axis=-3)
+    p = _weights(q, k, attn_mask, is_causal, scale)
+    if dropout_p > 0:  # torch drops attention weights whenever dropout_p > 0, even in eval()
+        keep = jax.random.bernoulli(ctx.next_key(), 1.0 - dropout_p, p.shape) if dropout_p < 1 else False
+        p = jnp.where(keep, p / jnp.asarray(max(1.0 - dropout_p, 1e-30), acc), jnp.zeros((), acc))
+    out = jnp.einsum("...ls,...sv->...lv", p, v, precision=_HIGHEST)
+    return out.astype(dtype)
+
+
+def _weights(q, k, attn_mask, is_causal, scale):
+    """The attention weights ``softmax(q·kᵀ * scale + mask)`` in ``q``'s dtype (fully masked rows give 0)."""
+    acc = q.dtype
     e = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(e) if isinstance(e, int) else 1.0 / jnp.sqrt(jnp.asarray(e, acc))
@@ -87,9 +98,30 @@ def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask
     m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), acc))
     p = jnp.exp(s - m)
     denom = jnp.sum(p, axis=-1, keepdims=True)
-    p = p / jnp.where(denom == 0, jnp.ones((), acc), denom)
-    if dropout_p > 0:  # torch drops attention weights whenever dropout_p > 0, even in eval()
-        keep = jax.random.bernoulli(ctx.next_key(), 1.0 - dropout_p, p.shape) if dropout_p < 1 else False
-        p = jnp.where(keep, p / jnp.asarray(max(1.0 - dropout_p, 1e-30), acc), jnp.zeros((), acc))
-    out = jnp.einsum("...ls,...sv->...lv", p, v, precision=_HIGHEST)
-    return out.astype(dtype)
+    return p / jnp.where(denom == 0, jnp.ones((), acc), denom)
+
+
+@lowering(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def lower__scaled_dot_product_flash_attention_for_cpu_backward_default(ctx, grad_out, query, key, value, out,
+                                                                       logsumexp, dropout_p, is_causal, *,
+                                                                       attn_mask=None, scale=None):
+    """_scaled_dot_product_flash_attention_for_cpu_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out, Tensor logsumexp, float dropout_p, bool is_causal, *, Tensor? attn_mask=None, float? scale=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)
+
+    The gradient of PyTorch's CPU attention kernel, which AOTAutograd records when ``torch.compile``
+    trains ``F.scaled_dot_product_attention`` on CPU tensors (its forward is decomposed). ``jax.vjp`` of
+    the reference attention (the weights recomputed, in float32 for float16/bfloat16).
+
+    Raises:
+        UnsupportedOpError: ``dropout_p > 0`` (the forward's dropout mask is not an input).
+    """  # noqa: E501 (the first line is the exact schema)
+    if dropout_p:
+        raise UnsupportedOpError(str(aten._scaled_dot_product_flash_attention_for_cpu_backward.default), ctx.target,
+                                 ctx.location, reason="dropout_p > 0: the forward's dropout mask is not an input")
+    acc = opmath_dtype(query.dtype)
+
+    def attend(q, k, v):
+        return jnp.einsum("...ls,...sv->...lv", _weights(q, k, attn_mask, is_causal, scale), v, precision=_HIGHEST)
+
+    _, vjp = jax.vjp(attend, query.astype(acc), key.astype(acc), value.astype(acc))
+    gq, gk, gv = vjp(grad_out.astype(acc))
+    return gq.astype(query.dtype), gk.astype(key.dtype), gv.astype(value.dtype)
