@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
 from converter.lowering import control_flow, effects, registry, rng_ops
@@ -97,11 +99,25 @@ class LoweredProgram:
         return [t for t in flat if isinstance(t, torch.Tensor)]
 
 
+_UNBACKED = ("its output size depends on a value read from a tensor in the graph (an .item(), a "
+             "data-dependent size), which compiled targets cannot express; keep the sizes python numbers "
+             "or use a fixed-size alternative (a mask, torch.where, index_select)")
+
+
+def _data_dependent_size(val: Any) -> bool:
+    """Whether a node's output tensor (or one of its output tensors) has a size given by an unbacked symbol."""
+    return any(isinstance(t, torch.Tensor) and free_unbacked_symbols(tuple(t.shape))
+               for t in torch.utils._pytree.tree_leaves(val))
+
+
 def check_supported(graph: torch.fx.Graph, target: str) -> None:
-    """Raise :class:`UnsupportedOpError` for the first op of ``graph`` without a lowering."""
+    """Raise :class:`UnsupportedOpError` for the first op of ``graph`` without a lowering, or whose output
+    size is data-dependent (an unbacked symbol)."""
     for node in graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             registry.lookup(node.target, target, source_location(node))
+            if _data_dependent_size(node.meta.get("val")):
+                raise UnsupportedOpError(str(node.target), target, source_location(node), reason=_UNBACKED, hint=False)
         elif node.op == "call_function" and node.target in rng_ops.RNG_OPS:
             rng_ops.check(node, target, source_location(node))
         elif node.op == "call_function" and node.target in effects.EFFECT_OPS:
@@ -234,6 +250,15 @@ def _materialize(x: Any, env: dict) -> Any:
     return x
 
 
+#: torch's SymInt/SymFloat functions on a traced (data-dependent) scalar: python semantics, as jnp.
+_SYM_ON_ARRAYS: dict[Callable, Callable] = {
+    torch.sym_float: lambda x: jnp.asarray(x).astype(float),  # (the default float: float64 under x64)
+    torch.sym_int: lambda x: jnp.trunc(jnp.asarray(x)).astype(int),
+    torch.sym_max: lambda a, b: jnp.maximum(jnp.asarray(a), jnp.asarray(b)),
+    torch.sym_min: lambda a, b: jnp.minimum(jnp.asarray(a), jnp.asarray(b)),
+    torch.sym_not: lambda x: jnp.logical_not(jnp.asarray(x)),
+}
+
 def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     args = _materialize(node.args, env)
     kwargs = _materialize(node.kwargs, env)
@@ -248,7 +273,10 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
         return control_flow.HOPS[target](node, args, kwargs, ctx)
     if not isinstance(target, torch._ops.OpOverload):
         # SymInt arithmetic (operator.mul, torch.sym_max, …) works on python ints and
-        # on jax.export symbolic dims alike.
+        # on jax.export symbolic dims alike; torch's sym functions on a traced scalar (an
+        # ``.item()`` captured into the graph) take their jnp twins.
+        if target in _SYM_ON_ARRAYS and any(isinstance(a, jax.Array) for a in args):
+            return _SYM_ON_ARRAYS[target](*args)
         return target(*args, **kwargs)
     row = registry.lookup(target, ctx.target, source_location(node))
     ctx.node = node

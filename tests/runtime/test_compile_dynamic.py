@@ -108,3 +108,18 @@ def test_compile_tpu_views_of_device_data_over_changing_sizes(view):
         x = data if view == "batches" else torch.randn(n, *shape[1:])
         on_device = resident if view == "batches" else x.to("tpu")
         torch.testing.assert_close(fn(make(on_device, i)).detach().cpu(), make(x, i) @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_compile_tpu_item_captured_into_the_graph(device):
+    # fullgraph=True keeps .item() in the graph (an unbacked symbol): a python float made from it is a traced
+    # scalar (torch.sym_float on it failed in JAX); a size made from it is refused by name, not a JAX error
+    torch._dynamo.reset()
+    x, i = torch.zeros(3, device=device), torch.tensor(3, device=device)
+    fill = torch.compile(lambda x, i: torch.full((3,), i.item() * 1.5, device=x.device) + x, backend="tpu",
+                         fullgraph=True)
+    assert fill(x, i).cpu().tolist() == [4.5] * 3
+    torch._dynamo.reset()
+    window = torch.compile(lambda x, i: x[i.item():i.item() + 2] * 2, backend="tpu", fullgraph=True)
+    with pytest.raises(Exception, match="aten.slice.Tensor .*its output size depends on a value read from a tensor"):
+        window(torch.arange(5., device=device), torch.tensor(1, device=device))
