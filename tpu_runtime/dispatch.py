@@ -403,6 +403,22 @@ def _batch_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     return _decomposed(func, args, kwargs, decomposition_table[func], func)
 
 
+def _det(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``_linalg_det``/``_linalg_slogdet``: a real input that is not contiguous (``det(W.mT)``, ``det(x[:, ::2])``)
+    runs as its transpose made contiguous, whose row's LU is the input's own: what PyTorch's backward
+    expects for such an input (its determinant is the same); see ``linalg_decomp._factored``."""
+    a = args[0]
+    if type(a) is TpuTensor and not a.is_complex() and not a.is_contiguous():
+        args = (a.mT.contiguous(),) + tuple(args[1:])
+    route = _ROW_ROUTES.get(func)
+    if route is None:  # its row of the table, as an ``op`` route
+        route = _ROW_ROUTES[func] = ("op", None, False, False, next(_TAGS), func)
+    return _route(func, args, kwargs, route)
+
+
+_ROW_ROUTES: dict = {}
+
+
 def _same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
     """``aten::_has_same_storage_numel(Tensor self, Tensor other) -> bool`` (forward AD's ``make_dual`` check):
     whether both tensors' storages hold as many elements."""
@@ -480,6 +496,8 @@ _SPECIAL: dict[Any, Callable] = {
     aten._fused_sdp_choice.default: _sdp_choice,
     aten._has_same_storage_numel.default: _same_storage_numel,
     aten.native_batch_norm.default: _batch_norm,
+    aten._linalg_det.default: _det,
+    aten._linalg_slogdet.default: _det,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
     **resize.HANDLERS,

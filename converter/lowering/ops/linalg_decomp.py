@@ -109,14 +109,28 @@ def lower__linalg_solve_ex_default(ctx, A, B, *, left=True, check_errors=False):
     return (x[..., 0] if vector else x), lu, (piv + 1).astype(jnp.int32), _singular_info(lu)
 
 
+def _factored(ctx, A):
+    """The matrix whose LU ``_linalg_det``/``_linalg_slogdet`` return (their backward solves with it):
+    PyTorch factors ``A^T`` when ``A`` is real and contiguous (row-major: ``A^T`` is LAPACK's
+    column-major layout) and ``A`` itself otherwise (complex, or a strided view such as ``W.mT``).
+    A traced graph tells from its input's recorded strides; the eager device passes a real
+    non-contiguous input as its transpose made contiguous (``tpu_runtime.dispatch``), so ``A^T``."""
+    if jnp.iscomplexobj(A):
+        return A
+    node = ctx.node
+    val = node.args[0].meta.get("val") if node is not None and node.args and hasattr(node.args[0], "meta") else None
+    if isinstance(val, torch.Tensor) and not val.is_contiguous():
+        return A
+    return jnp.swapaxes(A, -1, -2)
+
 @lowering(aten._linalg_det.default)
 def lower__linalg_det_default(ctx, A):
     """_linalg_det(Tensor A) -> (Tensor result, Tensor LU, Tensor pivots)
 
-    Product of the LU diagonal times the pivots' permutation sign. The LU returned is that
-    of ``A^T``, as torch's (its backward solves with it accordingly).
+    Product of the LU diagonal times the pivots' permutation sign. The LU returned is the one
+    torch's backward expects (:func:`_factored`): of ``A^T`` for a real row-major ``A``, else of ``A``.
     """
-    lu, piv = _lu(jnp.swapaxes(A, -1, -2))
+    lu, piv = _lu(_factored(ctx, A))
     det = jnp.prod(jnp.diagonal(lu, axis1=-2, axis2=-1), axis=-1) * _parity(piv).astype(A.dtype)
     return det, lu, (piv + 1).astype(jnp.int32)
 
@@ -126,9 +140,9 @@ def lower__linalg_slogdet_default(ctx, A):
     """_linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots)
 
     From the LU diagonal: sign = permutation sign × signs of the diagonal, logabsdet = Σ log|dᵢ|;
-    the LU is that of ``A^T``, as torch's.
+    the LU is the one torch's backward expects (:func:`_factored`).
     """
-    lu, piv = _lu(jnp.swapaxes(A, -1, -2))
+    lu, piv = _lu(_factored(ctx, A))
     d = jnp.diagonal(lu, axis1=-2, axis2=-1)
     sign = _parity(piv).astype(A.dtype) * jnp.prod(jnp.sign(d), axis=-1)
     return sign, jnp.sum(jnp.log(jnp.abs(d)), axis=-1), lu, (piv + 1).astype(jnp.int32)
