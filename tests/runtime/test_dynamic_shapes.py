@@ -119,3 +119,11 @@ def test_errors_match_torch():
         torch.bincount(torch.tensor([1, -1], device="tpu"))
     with pytest.raises(RuntimeError, match="negative"):
         torch.repeat_interleave(torch.tensor([1, -1], device="tpu"))
+
+
+@pytest.mark.parametrize("dtype,values", [(torch.uint8, [0, 3, 1, 3]), (torch.uint8, [255, 0]),
+                                          (torch.int8, [127, 1]), (torch.int16, [1, 300])])
+def test_bincount_of_small_integer_types_matches_cpu(dtype, values):
+    # the length max + 1 is counted in int64: uint8's initial -1 and int8's 127 + 1 wrapped (an empty result)
+    x = torch.tensor(values, dtype=dtype)
+    torch.testing.assert_close(torch.bincount(x.to("tpu")).cpu(), torch.bincount(x))
