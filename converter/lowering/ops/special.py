@@ -89,11 +89,11 @@ def lower_special_ndtri_default(ctx, self):
 def lower_special_spherical_bessel_j0_default(ctx, x):
     """special_spherical_bessel_j0(Tensor x) -> Tensor
 
-    ``sin(x) / x``, 1 at 0.
+    ``sin(x) / x``, 1 at 0 and 0 at ±inf (as torch).
     """
     def j0(v):
         safe = jnp.where(v == 0, 1, v)
-        return jnp.where(v == 0, 1, jnp.sin(safe) / safe)
+        return jnp.where(v == 0, 1, jnp.where(jnp.isinf(v), 0, jnp.sin(safe) / safe))
 
     return _float_unary(ctx, x, j0)
 

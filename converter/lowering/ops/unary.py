@@ -313,7 +313,7 @@ def lower_polygamma_default(ctx, n, self):
     else ``jax.scipy.special.polygamma`` (digamma's derivative in backward is polygamma(1)),
     which is right only for x > 0 (it is a Hurwitz zeta); negative x use the reflection
     ``ψ⁽ⁿ⁾(x) = (-1)ⁿ ψ⁽ⁿ⁾(1 - x) - π dⁿ/dxⁿ cot(πx)``, the derivative taken by nested
-    ``jvp`` (elementwise ops only).
+    ``jvp`` (elementwise ops only). For n >= 2 the poles (0, -1, -2…) give ``(-1)^(n+1) inf``, as torch.
     """
     if n == 0:
         return _float_unary(ctx, self, _digamma)
@@ -329,7 +329,11 @@ def _polygamma(n: int, x):
         d = (lambda f: lambda t: jax.jvp(f, (t,), (jnp.ones_like(t),))[1])(d)
     neg = x < 0
     direct = jax.scipy.special.polygamma(n, jnp.where(neg, 1 - x, x))
-    return jnp.where(neg, (-1) ** n * direct - jnp.pi * d(x), direct)
+    value = jnp.where(neg, (-1) ** n * direct - jnp.pi * d(x), direct)
+    if n < 2:  # (torch's trigamma gives large finite values at the negative poles: so does this)
+        return value
+    pole = (x <= 0) & (x == jnp.floor(x))  # 0, -1, -2…: (-1)^(n+1) inf, as torch
+    return jnp.where(pole, jnp.asarray((-1) ** (n + 1) * jnp.inf, value.dtype), value)
 
 
 @lowering(aten.i0.default)
