@@ -77,6 +77,16 @@ def get_rng_state() -> torch.Tensor:
 
 
 def set_rng_state(state: torch.Tensor) -> None:
-    """Restore a state returned by :func:`get_rng_state`."""
-    seed, counter = np.asarray(state.cpu().numpy(), dtype=np.uint8).view(np.int64)
+    """Restore a state returned by :func:`get_rng_state`.
+
+    Raises:
+        TypeError: ``state`` is not a uint8 tensor (torch's message).
+        RuntimeError: it does not have the state's 16 bytes.
+    """
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+        raise TypeError("RNG state must be a torch.ByteTensor")
+    if state.numel() != 16:
+        raise RuntimeError(f"Expected a tpu generator state of size 16 but found the input RNG state size to be "
+                           f"{state.numel()}")
+    seed, counter = np.asarray(state.cpu().numpy(), dtype=np.uint8).reshape(-1).view(np.int64)
     _STATE["seed"], _STATE["counter"] = int(seed), int(counter)

@@ -126,6 +126,10 @@ def test_fork_rng_restores_the_device_generator():
     torch.tpu.set_rng_state_all(torch.tpu.get_rng_state_all())
     with pytest.raises(ValueError, match="does not exist"):
         torch.tpu.get_rng_state(1)
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):  # as torch.set_rng_state
+        torch.tpu.set_rng_state(state.float())
+    with pytest.raises(RuntimeError, match="size"):
+        torch.tpu.set_rng_state(state[:8])
 
 
 _DRAWS = {
