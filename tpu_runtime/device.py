@@ -43,7 +43,7 @@ HOST_FACTORIES = (
     "hann_window", "hann_window.periodic", "hamming_window", "hamming_window.periodic",
     "hamming_window.periodic_alpha", "hamming_window.periodic_alpha_beta", "blackman_window",
     "blackman_window.periodic", "bartlett_window", "bartlett_window.periodic", "kaiser_window",
-    "kaiser_window.periodic", "kaiser_window.beta", "tril_indices", "triu_indices",
+    "kaiser_window.periodic", "kaiser_window.beta", "tril_indices", "triu_indices", "fft_fftfreq", "fft_rfftfreq",
 )
 
 FACTORIES = (

@@ -405,7 +405,9 @@ def test_torch_tpu_streams_order_work_on_the_one_stream():
     lambda d: torch.kaiser_window(6, True, 8.0, device=d, dtype=torch.float64),
     lambda d: torch.tril_indices(3, 4, 1, device=d),
     lambda d: torch.triu_indices(4, 3, -1, device=d),
-], ids=["hann", "hamming", "kaiser", "tril_indices", "triu_indices"])
+    lambda d: torch.fft.fftfreq(7, 0.5, device=d),  # (torch's kernel fills slices of an empty tensor: it raised)
+    lambda d: torch.fft.rfftfreq(6, device=d, dtype=torch.float64),
+], ids=["hann", "hamming", "kaiser", "tril_indices", "triu_indices", "fftfreq", "rfftfreq"])
 def test_window_and_index_factories_on_the_device(make):
     got, want = make("tpu"), make("cpu")
     assert got.device.type == "tpu" and got.dtype == want.dtype
