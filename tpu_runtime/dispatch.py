@@ -410,10 +410,23 @@ def _det(func: Any, args: tuple, kwargs: dict) -> Any:
     a = args[0]
     if type(a) is TpuTensor and not a.is_complex() and not a.is_contiguous():
         args = (a.mT.contiguous(),) + tuple(args[1:])
+    return _route(func, args, kwargs, _row_route(func))
+
+
+def _scatter_reduce(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``scatter_reduce.two`` taking the CPU kernel's legacy names ``"max"``/``"min"`` for ``"amax"``/``"amin"``
+    (torch's shape function refuses them)."""
+    if len(args) > 4 and args[4] in ("max", "min"):
+        args = args[:4] + ("a" + args[4],) + tuple(args[5:])
+    return _route(func, args, kwargs, _row_route(func))
+
+
+def _row_route(func: Any) -> tuple:
+    """``func``'s row of the lowering table as an ``op`` route (for a special route that adjusts its arguments)."""
     route = _ROW_ROUTES.get(func)
-    if route is None:  # its row of the table, as an ``op`` route
-        route = _ROW_ROUTES[func] = ("op", None, False, False, next(_TAGS), func)
-    return _route(func, args, kwargs, route)
+    if route is None:
+        route = _ROW_ROUTES[func] = ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS), func)
+    return route
 
 
 _ROW_ROUTES: dict = {}
@@ -498,6 +511,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten.native_batch_norm.default: _batch_norm,
     aten._linalg_det.default: _det,
     aten._linalg_slogdet.default: _det,
+    aten.scatter_reduce.two: _scatter_reduce,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
     **resize.HANDLERS,

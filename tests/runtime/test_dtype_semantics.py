@@ -65,3 +65,17 @@ def test_argmax_and_argmin_refuse_a_bool_tensor_as_on_the_cpu(call):
     with pytest.raises(RuntimeError, match=r"arg(max|min)\(\): does not support bool input"):
         call(x.to("tpu"))
     assert x.to("tpu").max(0).indices.item() == x.max(0).indices.item() == 1  # max.dim still takes bool
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_scatter_reduce_takes_the_cpu_kernels_legacy_max_and_min(mode):
+    x, idx, src = torch.zeros(2, 3), torch.tensor([[0, 1, 0], [2, 2, 1]]), torch.tensor([[5., -2., 3.], [1., 4., -6.]])
+    with tpu_runtime.set_eager_mode(mode):
+        for reduce in ("max", "min"):
+            for include_self in (True, False):
+                want = x.scatter_reduce(1, idx, src, reduce, include_self=include_self)
+                got = x.to("tpu").scatter_reduce(1, idx.to("tpu"), src.to("tpu"), reduce, include_self=include_self)
+                assert got.cpu().tolist() == want.tolist(), (reduce, include_self)
+        t = x.to("tpu")
+        t.scatter_reduce_(1, idx.to("tpu"), src.to("tpu"), "max")
+        assert t.cpu().tolist() == x.clone().scatter_reduce_(1, idx, src, "max").tolist()
