@@ -83,9 +83,17 @@ def functional_of_out(func: Any, outs: list) -> Any:
     # then any overload with the same arguments (sum.IntList_out's twin is sum.dim_IntList)
     for cand in [c for c in preferred if c in overloads] + sorted(set(overloads) - set(preferred)):
         f = getattr(packet, cand)
-        if [(a.name, str(a.type)) for a in f._schema.arguments] == wanted:
+        # (a factory's twin also takes dtype/layout/device/pin_memory: out_variant passes the out's dtype)
+        if [(a.name, str(a.type)) for a in f._schema.arguments if not _factory_kwarg(a)] == wanted:
             return f
     return None
+
+
+_FACTORY_KWARGS = frozenset({"dtype", "layout", "device", "pin_memory"})
+
+
+def _factory_kwarg(arg: Any) -> bool:
+    return arg.kwarg_only and arg.name in _FACTORY_KWARGS
 
 
 def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
@@ -170,6 +178,9 @@ def assign(dst: TpuTensor, src: TpuTensor) -> None:
 def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
     """An ``out=`` variant: its ``functional`` twin's results written into the ``out_names`` tensors."""
     kw = {k: v for k, v in kwargs.items() if k not in out_names}
+    if "dtype" not in kw and any(a.name == "dtype" and _factory_kwarg(a) for a in functional._schema.arguments) \
+            and isinstance(kwargs[out_names[0]], torch.Tensor):  # a factory (linspace.out): the out's dtype
+        kw["dtype"] = kwargs[out_names[0]].dtype
     res = _dispatch._route(functional, args, kw)
     results = res if isinstance(res, (tuple, list)) else (res,)
     outs = [kwargs[n] for n in out_names]

@@ -26,6 +26,7 @@ CASES = [
      lambda x: torch.ops.prims.convert_element_type.default(x * 100, torch.int32), (make((2, 3)),)),
     (aten.embedding_renorm.default, lambda w, i: aten.embedding_renorm.default(w * 3, i, 1.0, 2.0),
      (make((5, 3)), torch.tensor([0, 2, 2, 4]))),
+    (aten.linspace.default, lambda x: aten.linspace.default(-1.3, 2.9, 8) + x, (make((8,)),)),
 ]
 
 

@@ -64,6 +64,58 @@ def lower_arange_start_step(ctx, start, end, step=1, *, dtype=None, layout=None,
     return (jax.lax.iota(jnp.float64, n) * step + start).astype(out)
 
 
+
+@lowering(aten.linspace.default)
+def lower_linspace_default(ctx, start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    torch's CPU kernel: the first half ``start + step * i``, the rest ``end - step * (steps - 1 - i)``,
+    so both ends are exact; ``start``, ``end`` and ``step`` in the result's dtype (float32 for float16 and
+    bfloat16, float64 for integers, then truncated), each value rounded once as its fused multiply-add is
+    (computed in float64 for a float32 result). Its decomposition differed by 1-3 ulp, moving
+    ``torch.histogram``'s points that lie on an edge into another bin.
+    """  # noqa: E501 (the first line is the exact schema)
+    return linspace_values(start, end, steps, ctx.out_dtype or jnp.float32)
+
+
+def linspace_values(start, end, steps: int, out):
+    """torch's CPU ``linspace`` of ``steps`` values of dtype ``out`` (``start``/``end``: scalars or 0-d arrays):
+    see :func:`lower_linspace_default`; also ``torch.histogram``'s bin edges."""
+    complex_ = jnp.issubdtype(out, jnp.complexfloating)
+    if jnp.issubdtype(out, jnp.integer):
+        calc, wide = jnp.float64, jnp.float64
+    elif complex_:
+        calc = wide = out
+    else:
+        calc = jnp.float64 if out == jnp.float64 else jnp.float32
+        wide = jnp.float64
+    s = jnp.asarray(start, out).astype(calc)
+    e = jnp.asarray(end, out).astype(calc)
+    # (the quotient in float64, rounded once: XLA's float32 division by a constant multiplies by its reciprocal)
+    step = ((e - s).astype(wide) / jnp.asarray(max(steps - 1, 1), wide)).astype(calc)
+    i = jax.lax.iota(wide, steps)
+    s, e, step = s.astype(wide), e.astype(wide), step.astype(wide)
+    k = jnp.where(i < steps // 2, i, -(steps - 1 - i))
+    base = jnp.where(i < steps // 2, s, e)
+    if calc == jnp.float64:  # float64 has no wider type: the product's rounding error, added back
+        return _fma_f64(step, k, base).astype(out)
+    return (base + step * k).astype(out)
+
+
+def _fma_f64(a, k, c):
+    """``a * k + c`` rounded once (nearly always), for float64 ``a``, ``c`` and small integers ``k``: Veltkamp's
+    split of ``a`` makes both partial products exact, then the sum's error is added back (Knuth's TwoSum)."""
+    t = a * 134217729.0  # 2^27 + 1
+    hi = t - (t - a)
+    lo = a - hi
+    p = a * k
+    perr = (hi * k - p) + lo * k
+    total = p + c
+    bp = total - p
+    serr = (p - (total - bp)) + (c - bp)
+    return total + (serr + perr)
+
+
 @lowering(aten.full.default)
 def lower_full_default(ctx, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
     """full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor

@@ -23,17 +23,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
+from converter.lowering.ops.creation import linspace_values
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
-
-
-def _linspace(lo, hi, steps: int, dtype):
-    """torch's ``linspace(lo, hi, steps)`` (``lo``/``hi`` 0-d arrays): the first half stepped from
-    ``lo``, the rest back from ``hi``, so both ends are exact."""
-    i = jnp.arange(steps, dtype=dtype)
-    step = (hi - lo) / max(steps - 1, 1)
-    return jnp.where(i < steps // 2, lo + step * i, hi - step * (steps - 1 - i))
 
 
 def _outer_edges(points, rng, dims: int):
@@ -54,7 +47,7 @@ def _outer_edges(points, rng, dims: int):
 
 def _count_edges(points, bins, rng):
     """The edge tensor of each dimension for int bin counts ``bins``."""
-    return [_linspace(lo, hi, b + 1, points.dtype)
+    return [linspace_values(lo, hi, b + 1, points.dtype)
             for (lo, hi), b in zip(_outer_edges(points, rng, len(bins)), bins)]
 
 
