@@ -88,8 +88,8 @@ class OpPlan:
 
 
 #: View ops whose result is a copy on the device: a write into it cannot be replayed onto the source
-#: (``view.dtype`` reinterprets bits; a view chain maps element positions).
-COPIED_VIEWS = frozenset({aten.view.dtype})
+#: (none now: ``view.dtype``'s writes go back through its inverse, see ``values._VALUE_VIEWS``).
+COPIED_VIEWS: frozenset = frozenset()
 
 #: Ops that accept CPU index tensors next to device tensors (as torch does for CUDA).
 INDEXING_OPS = frozenset({aten.index.Tensor, aten.index_put.default, aten._index_put_impl_.default})

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from converter.lowering.dtypes import numpy_to_tensor, tensor_to_numpy, to_jax_dtype, to_torch_dtype
+from converter.lowering.ops.convert import lower_view_dtype
 from tpu_runtime._x64 import x64
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
@@ -138,11 +139,14 @@ def _replay_plan(chain: tuple, spec: tuple) -> OpPlan:
 
 #: Views that change values (or dtype), and how a value written into one maps back to its source:
 #: element positions cannot be traced through them, so a write goes through them by value.
+#: Each maps ``(the view's new value, its source's old value)`` to the source's new value.
 _VALUE_VIEWS = {
-    torch.ops.aten.view_as_real.default: lambda x: jax.lax.complex(x[..., 0], x[..., 1]),
-    torch.ops.aten.view_as_complex.default: lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], -1),
-    torch.ops.aten._conj.default: jnp.conj,
-    torch.ops.aten._neg_view.default: jnp.negative,
+    torch.ops.aten.view_as_real.default: lambda x, src: jax.lax.complex(x[..., 0], x[..., 1]),
+    torch.ops.aten.view_as_complex.default: lambda x, src: jnp.stack([jnp.real(x), jnp.imag(x)], -1),
+    torch.ops.aten._conj.default: lambda x, src: jnp.conj(x),
+    torch.ops.aten._neg_view.default: lambda x, src: jnp.negative(x),
+    # the bits reinterpreted back as the source's dtype
+    torch.ops.aten.view.dtype: lambda x, src: lower_view_dtype(None, x, to_torch_dtype(src.dtype)),
 }
 
 
@@ -175,7 +179,7 @@ def _written(base: Any, steps: list, value: Any) -> Any:
     op, fn, _, i = steps[k]
     inner = fn(src)[i]
     inner = _scattered(inner, [(raw, j) for _, _, raw, j in steps[k + 1:]], value)
-    src = _VALUE_VIEWS[op](inner).astype(src.dtype)
+    src = _VALUE_VIEWS[op](inner, src).astype(src.dtype)
     return _written(base, steps[:k], src) if k else src
 
 

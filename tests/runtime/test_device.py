@@ -435,6 +435,20 @@ def test_view_as_another_dtype_reinterprets_the_bits_as_on_cpu(mode):
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (src.dtype, dtype)
         exponent = (x.to("tpu").view(torch.int32) >> 23) & 0xFF
         assert torch.equal(exponent.cpu(), (x.view(torch.int32) >> 23) & 0xFF)
+        # it is a view: writes through it (and through views of it) reach the base, and the base's reach it
+        for src, dtype in [(x, torch.int32), (x, torch.uint8), (torch.arange(8, dtype=torch.uint8), torch.int16),
+                           (x.to(torch.complex64), torch.float64), (x > 0, torch.uint8)]:
+            want, got = src.clone(), src.to("tpu")
+            view_want, view_got = want.view(dtype), got.view(dtype)
+            if dtype == torch.uint8 and src.dtype == torch.bool:
+                view_want[..., ::3], view_got[..., ::3] = 1, 1
+            else:  # (+1 on a float's bits: no denormal, which XLA on the CPU flushes to zero)
+                view_want[..., ::3] += 1
+                view_got[..., ::3] += 1
+            want.mul_(2) if not want.dtype == torch.bool else want.logical_not_()
+            got.mul_(2) if not got.dtype == torch.bool else got.logical_not_()
+            assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8)), (src.dtype, dtype)
+            assert torch.equal(view_got.cpu().view(torch.uint8), view_want.view(torch.uint8)), (src.dtype, dtype)
 
 
 @pytest.mark.parametrize("make", [

@@ -170,8 +170,8 @@ def lower_view_dtype(ctx, self, dtype):
 
     Reinterprets the bits (``bitcast_convert_type``): to a narrower dtype the last dim grows by
     the size ratio, to a wider one it shrinks (torch checks the sizes and the layout first);
-    bool goes through uint8, complex through its (real, imag) pairs. On the tpu device the
-    result is a copy, not an alias: writing into it does not change ``self``.
+    bool goes through uint8, complex through its (real, imag) pairs. On the tpu device a write into
+    the view reaches ``self`` through the inverse reinterpretation (``tpu_runtime.values._VALUE_VIEWS``).
     """
     to = np.dtype(to_jax_dtype(dtype))
     src = np.dtype(self.dtype)
