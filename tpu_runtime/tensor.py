@@ -42,6 +42,10 @@ class Storage:
         self.spec = spec
 
 
+#: The instance-dict descriptor of tensors (TpuTensor's own ``__dict__`` property reads and writes through it).
+_DICT = torch.Tensor.__dict__["__dict__"]
+
+
 class TpuTensor(torch.Tensor):
     """A tensor on the ``tpu`` device (see the module docstring).
 
@@ -64,6 +68,20 @@ class TpuTensor(torch.Tensor):
     _offset: int = 0  # ... and its storage offset
     _opaque: bool = False  # reports a layout its dense value does not have (opaque_tensor)
     _traced_view: bool = False  # a tracing tensor whose layout is not known: it reports dense (compile_tensors)
+
+    @property
+    def __dict__(self) -> dict:  # (reads: the instance dict, as any tensor's)
+        return _DICT.__get__(self)
+
+    @__dict__.setter
+    def __dict__(self, new: dict) -> None:
+        # ``torch.utils.swap_tensors`` (``model.to("tpu")`` swaps each parameter in place) gives this object,
+        # already of this class, the new tensor's dict: the attributes its user set on the parameter it
+        # replaces (``p._no_weight_decay``) stay, as ``param.data = ...`` keeps them for CUDA.
+        for k, v in _DICT.__get__(self).items():
+            if k not in _INTERNAL and k not in new:
+                new[k] = v
+        _DICT.__set__(self, new)
 
     @staticmethod
     def __new__(cls, storage: Storage, shape: tuple, dtype: torch.dtype, chain: tuple = (),

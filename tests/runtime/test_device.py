@@ -238,6 +238,19 @@ def test_module_to_keeps_parameters_tied_and_converts_dtypes():
     assert weight.dtype == torch.float16 and weight.cpu().dtype == torch.float16
 
 
+def test_module_to_keeps_the_attributes_set_on_its_parameters():
+    # the swap that moves a parameter in place also swapped its Python attributes away (CUDA's param.data
+    # assignment keeps them): training code reads flags such as p._no_weight_decay
+    model = torch.nn.Linear(3, 2)
+    model.bias._no_weight_decay = True
+    model.weight.shard = "row"
+    model.to("tpu")
+    assert model.bias._no_weight_decay is True and model.weight.shard == "row"
+    assert not hasattr(model.weight, "_no_weight_decay")
+    model.half()
+    assert model.bias._no_weight_decay is True and model.bias.dtype == torch.float16
+
+
 def test_deepcopy_and_pickle():
     model = tiny_mlp().to("tpu")
     clone = copy.deepcopy(model)
