@@ -78,13 +78,15 @@ def functional_of_out(func: Any, outs: list) -> Any:
         return None
     ov = func._overloadname
     wanted = [(a.name, str(a.type)) for a in func._schema.arguments if not a.is_out]
+    names = {name for name, _ in wanted}
     preferred = ([ov[:-4]] if ov.endswith("_out") else []) + ["default", "Tensor", "start_step"]
     overloads = packet.overloads()
     # then any overload with the same arguments (sum.IntList_out's twin is sum.dim_IntList)
     for cand in [c for c in preferred if c in overloads] + sorted(set(overloads) - set(preferred)):
         f = getattr(packet, cand)
         # (a factory's twin also takes dtype/layout/device/pin_memory: out_variant passes the out's dtype)
-        if [(a.name, str(a.type)) for a in f._schema.arguments if not _factory_kwarg(a)] == wanted:
+        if [(a.name, str(a.type)) for a in f._schema.arguments
+                if not (_factory_kwarg(a) and a.name not in names)] == wanted:
             return f
     return None
 

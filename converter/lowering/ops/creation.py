@@ -95,8 +95,9 @@ def linspace_values(start, end, steps: int, out):
     step = ((e - s).astype(wide) / jnp.asarray(max(steps - 1, 1), wide)).astype(calc)
     i = jax.lax.iota(wide, steps)
     s, e, step = s.astype(wide), e.astype(wide), step.astype(wide)
-    k = jnp.where(i < steps // 2, i, -(steps - 1 - i))
-    base = jnp.where(i < steps // 2, s, e)
+    first = i < max(steps // 2, 1)  # (one step: the start)
+    k = jnp.where(first, i, -(steps - 1 - i))
+    base = jnp.where(first, s, e)
     if calc == jnp.float64:  # float64 has no wider type: the product's rounding error, added back
         return _fma_f64(step, k, base).astype(out)
     return (base + step * k).astype(out)
