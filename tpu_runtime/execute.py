@@ -85,6 +85,8 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
         res = _MODE[0].run(plan, _values(plan, ins))
     specs = plan.out_specs
     if into is not None:
+        if specs[0][1] != into._spec[1]:
+            check_cast(specs[0][1], into._spec[1])
         assign_value(into, res[0], specs[0])
         return into
     if len(specs) == 1 and type(plan.structure) is _Slot:
@@ -116,6 +118,25 @@ def run_writing(func: Any, args: tuple, kwargs: dict, route: tuple, targets: lis
         if dst is not None:
             assign_value(dst, value, spec)
     return True
+
+
+#: torch's ScalarType names, as its casting errors spell them.
+_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                 torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                 torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+                 torch.complex128: "ComplexDouble"}
+
+
+def check_cast(result: torch.dtype, out: torch.dtype) -> None:
+    """Refuse an in-place op whose result type ``result`` torch would not cast into ``self``'s ``out``
+    (``int_tensor += 1.5``, ``bool_tensor += 1``): the CPU raises rather than truncate.
+
+    Raises:
+        RuntimeError: torch's message.
+    """
+    if not torch.can_cast(result, out):
+        raise RuntimeError(f"result type {_SCALAR_NAMES.get(result, result)} can't be cast to the desired output "
+                           f"type {_SCALAR_NAMES.get(out, out)}")
 
 
 def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:

@@ -16,7 +16,7 @@ import torch
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
 from tpu_runtime import dynamic, resize
 from tpu_runtime.eager import executor
-from tpu_runtime.execute import NOT_IN_PLACE, _run, assign_value, run_writing
+from tpu_runtime.execute import NOT_IN_PLACE, _run, assign_value, check_cast, run_writing
 from tpu_runtime.plans import ShapeInferenceError
 from tpu_runtime.tensor import TpuTensor
 from tpu_runtime.values import read, to_cpu
@@ -115,6 +115,8 @@ def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     result = _dispatch._route(functional, args, kwargs)
     if isinstance(result, (tuple, list)):
         result = result[0]
+    if isinstance(result, torch.Tensor) and result.dtype != self.dtype:
+        check_cast(result.dtype, self.dtype)
     if not isinstance(self, TpuTensor):  # a CPU tensor updated from tpu operands
         self.copy_(to_cpu(result))
         return self

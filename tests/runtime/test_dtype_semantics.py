@@ -79,3 +79,20 @@ def test_scatter_reduce_takes_the_cpu_kernels_legacy_max_and_min(mode):
         t = x.to("tpu")
         t.scatter_reduce_(1, idx.to("tpu"), src.to("tpu"), "max")
         assert t.cpu().tolist() == x.clone().scatter_reduce_(1, idx, src, "max").tolist()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("call", [lambda t: t.add_(1.5), lambda t: t.div_(2), lambda t: t.mul_(torch.tensor(2.5)),
+                                  lambda t: t.clamp_(1.5, 3.5), lambda t: t.bool().add_(1)],
+                         ids=["add_float", "div", "mul_0d_float", "clamp_float_bounds", "bool_add_int"])
+def test_in_place_ops_refuse_a_result_type_self_cannot_hold_as_on_the_cpu(call, mode):
+    # they truncated silently; torch raises "result type Float can't be cast to the desired output type Long"
+    x = torch.arange(4)
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type"):
+        call(x.clone())
+    with tpu_runtime.set_eager_mode(mode), pytest.raises(RuntimeError, match="can't be cast to the desired output"):
+        call(x.to("tpu"))
+    with tpu_runtime.set_eager_mode(mode):
+        t = x.to("tpu").float()
+        t.add_(torch.tensor([1, 2, 3, 4], device="tpu")).lt_(3)  # int into float, bool into float: allowed
+        assert t.cpu().tolist() == x.float().add_(torch.tensor([1, 2, 3, 4])).lt_(3).tolist()
