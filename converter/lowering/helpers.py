@@ -80,17 +80,22 @@ _C_NAMES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "
             "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 
 
-def check_fits(value: Any, dtype: Any) -> None:
-    """Refuse a python int that an integer ``dtype`` cannot hold, as torch refuses a fill value.
+def check_fits(value: Any, dtype: Any) -> Any:
+    """``value`` as an integer ``dtype`` takes it from a fill: refused when it cannot hold it, as torch refuses a
+    fill value, except that an unsigned dtype takes a negative int down to ``-max`` wrapped around (c10's
+    ``overflows``: ``uint8`` fills ``-1`` as 255). Other values come back unchanged.
 
     Raises:
         RuntimeError: torch's message (``fill_``, ``full``, ``masked_fill`` with ``int8`` and 300).
     """
     if type(value) is int and jnp.issubdtype(dtype, jnp.integer):
         info = jnp.iinfo(dtype)
+        if info.min == 0 and -info.max <= value < 0:
+            return wrapped_int(value, dtype)
         if not info.min <= value <= info.max:
             name = np.dtype(dtype).name
             raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(name, name)} without overflow")
+    return value
 
 
 def dim(d: int, ndim: int) -> int:

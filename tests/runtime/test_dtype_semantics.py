@@ -96,3 +96,23 @@ def test_in_place_ops_refuse_a_result_type_self_cannot_hold_as_on_the_cpu(call, 
         t = x.to("tpu").float()
         t.add_(torch.tensor([1, 2, 3, 4], device="tpu")).lt_(3)  # int into float, bool into float: allowed
         assert t.cpu().tolist() == x.float().add_(torch.tensor([1, 2, 3, 4])).lt_(3).tolist()
+
+
+@pytest.mark.parametrize("call", [lambda t: t.fill_(-1), lambda t: t.masked_fill(t > 0, -2),
+                                  lambda t: torch.full((2,), -1, dtype=torch.uint8, device=t.device),
+                                  lambda t: t.clamp(-1, 3), lambda t: torch.where(t > 1, t, -1)],
+                         ids=["fill", "masked_fill", "full", "clamp", "where"])
+def test_an_unsigned_tensor_takes_a_negative_int_wrapped_as_on_the_cpu(call):
+    # c10 lets uint8 take -255..-1 as their two's complement (-1 is 255); 300 is still refused
+    x = torch.tensor([0, 2, 7], dtype=torch.uint8)
+    assert call(x.to("tpu")).cpu().tolist() == call(x.clone()).tolist()
+
+
+def test_an_integer_tensor_to_a_negative_int_power_is_refused_as_on_the_cpu():
+    for dtype in (torch.int64, torch.uint8):
+        x = torch.tensor([1, 2, 3], dtype=dtype)
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            x ** -1
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            x.to("tpu") ** -1
+    assert (torch.tensor([2.0]).to("tpu") ** -1).item() == 0.5

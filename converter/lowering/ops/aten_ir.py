@@ -69,7 +69,7 @@ def lower_masked_fill_scalar(ctx, self, mask, value):
     ``select``: ``value`` (cast to ``self``'s dtype) where ``mask``, else ``self`` (an int the dtype cannot hold is
     refused, as by torch).
     """
-    check_fits(value, self.dtype)
+    value = check_fits(value, self.dtype)
     return jnp.where(mask, jnp.asarray(value).astype(self.dtype), self)
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.lowering.dtypes import is_floating
-from converter.lowering.helpers import promote
+from converter.lowering.helpers import check_fits, promote
 from converter.lowering.ops.elementwise import bcast, out_dtype
 from converter.lowering.registry import lowering
 
@@ -276,8 +276,8 @@ def lower_clamp_default(ctx, self, min=None, max=None):  # noqa: A002 (schema na
     bound on an integer tensor gives float32 (torch's promotion).
     """
     dt = out_dtype(ctx, self, min, max)
-    lo = None if min is None else jnp.asarray(min, dt)
-    hi = None if max is None else jnp.asarray(max, dt)
+    lo = None if min is None else jnp.asarray(check_fits(min, dt), dt)  # (uint8 takes -1 as 255, as torch)
+    hi = None if max is None else jnp.asarray(check_fits(max, dt), dt)
     return _clamp(self.astype(dt), lo, hi)
 
 

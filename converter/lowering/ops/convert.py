@@ -14,7 +14,7 @@ import torch
 
 from converter.errors import LoweringError
 from converter.lowering.dtypes import is_floating, to_jax_dtype
-from converter.lowering.helpers import is_array
+from converter.lowering.helpers import check_fits, is_array
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -85,7 +85,7 @@ def lower_scalar_tensor_default(ctx, s, *, dtype=None, layout=None, device=None,
     dt = ctx.out_dtype or (to_jax_dtype(dtype) if dtype is not None else jnp.float32)
     if is_array(s):
         return cast(jnp.reshape(s, ()), dt)
-    return jnp.asarray(s, dtype=dt)
+    return jnp.asarray(check_fits(s, dt), dtype=dt)  # (as torch's fill: uint8 takes -1 as 255, refuses 300)
 
 
 @lowering(aten._local_scalar_dense.default)

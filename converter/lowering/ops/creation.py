@@ -125,7 +125,7 @@ def lower_full_default(ctx, size, fill_value, *, dtype=None, layout=None, device
     dtype cannot hold is refused, as by torch.
     """
     out = _scalar_dtype(ctx, fill_value, dtype)
-    check_fits(fill_value, out)
+    fill_value = check_fits(fill_value, out)
     return jnp.full(tuple(size), fill_value, dtype=out)
 
 

@@ -22,7 +22,7 @@ def lower_fill_scalar(ctx, self, value):
 
     ``full_like``: a broadcast constant of ``self``'s shape and dtype (an int it cannot hold is refused, as by torch).
     """
-    check_fits(value, self.dtype)
+    value = check_fits(value, self.dtype)
     return jnp.full(self.shape, value, dtype=self.dtype)
 
 

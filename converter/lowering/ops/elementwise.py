@@ -238,6 +238,8 @@ def lower_pow_tensor_scalar(ctx, self, exponent):
         e = jnp.asarray(exponent, x.dtype)
         return (_int_pow(x, e) if is_integer(dt) else jnp.power(x, e)).astype(dt)
     if is_integer(dt):
+        if type(exponent) is int and exponent < 0 and not isinstance(exponent, bool):
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
         check_fits(exponent, dt)  # torch refuses an exponent the dtype cannot hold
         e = int(exponent)
         return (jax.lax.integer_pow(x, e) if e >= 0 else _int_pow(x, jnp.asarray(e, x.dtype))).astype(dt)
