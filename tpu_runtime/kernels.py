@@ -14,6 +14,8 @@ the executable would recompile every step.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import jax
@@ -223,7 +225,19 @@ def _histogramdd_edges_meta(self: Any, bins: Any, *, range: Any = None, weight: 
 
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
+def _arange_meta(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> torch.Tensor:
+    """arange.start_step on meta: torch's meta kernel, except for an integer dtype whose float step truncates to 0
+    (``arange(0, 5, 0.5, dtype=int32)``), which it refuses where the CPU makes ``ceil((end - start) / step)``
+    elements (all ``start``)."""
+    dtype = kwargs.get("dtype")
+    if dtype is not None and not dtype.is_floating_point and not dtype.is_complex and isinstance(step, float) \
+            and step and int(step) == 0:
+        return torch.empty(max(math.ceil((end - start) / step), 0), dtype=dtype, device="meta")
+    return aten.arange.start_step(start, end, step, **{**kwargs, "device": "meta"})
+
+
 META_FUNCTIONS: dict[Any, Callable] = {
+    aten.arange.start_step: _arange_meta,
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)
     aten.multi_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
     aten.multilabel_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),

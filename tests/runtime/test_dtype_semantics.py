@@ -116,3 +116,12 @@ def test_an_integer_tensor_to_a_negative_int_power_is_refused_as_on_the_cpu():
         with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
             x.to("tpu") ** -1
     assert (torch.tensor([2.0]).to("tpu") ** -1).item() == 0.5
+
+
+@pytest.mark.parametrize("args", [(0, 5, 1.5, torch.int32), (0, 5, 0.5, torch.int32), (-2.7, 3, 1.2, torch.int16),
+                                  (10, 0, -2.5, torch.int64)])
+def test_arange_of_an_integer_dtype_with_a_float_step_matches_the_cpu(args):
+    # the length comes from the given numbers, the values step from the truncated start by the truncated step
+    start, end, step, dtype = args
+    want = torch.arange(start, end, step, dtype=dtype)
+    assert torch.equal(torch.arange(start, end, step, dtype=dtype, device="tpu").cpu(), want)

@@ -54,12 +54,15 @@ def lower_arange_start_step(ctx, start, end, step=1, *, dtype=None, layout=None,
 
     Emits ``iota`` * step + start: exact int64 for integer results, computed in
     float64 then cast for float results (torch's CPU accumulation). Length is
-    ``ceil((end - start) / step)``. arange.default/.start decompose to this.
+    ``ceil((end - start) / step)`` from the given numbers; an integer result steps from the truncated
+    start by the truncated step, as torch's CPU kernel (``arange(0, 5, 1.5, dtype=int32)`` is 0, 1, 2, 3).
+    arange.default/.start decompose to this.
     """
     integral = all(not isinstance(v, float) for v in (start, end, step))
     out = ctx.out_dtype or (jnp.int64 if integral else jnp.float32)
     n = ctx.out_shape[0] if ctx.out_shape and isinstance(ctx.out_shape[0], int) else _arange_length(start, end, step)
-    if integral and jnp.issubdtype(out, jnp.integer):
+    if jnp.issubdtype(out, jnp.integer):  # (an integer result steps by the truncated step, as the CPU: 1.5 → 1)
+        start, step = (int(v) if isinstance(v, float) else v for v in (start, step))
         return (jax.lax.iota(jnp.int64, n) * step + start).astype(out)
     return (jax.lax.iota(jnp.float64, n) * step + start).astype(out)
 
