@@ -125,3 +125,23 @@ def test_arange_of_an_integer_dtype_with_a_float_step_matches_the_cpu(args):
     start, end, step, dtype = args
     want = torch.arange(start, end, step, dtype=dtype)
     assert torch.equal(torch.arange(start, end, step, dtype=dtype, device="tpu").cpu(), want)
+
+
+@pytest.mark.parametrize("call,error", [
+    (lambda t: t.long().std(), "std and var only support floating point and complex dtypes"),
+    (lambda t: t.bool().var(), "std and var only support floating point and complex dtypes"),
+    (lambda t: t[:0].median(0), r"median\(\): Expected reduction dim 0 to have non-zero size"),
+    (lambda t: t[:0].nanmedian(0), r"median\(\): Expected reduction dim 0 to have non-zero size"),
+    (lambda t: t.bool().abs(), "not implemented for 'Bool'"),
+], ids=["std_int", "var_bool", "median_empty_dim", "nanmedian_empty_dim", "abs_bool"])
+def test_reductions_refuse_what_the_cpu_refuses(call, error):
+    x = torch.arange(6.0).reshape(3, 2)
+    with pytest.raises((RuntimeError, IndexError, NotImplementedError), match=error):
+        call(x)
+    with pytest.raises((RuntimeError, IndexError, NotImplementedError), match=error):
+        call(x.to("tpu"))
+
+
+def test_median_of_an_empty_tensor_is_nan_as_on_the_cpu():
+    for f in (torch.median, torch.nanmedian):
+        assert f(torch.ones(0).to("tpu")).isnan().item() and f(torch.ones(0)).isnan().item()

@@ -175,6 +175,8 @@ def lower_argmin_default(ctx, self, dim=None, keepdim=False):
 
 
 def _var_mean(ctx, x, dim, correction, keepdim):
+    if not jnp.issubdtype(x.dtype, jnp.inexact):  # torch's CPU and CUDA kernels refuse them
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     out = ctx.out_dtype or x.dtype
     xf = x.astype(_acc(x.dtype))
     axes = _axes(x, dim)

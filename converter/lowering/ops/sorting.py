@@ -117,6 +117,8 @@ def _median(x, dim, keepdim, ignore_nan):
         return x, jnp.zeros((), jnp.int64)
     d = norm_dim(dim, x.ndim)
     n, nans = x.shape[d], _nan_count(x, d)
+    if n == 0:  # (torch's message, for median and nanmedian alike)
+        raise IndexError(f"median(): Expected reduction dim {dim} to have non-zero size.")
     if ignore_nan:  # lower median of the non-NaN values; all-NaN rows give NaN (torch leaves the index unspecified)
         pos = jnp.maximum(n - nans - 1, 0) // 2
     else:  # any NaN: the first NaN, which sorts right after the numbers
@@ -147,8 +149,10 @@ def lower_nanmedian_dim(ctx, self, dim, keepdim=False):
 def lower_median_default(ctx, self):
     """median(Tensor self) -> Tensor
 
-    Median of the flattened tensor (see median.dim).
+    Median of the flattened tensor (see median.dim); NaN for an empty floating tensor, as torch.
     """
+    if self.size == 0 and jnp.issubdtype(self.dtype, jnp.inexact):
+        return jnp.full((), jnp.nan, self.dtype)
     return _median(self.reshape(-1), 0, False, ignore_nan=False)[0]
 
 
@@ -156,8 +160,10 @@ def lower_median_default(ctx, self):
 def lower_nanmedian_default(ctx, self):
     """nanmedian(Tensor self) -> Tensor
 
-    NaN-ignoring median of the flattened tensor (see nanmedian.dim).
+    NaN-ignoring median of the flattened tensor (see nanmedian.dim); NaN for an empty floating tensor.
     """
+    if self.size == 0 and jnp.issubdtype(self.dtype, jnp.inexact):
+        return jnp.full((), jnp.nan, self.dtype)
     return _median(self.reshape(-1), 0, False, ignore_nan=True)[0]
 
 

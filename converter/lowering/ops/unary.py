@@ -37,9 +37,11 @@ def lower_neg_default(ctx, self):
 def lower_abs_default(ctx, self):
     """abs(Tensor self) -> Tensor
 
-    Emits ``abs``; bool passes through.
+    Emits ``abs``; a bool tensor is refused, as by torch's CPU and CUDA kernels.
     """
-    return self if self.dtype == jnp.bool_ else jnp.abs(self)
+    if self.dtype == jnp.bool_:
+        raise NotImplementedError("\"abs\" not implemented for 'Bool'")
+    return jnp.abs(self)
 
 
 @lowering(aten.sign.default)
