@@ -111,13 +111,10 @@ def _data_dependent_size(val: Any) -> bool:
 
 
 def check_supported(graph: torch.fx.Graph, target: str) -> None:
-    """Raise :class:`UnsupportedOpError` for the first op of ``graph`` without a lowering, or whose output
-    size is data-dependent (an unbacked symbol)."""
+    """Raise :class:`UnsupportedOpError` for the first op of ``graph`` without a lowering."""
     for node in graph.nodes:
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             registry.lookup(node.target, target, source_location(node))
-            if _data_dependent_size(node.meta.get("val")):
-                raise UnsupportedOpError(str(node.target), target, source_location(node), reason=_UNBACKED, hint=False)
         elif node.op == "call_function" and node.target in rng_ops.RNG_OPS:
             rng_ops.check(node, target, source_location(node))
         elif node.op == "call_function" and node.target in effects.EFFECT_OPS:
@@ -285,6 +282,9 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     except ConversionError:
         raise
     except Exception as e:  # wrap the innermost failure once, with the node's location
+        if _data_dependent_size(node.meta.get("val")):  # (a lowering that has no message of its own for it)
+            raise UnsupportedOpError(str(target), ctx.target, source_location(node), reason=_UNBACKED,
+                                     hint=False) from e
         shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', []))}"
                            for a in args if hasattr(a, "shape"))
         raise LoweringError(target, source_location(node), f"{type(e).__name__}: {e} (inputs: {shapes})") from e
