@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 from typing import Any
 
 import torch
@@ -77,10 +78,12 @@ class TpuTensor(torch.Tensor):
     def __dict__(self, new: dict) -> None:
         # ``torch.utils.swap_tensors`` (``model.to("tpu")`` swaps each parameter in place) gives this object,
         # already of this class, the new tensor's dict: the attributes its user set on the parameter it
-        # replaces (``p._no_weight_decay``) stay, as ``param.data = ...`` keeps them for CUDA.
+        # replaces (``p._no_weight_decay``) stay, and so do its gradient hooks, as ``param.data = ...`` keeps
+        # them for CUDA (see _carry_hooks).
         for k, v in _DICT.__get__(self).items():
             if k not in _INTERNAL and k not in new:
                 new[k] = v
+        _carry_hooks(self, new)
         _DICT.__set__(self, new)
 
     @staticmethod
@@ -228,6 +231,24 @@ class TpuTensor(torch.Tensor):
         from tpu_runtime.compile_tensors import unflatten
 
         return unflatten(inner, ctx, outer_size, outer_stride)
+
+
+def _carry_hooks(old: torch.Tensor, new_dict: dict) -> None:
+    """Register ``old``'s gradient hooks (``register_hook``, ``register_post_accumulate_grad_hook``) on the tensor
+    that owns ``new_dict``, mid-swap. ``swap_tensors`` leaves the Python hook dicts on ``old``, but the hooks autograd
+    calls live on its C++ tensor, which the swap trades for the new one's: registered on the new tensor first,
+    they come with it. That tensor is found as the referrer of its dict (a scan of the heap, for a parameter
+    with hooks only)."""
+    hooks, post = old._backward_hooks, getattr(old, "_post_accumulate_grad_hooks", None)
+    if not hooks and not post:
+        return
+    owners = [o for o in gc.get_referrers(new_dict) if isinstance(o, torch.Tensor) and o is not old]
+    if len(owners) != 1 or not owners[0].requires_grad:
+        return
+    if hooks:
+        owners[0]._backward_hooks = hooks
+    if post:
+        owners[0]._post_accumulate_grad_hooks = post
 
 
 def new_tensor(value: Any, shape: tuple, dtype: torch.dtype) -> TpuTensor:

@@ -251,6 +251,20 @@ def test_module_to_keeps_the_attributes_set_on_its_parameters():
     assert model.bias._no_weight_decay is True and model.bias.dtype == torch.float16
 
 
+def test_module_to_keeps_the_gradient_hooks_of_its_parameters():
+    # the swap traded the C++ tensor that holds the hooks: a hook that froze a parameter no longer fired
+    model, seen = torch.nn.Linear(3, 2), []
+    handle = model.weight.register_hook(lambda g: g * 0)
+    model.bias.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.shape))
+    model.to("tpu")
+    model(torch.ones(4, 3, device="tpu")).sum().backward()
+    assert model.weight.grad.abs().sum().item() == 0 and seen == [torch.Size([2])]
+    handle.remove()
+    model.weight.grad = None
+    model(torch.ones(4, 3, device="tpu")).sum().backward()
+    assert model.weight.grad.abs().sum().item() > 0
+
+
 def test_deepcopy_and_pickle():
     model = tiny_mlp().to("tpu")
     clone = copy.deepcopy(model)
