@@ -38,7 +38,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 from converter.lowering import registry
 from converter.lowering.ops.shape import strided_elements
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
-from tpu_runtime import serialization
+from tpu_runtime import adjusted, serialization
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
@@ -187,7 +187,7 @@ def _classify(func: Any) -> tuple:
         if functional is not None:
             return ("special", lambda f, a, k: _inplace_view(functional, a, k))
     if registry.find(func) is not None:
-        return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
+        return _op_route(func)
     if func in kernels.KERNELS:
         return ("op", kernels.KERNELS[func], func in kernels.DYNAMIC, func in INDEXING_OPS, next(_TAGS))
     if func.namespace not in ("aten", "prims") and _has_device_kernel(func):
@@ -403,33 +403,9 @@ def _batch_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     return _decomposed(func, args, kwargs, decomposition_table[func], func)
 
 
-def _det(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``_linalg_det``/``_linalg_slogdet``: a real input that is not contiguous (``det(W.mT)``, ``det(x[:, ::2])``)
-    runs as its transpose made contiguous, whose row's LU is the input's own: what PyTorch's backward
-    expects for such an input (its determinant is the same); see ``linalg_decomp._factored``."""
-    a = args[0]
-    if type(a) is TpuTensor and not a.is_complex() and not a.is_contiguous():
-        args = (a.mT.contiguous(),) + tuple(args[1:])
-    return _route(func, args, kwargs, _row_route(func))
-
-
-def _scatter_reduce(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``scatter_reduce.two`` taking the CPU kernel's legacy names ``"max"``/``"min"`` for ``"amax"``/``"amin"``
-    (torch's shape function refuses them)."""
-    if len(args) > 4 and args[4] in ("max", "min"):
-        args = args[:4] + ("a" + args[4],) + tuple(args[5:])
-    return _route(func, args, kwargs, _row_route(func))
-
-
-def _row_route(func: Any) -> tuple:
-    """``func``'s row of the lowering table as an ``op`` route (for a special route that adjusts its arguments)."""
-    route = _ROW_ROUTES.get(func)
-    if route is None:
-        route = _ROW_ROUTES[func] = ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS), func)
-    return route
-
-
-_ROW_ROUTES: dict = {}
+def _op_route(func: Any) -> tuple:
+    """The ``op`` route of ``func``'s row of the lowering table (kernel, flags, key tag)."""
+    return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
 
 
 def _same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
@@ -509,9 +485,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten._fused_sdp_choice.default: _sdp_choice,
     aten._has_same_storage_numel.default: _same_storage_numel,
     aten.native_batch_norm.default: _batch_norm,
-    aten._linalg_det.default: _det,
-    aten._linalg_slogdet.default: _det,
-    aten.scatter_reduce.two: _scatter_reduce,
+    **adjusted.HANDLERS,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
     **resize.HANDLERS,

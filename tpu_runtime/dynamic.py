@@ -237,20 +237,22 @@ def _bincount(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and tuple(weights.shape) != tuple(x.shape):
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    # in int64: uint8's initial -1 and int8's 127 + 1 would wrap in the input's dtype
-    n = _length("bincount", lambda v: jnp.where(jnp.min(v.astype(jnp.int64), initial=0) < 0, -1,
-                                                  jnp.maximum(jnp.max(v.astype(jnp.int64), initial=-1) + 1, minlength)),
-                x, static=(int(minlength),))
+    def length(v: Any) -> Any:  # in int64: uint8's initial -1 and int8's 127 + 1 would wrap in the input's dtype
+        v = v.astype(jnp.int64)
+        return jnp.where(jnp.min(v, initial=0) < 0, -1, jnp.maximum(jnp.max(v, initial=-1) + 1, minlength))
+
+    n = _length("bincount", length, x, static=(int(minlength),))
     if n < 0:
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is None:
-        plan = _plan(("bincount", x._spec, n), "aten.bincount", lambda v: (jnp.bincount(v.astype(jnp.int64), length=n),),
-                     (((n,), torch.int64),))
+        plan = _plan(("bincount", x._spec, n), "aten.bincount",
+                     lambda v: (jnp.bincount(v.astype(jnp.int64), length=n),), (((n,), torch.int64),))
         return _execute(plan, [x])
     dtype = torch.float32 if weights.dtype == torch.float32 else torch.float64
     jdt = jnp.float32 if dtype == torch.float32 else jnp.float64
     plan = _plan(("bincount", x._spec, weights._spec, n), "aten.bincount",
-                 lambda v, w: (jnp.bincount(v.astype(jnp.int64), w.astype(jdt), length=n).astype(jdt),), (((n,), dtype),))
+                 lambda v, w: (jnp.bincount(v.astype(jnp.int64), w.astype(jdt), length=n).astype(jdt),),
+                 (((n,), dtype),))
     return _execute(plan, [x, weights])
 
 

@@ -15,7 +15,6 @@ the executable would recompile every step.
 from __future__ import annotations
 
 import math
-
 from typing import Any, Callable
 
 import jax
@@ -223,8 +222,6 @@ def _histogramdd_edges_meta(self: Any, bins: Any, *, range: Any = None, weight: 
     return [self.new_empty((b + 1,)) for b in bins]
 
 
-#: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
-#: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 def _arange_meta(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> torch.Tensor:
     """arange.start_step on meta: torch's meta kernel, except for an integer dtype whose float step truncates to 0
     (``arange(0, 5, 0.5, dtype=int32)``), which it refuses where the CPU makes ``ceil((end - start) / step)``
@@ -236,6 +233,8 @@ def _arange_meta(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> torch.Te
     return aten.arange.start_step(start, end, step, **{**kwargs, "device": "meta"})
 
 
+#: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
+#: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
     aten.arange.start_step: _arange_meta,
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)

@@ -87,10 +87,6 @@ class OpPlan:
     uid: int = field(default_factory=lambda: next(_UIDS))  # a cheap stand-in for ``key`` in graph keys
 
 
-#: View ops whose result is a copy on the device: a write into it cannot be replayed onto the source
-#: (none now: ``view.dtype``'s writes go back through its inverse, see ``values._VALUE_VIEWS``).
-COPIED_VIEWS: frozenset = frozenset()
-
 #: Ops that accept CPU index tensors next to device tensors (as torch does for CUDA).
 INDEXING_OPS = frozenset({aten.index.Tensor, aten.index_put.default, aten._index_put_impl_.default})
 _INDEXING = [False]
@@ -305,7 +301,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
         def fn(*values: Any) -> tuple:
             return call(values, None, True)
 
-    view = bool(func.is_view) and func not in COPIED_VIEWS if hasattr(func, "is_view") else False
+    view = bool(func.is_view) if hasattr(func, "is_view") else False
     raw = (lambda *values: call(values, None, False)) if view else None
     return OpPlan(key, name, fn, tuple(specs), structure, random, raw, view, func,
                   {"targs": targs, "tkwargs": tkwargs})

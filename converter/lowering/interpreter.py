@@ -256,6 +256,7 @@ _SYM_ON_ARRAYS: dict[Callable, Callable] = {
     torch.sym_not: lambda x: jnp.logical_not(jnp.asarray(x)),
 }
 
+
 def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     args = _materialize(node.args, env)
     kwargs = _materialize(node.kwargs, env)

@@ -67,7 +67,6 @@ def lower_arange_start_step(ctx, start, end, step=1, *, dtype=None, layout=None,
     return (jax.lax.iota(jnp.float64, n) * step + start).astype(out)
 
 
-
 @lowering(aten.linspace.default)
 def lower_linspace_default(ctx, start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
     """linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor

@@ -114,7 +114,7 @@ def _factored(ctx, A):
     PyTorch factors ``A^T`` when ``A`` is real and contiguous (row-major: ``A^T`` is LAPACK's
     column-major layout) and ``A`` itself otherwise (complex, or a strided view such as ``W.mT``).
     A traced graph tells from its input's recorded strides; the eager device passes a real
-    non-contiguous input as its transpose made contiguous (``tpu_runtime.dispatch``), so ``A^T``."""
+    non-contiguous input as its transpose made contiguous (``tpu_runtime.adjusted``), so ``A^T``."""
     if jnp.iscomplexobj(A):
         return A
     node = ctx.node
@@ -122,6 +122,7 @@ def _factored(ctx, A):
     if isinstance(val, torch.Tensor) and not val.is_contiguous():
         return A
     return jnp.swapaxes(A, -1, -2)
+
 
 @lowering(aten._linalg_det.default)
 def lower__linalg_det_default(ctx, A):

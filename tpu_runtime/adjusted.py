@@ -1,0 +1,53 @@
+"""Ops whose arguments the runtime adjusts before their row of the lowering table runs.
+
+- ``_linalg_det``/``_linalg_slogdet`` of a real input that is not contiguous (``det(W.mT)``, ``det(x[:, ::2])``)
+  run on its transpose made contiguous, whose LU (on the transposed layout the lowering factors) is the
+  input's own: what PyTorch's backward expects for such an input (the determinant is the same); see
+  ``converter.lowering.ops.linalg_decomp._factored``.
+- ``scatter_reduce.two`` takes the CPU kernel's legacy reduce names ``"max"``/``"min"`` for ``"amax"``/``"amin"``
+  (torch's shape function refuses them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
+from tpu_runtime.tensor import TpuTensor
+
+aten = torch.ops.aten
+
+
+def _det(func: Any, args: tuple, kwargs: dict) -> Any:
+    a = args[0]
+    if type(a) is TpuTensor and not a.is_complex() and not a.is_contiguous():
+        args = (a.mT.contiguous(),) + tuple(args[1:])
+    return _dispatch._route(func, args, kwargs, _row_route(func))
+
+
+def _scatter_reduce(func: Any, args: tuple, kwargs: dict) -> Any:
+    if len(args) > 4 and args[4] in ("max", "min"):
+        args = args[:4] + ("a" + args[4],) + tuple(args[5:])
+    return _dispatch._route(func, args, kwargs, _row_route(func))
+
+
+def _row_route(func: Any) -> tuple:
+    """``func``'s row of the lowering table as an ``op`` route."""
+    route = _ROW_ROUTES.get(func)
+    if route is None:
+        route = _ROW_ROUTES[func] = _dispatch._op_route(func) + (func,)
+    return route
+
+
+_ROW_ROUTES: dict = {}
+
+#: Special routes of :mod:`tpu_runtime.dispatch`.
+HANDLERS: dict[Any, Callable] = {
+    aten._linalg_det.default: _det,
+    aten._linalg_slogdet.default: _det,
+    aten.scatter_reduce.two: _scatter_reduce,
+}
+
+__all__ = ["HANDLERS"]
