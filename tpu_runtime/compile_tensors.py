@@ -179,7 +179,7 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         if type(x) is TpuTensor and x._fake is None:
             raise RuntimeError(f"torch.compile(backend='tpu'): {func} mixes a traced tpu tensor with a concrete "
                                "one captured from outside the compiled function; pass it as an argument")
-    unwrap = lambda x: x._fake if type(x) is TpuTensor else _view_constant(x)  # noqa: E731
+    unwrap = lambda x: x._fake if type(x) is TpuTensor else x  # noqa: E731
     fake_args, fake_kwargs = tree_map(unwrap, args), tree_map(unwrap, kwargs)
     func = _TRACED_AS.get(func, func)
     try:
@@ -210,28 +210,25 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     return return_and_correct_aliasing(func, args, kwargs, wrapped)
 
 
-def _view_constant(x: Any) -> Any:
-    """``x``, or for a SymInt that stands only for a constant of an input view's replay, that constant.
+def replay_view(view: Any, new_base: Any, symint_visitor_fn: Any, tensor_visitor_fn: Any) -> Any:
+    """``view`` (a concrete tpu view: an input of a compiled function) made again from ``new_base``, its
+    base's fake, as ``new_base.as_strided`` of the sizes, strides and offset it reports.
 
-    Dynamo gives an input that is a view of a tpu tensor (``src[1:]``, ``src[:-1]``, ``src.narrow(0, 1, n)``)
-    its base's symbolic sizes and replays the view on it, each int argument of the view (the slice's
-    start, its end ``2**63 - 1``) turned into a symbol with an ephemeral source, which its checks are
-    meant to simplify away. A slice's end clamped to a symbolic size, or a start subtracted from it,
-    keeps the symbol, and dynamo's guards then fail on a symbol no input gives (seen once the base's
-    first size changes). The view was made eagerly, outside the compiled function: those arguments
-    are its constants, so the replay takes them as such; dynamo still checks that the replayed view has
-    the input's symbolic sizes, strides and offset."""
-    if type(x) is not torch.SymInt:
-        return x
-    from torch._dynamo.source import EphemeralSource  # (dynamo is loaded: it is tracing)
-
-    node = x.node
-    symbols = node.expr.free_symbols
-    sources = node.shape_env.var_to_sources
-    if node.hint is not None and symbols and all(
-            sources.get(s) and all(isinstance(src, EphemeralSource) for src in sources[s]) for s in symbols):
-        return node.hint
-    return x
+    Dynamo fakes an input that is a view by faking its base and replaying the view on it (a plain
+    tensor's view as ``as_strided``; a tensor subclass's through ``_view_func_unsafe``, by default
+    its chain of view ops), each int of the replay (``sizes`` here) a symbol of its own that it
+    equates with the input's symbolic sizes, strides and offset. A chain replayed op by op leaves
+    sizes that are functions of the base's (``src[::2]`` has ``(s0 + 1) // 2`` rows), which the shape
+    environment cannot solve for: its guards then named the input's own size symbol with no source
+    (an error, or not, depending on the python hash seed), and a dtype view's chain fails on its
+    base, which torch has already cast (``view_as_real`` of a real base). As ``as_strided``, each
+    replayed int is simply the input's. ``new_base`` has the view's dtype (torch casts it first);
+    ``symint_visitor_fn`` makes those symbols (``None``: static sizes)."""
+    if new_base.dtype == view.dtype:
+        sym = symint_visitor_fn or (lambda s: s)
+        return new_base.as_strided([sym(s) for s in view.shape], [sym(s) for s in view.stride()],
+                                   sym(view.storage_offset()))
+    return torch._C.TensorBase._view_func_unsafe(view, new_base, symint_visitor_fn, tensor_visitor_fn)
 
 
 _PERMUTES = frozenset({torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int})

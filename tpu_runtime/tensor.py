@@ -226,6 +226,12 @@ class TpuTensor(torch.Tensor):
 
         return payload(self)
 
+    def _view_func_unsafe(self, new_base: torch.Tensor, symint_visitor_fn: Any = None,
+                          tensor_visitor_fn: Any = None) -> torch.Tensor:
+        from tpu_runtime.compile_tensors import replay_view
+
+        return replay_view(self, new_base, symint_visitor_fn, tensor_visitor_fn)
+
     @staticmethod
     def __tensor_unflatten__(inner: dict, ctx: Any, outer_size: Any, outer_stride: Any) -> "TpuTensor":
         from tpu_runtime.compile_tensors import unflatten

@@ -83,13 +83,17 @@ def test_compile_tpu_dynamic_shapes_scale_by_a_symbolic_size():
         torch.testing.assert_close(compiled(x.to("tpu")).cpu(), fn(x))
 
 
-@pytest.mark.parametrize("view", ["batches", "narrow", "select", "column_slice", "tail", "inner_rows_unsqueezed"])
+@pytest.mark.parametrize("view", ["batches", "narrow", "select", "column_slice", "tail", "inner_rows_unsqueezed",
+                                  "every_other_row", "odd_rows", "reshaped_tail"])
 def test_compile_tpu_views_of_device_data_over_changing_sizes(view):
     # batching data resident on the device (X[i:i + 4], a shorter last batch) or viewing inputs whose size
     # changes: once sizes turn symbolic, a view's layout comes from its fake and still matches the CPU's
     # (dynamo replays each input view on its base and checks; it raised "Expected cond to be True");
-    # a slice to the end or from a start other than 0 or 1 of the changing dimension: the view's own
-    # arguments are constants of its replay (dynamo's guards failed on symbols no input gives)
+    # a slice to the end or from a start other than 0 or 1 of the changing dimension (dynamo's guards failed on
+    # symbols no input gives), a strided slice (every other row), a slice of a reshaped input, a dtype view: each
+    # input view is faked as as_strided of its base (replayed op by op, a size ``s0 // 2`` that dynamo cannot
+    # solve for made its guards fail on the input's own size symbol, depending on the python hash seed; a dtype
+    # view's replay failed on its base, which torch had already cast)
     torch._dynamo.reset()
     torch.manual_seed(0)
     linear = torch.nn.Linear(4, 3)
@@ -102,12 +106,29 @@ def test_compile_tpu_views_of_device_data_over_changing_sizes(view):
              "select": ((None, 3, 4), lambda src, i: src[:, 1]),
              "column_slice": ((None, 8), lambda src, i: src[:, 2:6]),
              "tail": ((None, 4), lambda src, i: src[1:]),
-             "inner_rows_unsqueezed": ((None, 4), lambda src, i: src[2:-1].unsqueeze(0))}
+             "inner_rows_unsqueezed": ((None, 4), lambda src, i: src[2:-1].unsqueeze(0)),
+             "every_other_row": ((None, 4), lambda src, i: src[::2]),
+             "odd_rows": ((None, 4), lambda src, i: src[1::2]),
+             "reshaped_tail": ((None, 4), lambda src, i: src.view(-1, 2, 4)[1:])}
     shape, make = cases[view]
     for i, n in enumerate((5, 7, 9, 6)):
-        x = data if view == "batches" else torch.randn(n, *shape[1:])
+        x = data if view == "batches" else torch.randn(2 * n if view == "reshaped_tail" else n, *shape[1:])
         on_device = resident if view == "batches" else x.to("tpu")
         torch.testing.assert_close(fn(make(on_device, i)).detach().cpu(), make(x, i) @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("view", ["int_bits", "complex_parts"])
+def test_compile_tpu_dtype_view_inputs_over_changing_sizes(view):
+    # an input that views its base as another dtype: torch casts the base's fake to that dtype before it
+    # replays the view (the replay of the view's own ops failed: view_as_real of a real base)
+    torch._dynamo.reset()
+    make = {"int_bits": lambda src: src.view(torch.int32)[1:],
+            "complex_parts": lambda src: torch.view_as_real(src.to(torch.complex64))[1:]}[view]
+    fn = torch.compile(lambda v: v * 3 + 1, backend="tpu")
+    for n in (5, 7, 6):
+        x = torch.randn(n, 4)
+        out = fn(make(x.to("tpu")))
+        torch.testing.assert_close(out.cpu(), make(x) * 3 + 1)  # (dtypes too)
 
 
 @pytest.mark.parametrize("device", ["cpu", "tpu"])
