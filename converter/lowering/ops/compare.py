@@ -139,20 +139,33 @@ def lower_logical_not_default(ctx, self):
 def lower_bitwise_and_tensor(ctx, self, other):
     """bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor
 
-    Also bitwise_and.Scalar and .Scalar_Tensor. Emits ``and`` (logical on bool).
+    Also bitwise_and.Scalar and .Scalar_Tensor. Emits ``and`` (logical on bool; see :func:`_on_bits`).
     """
     a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
-    return a & b
+    return _on_bits(ctx, a, b, jnp.bitwise_and)
 
 
 @lowering(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor)
 def lower_bitwise_or_tensor(ctx, self, other):
     """bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor
 
-    Also bitwise_or.Scalar and .Scalar_Tensor. Emits ``or`` (logical on bool).
+    Also bitwise_or.Scalar and .Scalar_Tensor. Emits ``or`` (logical on bool; see :func:`_on_bits`).
     """
     a, b = promote(self, other, dtype=out_dtype(ctx, self, other), wrap=True)
-    return a | b
+    return _on_bits(ctx, a, b, jnp.bitwise_or)
+
+
+def _on_bits(ctx, a, b, op):
+    """``op(a, b)`` (``and``/``or``); for signed integers on the runtime's CPU backend, computed on their
+    unsigned bits (the same bits out): XLA:CPU's compiler (jaxlib 0.10.2) crashes the process with a
+    segmentation fault on ``and``/``or`` of two signed integers that are converts of another integer type
+    (``x.to(torch.int8) & y.to(torch.int8)`` in one fused or compiled graph)."""
+    dtype = jnp.dtype(a.dtype)
+    if dtype.kind != "i" or ctx.target != "tpu" or jax.default_backend() != "cpu":
+        return op(a, b)
+    bits = jnp.dtype(f"uint{dtype.itemsize * 8}")
+    return jax.lax.bitcast_convert_type(op(jax.lax.bitcast_convert_type(a, bits), jax.lax.bitcast_convert_type(b, bits)),
+                                        dtype)
 
 
 @lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor)
