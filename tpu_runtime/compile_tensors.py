@@ -191,6 +191,8 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         # expanded view): torch's reshape saw a viewable tensor and asked for a view, which on
         # that layout PyTorch itself would have made a copy. Record that reshape.
         out = torch.ops.aten.reshape.default(fake_args[0], fake_args[1])
+    if isinstance(out, torch.Tensor) and out.device != DEVICE:  # moved off the device (``t.to("meta")`` in
+        return out  # forward-mode AD, ``.cpu()``): another device's tensor, no alias of a tpu one to correct
     layout = _view_layout(func, args, kwargs, out)
     layouts = iter(layout[1] or ())
 

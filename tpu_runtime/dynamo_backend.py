@@ -158,9 +158,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
                 and torch.Tag.nondeterministic_seeded in n.target.tags
                 for n in gm.graph.nodes if n.op == "call_function")
     no_draw = np.zeros(2, np.uint32)
-    # outputs that are sizes (a symbolic batch saved for backward) go back as python numbers
+    # outputs that are sizes (a symbolic batch saved for backward) or python numbers the graph returns as
+    # constants (``int(b) + 1`` of a python float argument, guarded on) go back as python numbers
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    scalars = [isinstance(getattr(a, "meta", {}).get("val"), (int, float, torch.SymInt, torch.SymFloat))
+    scalars = [type(a) in (int, float, bool) or
+               isinstance(getattr(a, "meta", {}).get("val"), (int, float, torch.SymInt, torch.SymFloat))
                for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
     # each output goes where its traced value is (a graph without tpu inputs may make tpu tensors:
     # torch.ones(3, device="tpu"), a module moved .to("tpu") inside the compiled code)

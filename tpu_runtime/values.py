@@ -83,7 +83,8 @@ def write(t: TpuTensor, value: Any) -> None:
     """Replace ``t``'s value with ``value`` (same shape and dtype), through its view chain.
 
     Raises:
-        RuntimeError: the chain contains a view whose elements overlap (expand).
+        RuntimeError: the chain contains a view whose elements overlap (expand, or an ``as_strided`` with a
+            zero stride: a compiled function's expanded output).
     """
     s = t._storage
     if not t._chain:
@@ -92,11 +93,14 @@ def write(t: TpuTensor, value: Any) -> None:
         s.value = value
         s.version += 1
         return
-    for plan, _ in t._chain:
-        if plan.op in _OVERLAPPING:
-            raise RuntimeError(f"unsupported operation: in-place write into a tpu tensor created by {plan.name}: "
-                               "more than one element of the written-to tensor refers to a single memory "
-                               "location. Please clone() the tensor before performing the operation.")
+    culprit = next((plan for plan, _ in t._chain if plan.op in _OVERLAPPING), None)
+    strides = t._strides  # or a layout with a zero stride on a longer dimension (as_strided's, of an expand)
+    if culprit is None and strides is not None and any(not st and n > 1 for n, st in zip(t._spec[0], strides)):
+        culprit = t._chain[-1][0]
+    if culprit is not None:
+        raise RuntimeError(f"unsupported operation: in-place write into a tpu tensor created by {culprit.name}: "
+                           "more than one element of the written-to tensor refers to a single memory "
+                           "location. Please clone() the tensor before performing the operation.")
     plan = _scatter_plan(t._chain, s.spec)
     old = storage_value(s)
     s.value = executor().run(plan, [old, value])[0]

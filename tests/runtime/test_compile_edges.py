@@ -1,0 +1,53 @@
+"""torch.compile(backend="tpu") at the edges of what a compiled function takes and gives: function
+transforms of tpu tensors, python numbers returned, expanded outputs written in place."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import hessian, jacfwd
+
+import tpu_runtime  # noqa: F401  (the tpu device and backend)
+
+
+def _f(v):
+    return (v.sin() * v.pow(3)).sum()
+
+
+@pytest.mark.parametrize("transform", ["hessian", "jacfwd_of_grad"])
+def test_compiled_forward_mode_transforms_of_tpu_tensors(transform):
+    # forward-mode AD moves a traced tpu tensor to the meta device (``t.to("meta")``): the tracer took the meta
+    # result for an alias of the tpu tensor, and the error inside the autograd engine aborted the process
+    torch._dynamo.reset()
+    fn = {"hessian": lambda x: hessian(_f)(x), "jacfwd_of_grad": lambda x: jacfwd(torch.func.grad(_f))(x)}[transform]
+    x = torch.randn(4)
+    torch.testing.assert_close(torch.compile(fn, backend="tpu")(x.to("tpu")).cpu(), fn(x))
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_compiled_function_returns_python_numbers_as_python_numbers(device):
+    # a number computed from a python float argument is a constant of the graph once dynamo makes the float
+    # dynamic (it guards on it): it came back as a 0-d tensor from the second call on
+    torch._dynamo.reset()
+
+    def f(x, b):
+        return x + b, int(b) + 1, b > 1.0, round(b)
+
+    compiled = torch.compile(f, backend="tpu")
+    x = torch.randn(3)
+    for b in (0.5, 1.5, 2.5):
+        out = compiled(x.to(device), b)
+        assert out[1:] == f(x, b)[1:] and [type(o) for o in out[1:]] == [int, bool, int]
+        torch.testing.assert_close(out[0].cpu(), x + b)
+
+
+def test_in_place_write_into_a_compiled_expanded_output_is_refused():
+    # the expanded output is rebuilt as as_strided with a zero stride over the input: a write through it
+    # changed the input (the CPU refuses it, as eager tpu does for expand)
+    torch._dynamo.reset()
+    x = torch.arange(9.0).view(3, 3).to("tpu")
+    out = torch.compile(lambda t: t[:1].expand(3, -1), backend="tpu")(x)
+    assert out.stride() == (0, 1)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        out.add_(100)
+    assert torch.equal(x.cpu(), torch.arange(9.0).view(3, 3))
