@@ -363,8 +363,10 @@ def test_multihead_attention_inference_fast_path():
         want, want_w = mha(x, x, x, key_padding_mask=pad)
         tx = x.to("tpu")
         got, got_w = mha.to("tpu")(tx, tx, tx, key_padding_mask=pad.to("tpu"))
+        no_weights = mha(tx, tx, tx, key_padding_mask=pad.to("tpu"), need_weights=False)[1]
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got_w.cpu(), want_w, rtol=1e-5, atol=1e-6)
+    assert no_weights is None  # as the CPU's (an empty tensor came back)
 
 
 def test_transformer_encoder_inference_with_a_padding_mask_takes_the_padded_path():
