@@ -130,6 +130,10 @@ def embedding_bag_backward(ctx: Any, grad: Any, indices: Any, offsets: Any, offs
             jnp.where(nonempty, g, jnp.zeros((), acc)), mode="drop")
     else:
         seg = bag_ids(offsets, idx.shape[0], nb)
+        if offsets.shape[0] == nb + 1 and not (padding_idx is not None and padding_idx >= 0):
+            # include_last_offset: the forward summed no index past the last offset (see _embedding_bag);
+            # they get no gradient (the CPU kernel reads past the end of ``grad`` for them)
+            valid = valid & (jnp.arange(idx.shape[0]) < offsets[nb].astype(jnp.int64))
         rows = jnp.take(g, jnp.clip(seg, 0, nb - 1), axis=0)
         if mode == 1:
             rows = rows / jnp.maximum(jnp.take(bag_size[:nb], jnp.clip(seg, 0, nb - 1)), 1).astype(acc)[:, None]

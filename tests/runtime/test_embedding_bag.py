@@ -96,3 +96,23 @@ def test_include_last_offset_short_of_the_indices_follows_the_cpu_kernel(mode, p
     got = torch.nn.functional.embedding_bag(idx.to("tpu"), w.to("tpu"), offsets.to("tpu"), mode=mode,
                                             include_last_offset=True, padding_idx=padding_idx)
     torch.testing.assert_close(got.cpu(), want)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_include_last_offset_indices_past_the_last_offset_get_no_weight_gradient(weighted):
+    # the sum skips them, so they take no part in the gradient (it gave them the last bag's; the CPU
+    # kernel reads past the end of the gradient for them): the same as a bag of the indices up to the offset
+    torch.manual_seed(0)
+    w = torch.randn(10, 3)
+    idx, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3, 6])
+    psw = torch.rand(8) if weighted else None
+
+    def weight_grad(dev, n):
+        wd = w.to(dev).requires_grad_()
+        out = torch.nn.functional.embedding_bag(idx[:n].to(dev), wd, offsets.to(dev), mode="sum",
+                                                include_last_offset=True,
+                                                per_sample_weights=None if psw is None else psw[:n].to(dev))
+        (out * torch.arange(1.0, 10.0).view(3, 3).to(dev)).sum().backward()
+        return wd.grad.cpu()
+
+    torch.testing.assert_close(weight_grad("tpu", 8), weight_grad("cpu", 6))
