@@ -95,3 +95,21 @@ def test_tensor_length_overloads_called_directly(data):
                                                   il.to(where), tl.to(where), got_nll, got_alpha, 0, False)
         torch.testing.assert_close(got_nll.cpu(), nll, rtol=1e-5, atol=1e-5, msg=where)
         torch.testing.assert_close(got_grad.cpu(), grad, rtol=1e-5, atol=1e-6, msg=where)
+
+
+@pytest.mark.parametrize("case", ["input_too_long", "batch_mismatch", "too_few_targets", "negative_input",
+                                  "negative_target"])
+def test_ctc_loss_argument_checks_as_the_cpu(case):
+    # the CPU refuses these; the device computed a loss (for one input length given to a batch of 2: two losses)
+    lp = torch.randn(5, 2, 4).log_softmax(2)
+    two = torch.ones(2, 3, dtype=torch.long)
+    targets, il, tl, message = {
+        "input_too_long": (two, [5, 6], [3, 3], "input_lengths to have value at most 5"),
+        "batch_mismatch": (two, [5], [3, 3], "input_lengths must be of size batch_size"),
+        "too_few_targets": (torch.ones(4, dtype=torch.long), [5, 5], [3, 3], "to have size 6 at dimension 0"),
+        "negative_input": (two, [5, -1], [3, 3], "input_lengths to have value at least 0"),
+        "negative_target": (two, [5, 5], [3, -1], "target_lengths to have value at least 0")}[case]
+    with pytest.raises(RuntimeError, match=message):
+        F.ctc_loss(lp, targets, il, tl, reduction="none")
+    with pytest.raises(RuntimeError, match=message):
+        F.ctc_loss(lp.to("tpu"), targets.to("tpu"), il, tl, reduction="none")

@@ -87,13 +87,41 @@ def ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank):
     return -_logsumexp(final, before), log_alpha
 
 
+def _check_lengths(log_probs, targets, input_lengths, target_lengths):
+    """torch's CPU checks of ``_ctc_loss``'s arguments (the lengths are python ints here)."""
+    where = " (while checking arguments for ctc_loss_cpu)"
+    steps, batch = log_probs.shape[0], (log_probs.shape[1] if log_probs.ndim == 3 else 1)
+    if len(input_lengths) != batch:
+        raise RuntimeError("input_lengths must be of size batch_size")
+    if len(target_lengths) != batch:
+        raise RuntimeError("target_lengths must be of size batch_size")
+    for name, lengths, most in (("input_lengths", input_lengths, steps), ("target_lengths", target_lengths, None)):
+        for v in lengths:
+            if v < 0:
+                raise RuntimeError(f"Expected {name} to have value at least 0, but got value {v}{where}")
+            if most is not None and v > most:
+                raise RuntimeError(f"Expected {name} to have value at most {most}, but got value {v}{where}")
+    if targets.ndim == 1 and targets.shape[0] < sum(target_lengths):
+        raise RuntimeError(f"Expected tensor to have size {sum(target_lengths)} at dimension 0, but got size "
+                           f"{targets.shape[0]} for argument #2 'targets' (while checking arguments for ctc_loss_cpu)")
+    if targets.ndim == 2 and target_lengths and targets.shape[1] < max(target_lengths):
+        raise RuntimeError(f"Expected tensor to have size at least {max(target_lengths)} at dimension 1, but got "
+                           f"size {targets.shape[1]} for argument #2 'targets' (while checking arguments for "
+                           "ctc_loss_cpu)")
+
+
 @lowering(aten._ctc_loss.default)
 def lower__ctc_loss_default(ctx, log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     """_ctc_loss(Tensor log_probs, Tensor targets, int[] input_lengths, int[] target_lengths, int blank=0, bool zero_infinity=False) -> (Tensor, Tensor)
 
     The loss per batch entry (``inf`` for an impossible alignment: ``zero_infinity`` is
     applied by ``ctc_loss`` around this op) and ``log α``, from :func:`ctc_alpha`.
+
+    Raises:
+        RuntimeError: torch's argument checks (lengths per batch entry, within the input's time
+            steps and not negative; enough targets for the target lengths), with its messages.
     """
+    _check_lengths(log_probs, targets, input_lengths, target_lengths)
     return ctc_alpha(log_probs, targets, input_lengths, target_lengths, blank)
 
 
