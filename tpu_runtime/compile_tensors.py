@@ -71,6 +71,19 @@ class TpuPayload(torch.Tensor):
         r.tensor = tensor
         return r
 
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The storage of the tpu tensor it stands for (checkpoint code looks into the flattened tensor); its
+        own while torch.compile fakes it (a storage apart from the outer tensor's)."""
+        if torch._guards.TracingContext.try_get() is not None:
+            return torch.Tensor.untyped_storage(self)
+        return self.tensor.untyped_storage()
+
+    def data_ptr(self) -> int:
+        """The tpu tensor's :meth:`~tpu_runtime.tensor.TpuTensor.data_ptr` (see :meth:`untyped_storage`)."""
+        if torch._guards.TracingContext.try_get() is not None:
+            return torch.Tensor.data_ptr(self)
+        return self.tensor.data_ptr()
+
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         # Rare: AOTAutograd's runtime touching an inner tensor. Run the op on the tpu

@@ -24,6 +24,8 @@ from __future__ import annotations
 import collections
 import copy
 import gc
+import itertools
+import math
 from typing import Any
 
 import torch
@@ -35,12 +37,32 @@ DEVICE = torch.device("tpu", 0)
 class Storage:
     """The shared value behind a base tensor and all of its views (``spec``: its shape, dtype)."""
 
-    __slots__ = ("value", "version", "spec", "__weakref__")
+    __slots__ = ("value", "version", "spec", "handle", "__weakref__")
 
     def __init__(self, value: Any, spec: tuple):
         self.value = value
         self.version = 0
         self.spec = spec
+        self.handle = None  # the torch storage object standing for it (see storage_handle)
+
+
+#: Addresses of storage handles: a 64 GiB range each (see storage_handle).
+_ADDRESSES = itertools.count(1)
+
+
+def storage_handle(storage: Storage) -> torch.UntypedStorage:
+    """The ``torch.UntypedStorage`` that ``t.untyped_storage()`` gives for every tpu tensor over ``storage``.
+
+    A tensor subclass's own storage has no data pointer (reading it raises), and each view has one of its own,
+    so checkpoint code that tells tensors apart or finds tied ones by ``untyped_storage().data_ptr()``
+    (safetensors, Hugging Face's ``save_pretrained``) failed. This one, made on first use, has the storage's
+    size in bytes and an address of its own, shared by every view of it, as on the CPU. The address is a
+    number only: the handle owns no memory, and nothing reads a tpu storage's data (the tensors hold it)."""
+    if storage.handle is None:
+        shape, dtype = storage.spec
+        address = (next(_ADDRESSES) % (1 << 26)) << 36
+        storage.handle = torch._C._construct_storage_from_data_pointer(address, DEVICE, math.prod(shape) * dtype.itemsize)
+    return storage.handle
 
 
 #: The instance-dict descriptor of tensors (TpuTensor's own ``__dict__`` property reads and writes through it).
@@ -225,6 +247,18 @@ class TpuTensor(torch.Tensor):
         from tpu_runtime.compile_tensors import payload
 
         return payload(self)
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The storage ``self`` views: one handle per device storage, shared by its views (:func:`storage_handle`)."""
+        if self._fake is not None or torch._guards.TracingContext.try_get() is not None:
+            return torch.Tensor.untyped_storage(self)  # torch.compile fakes it (as a tensor subclass's storage)
+        return storage_handle(self._storage)
+
+    def data_ptr(self) -> int:
+        """The address of the first element within :meth:`untyped_storage`'s (a number only, as its)."""
+        if self._fake is not None or torch._guards.TracingContext.try_get() is not None:
+            return torch.Tensor.data_ptr(self)
+        return storage_handle(self._storage).data_ptr() + self.storage_offset() * self.element_size()
 
     def _view_func_unsafe(self, new_base: torch.Tensor, symint_visitor_fn: Any = None,
                           tensor_visitor_fn: Any = None) -> torch.Tensor:

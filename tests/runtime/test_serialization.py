@@ -116,3 +116,31 @@ def test_deepcopy_of_tpu_tensors_copies_what_torch_copies():
     p.grad = torch.ones(2).to("tpu")
     q = copy.deepcopy(p)
     assert isinstance(q, torch.nn.Parameter) and q.grad is None and q.device.type == "tpu"
+
+
+def test_storage_pointers_tell_tensors_apart_and_views_share_their_base_s():
+    # a tensor subclass's own storage has no data pointer (reading it raised) and every tensor's data_ptr() was 0
+    a, b = torch.zeros(4, 3, device="tpu"), torch.zeros(4, 3, device="tpu")
+    assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() and a.data_ptr() != b.data_ptr()
+    view = a[1:]
+    assert view.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+    assert view.data_ptr() == a.data_ptr() + 3 * a.element_size()
+    assert a.untyped_storage().nbytes() == 48
+
+
+def test_safetensors_and_hugging_face_save_pretrained_of_tpu_models(tmp_path):
+    # safetensors (save_pretrained's format) finds tied weights by storage pointer: it raised on tpu tensors
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    linear = torch.nn.Linear(3, 4).to("tpu")
+    save_file(linear.state_dict(), str(tmp_path / "linear.safetensors"))
+    loaded = load_file(str(tmp_path / "linear.safetensors"))
+    assert all(torch.equal(loaded[k], v.cpu()) for k, v in linear.state_dict().items())
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16)).to("tpu")
+    model.save_pretrained(tmp_path / "gpt2")  # lm_head.weight is tied to wte.weight
+    again = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2")
+    for (name, want), got in zip(model.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(got, want.cpu()), name
+    assert again.lm_head.weight.data_ptr() == again.transformer.wte.weight.data_ptr()
