@@ -85,6 +85,7 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
                 return _execute(plan, ins)
             if not _overlapping(args):
                 _write_each(plan, ins, args[0])
+                _increment_versions(args[0])
                 return None
     return _elementwise(func, name, args, kwargs)
 
@@ -145,7 +146,16 @@ def _elementwise(func: Any, name: str, args: tuple, kwargs: dict) -> Any:
     base = _base(func, name)
     packet = getattr(aten, base + "_" if inplace else base)
     results = [packet(*pos, **kw) for pos, kw in _elements(func, base, args, kwargs)]
+    if inplace:
+        _increment_versions(args[0])
     return None if inplace else results
+
+
+def _increment_versions(targets: Any) -> None:
+    """Bump the autograd version of each tensor an in-place foreach call wrote (torch's foreach kernels do;
+    reached through ``__torch_dispatch__`` they did not, so a backward through a graph that saved a parameter
+    an optimizer step had since changed ran on the new values where the CPU raises)."""
+    torch.autograd.graph.increment_version([t for t in targets if isinstance(t, torch.Tensor)])
 
 
 def _elements(func: Any, base: str, args: tuple, kwargs: dict) -> list[tuple[list, dict]]:

@@ -157,3 +157,20 @@ def test_foreach_maximum_and_minimum_with_scalars_match_cpu(mode):
             got = call([t.clone().to("tpu") for t in base])
             for g, w in zip(got, want):
                 torch.testing.assert_close(g.cpu(), w)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_in_place_foreach_ops_bump_the_autograd_version_as_on_cpu(mode):
+    # an optimizer step (foreach by default) between two backwards through one graph: the CPU raises, the
+    # device ran the second backward on the updated weights (the foreach ops left the versions alone)
+    with tpu_runtime.set_eager_mode(mode):
+        x, y = torch.zeros(3, device="tpu"), torch.zeros(3, device="tpu")
+        torch._foreach_add_([x, y], 1.0)
+        torch._foreach_mul_([x], [y])
+        assert (x._version, y._version) == (2, 1)
+        model = torch.nn.Linear(3, 3).to("tpu")
+        out = model(torch.ones(2, 3, device="tpu", requires_grad=True)).sum()
+        out.backward(retain_graph=True)
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9).step()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.backward()
