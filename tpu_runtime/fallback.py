@@ -121,12 +121,12 @@ def defer_backward_error(func: Any, args: tuple, kwargs: dict, error: Exception)
     try:
         meta = out_meta(func, args, kwargs)[0]
     except Exception:  # no meta kernel either (nothing may escape the engine): shaped like the input
-        meta = _like_input(func, args, kwargs)
+        meta = like_input(func, args, kwargs)
     return torch.utils._pytree.tree_map(
         lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)
 
 
-def _like_input(func: Any, args: tuple, kwargs: dict) -> Any:
+def like_input(func: Any, args: tuple, kwargs: dict) -> Any:
     """Stand-in outputs for an op without a meta kernel: each tensor output shaped like the
     op's ``self``/``input`` argument (a backward op's gradient is), else like its first tensor."""
     named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
@@ -147,5 +147,5 @@ def _raise_backward_error() -> None:
 
 
 
-__all__ = ["set_cpu_fallback", "fallback_report", "fallback_enabled", "missing", "cpu_fallback",
+__all__ = ["set_cpu_fallback", "fallback_report", "fallback_enabled", "missing", "cpu_fallback", "like_input",
            "defer_backward_error"]

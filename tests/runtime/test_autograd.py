@@ -362,3 +362,14 @@ def test_forward_mode_ad_make_dual_gives_the_tangent():
             return fwAD.unpack_dual(d.exp() * d).tangent.cpu()
 
     torch.testing.assert_close(tangent("tpu"), tangent("cpu"))
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "smooth_l1_loss", "huber_loss"])
+def test_mean_loss_of_an_empty_batch_backward_as_on_cpu(loss):
+    # a mask that selects nothing: the CPU's loss is NaN and its gradient empty; the backward's decomposition
+    # divides by the input's size in python, which raised ZeroDivisionError
+    fn = getattr(torch.nn.functional, loss)
+    x = torch.zeros(0, 4, device="tpu", requires_grad=True)
+    value = fn(x, torch.zeros(0, 4, device="tpu"))
+    value.backward()
+    assert torch.isnan(value.cpu()) and x.grad.shape == (0, 4)
