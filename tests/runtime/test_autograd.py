@@ -373,3 +373,12 @@ def test_mean_loss_of_an_empty_batch_backward_as_on_cpu(loss):
     value = fn(x, torch.zeros(0, 4, device="tpu"))
     value.backward()
     assert torch.isnan(value.cpu()) and x.grad.shape == (0, 4)
+
+
+def test_group_norm_of_an_empty_batch_as_on_cpu():
+    # a detection head with no proposals: its reshape to (N, groups, -1) of N = 0 divided by zero
+    norm = torch.nn.GroupNorm(1, 3).to("tpu")
+    x = torch.randn(0, 3, 5, device="tpu", requires_grad=True)
+    out = norm(x)
+    out.sum().backward()
+    assert out.shape == (0, 3, 5) and x.grad.shape == (0, 3, 5) and norm.weight.grad.abs().sum().item() == 0

@@ -386,7 +386,7 @@ def lower_native_group_norm_backward_default(ctx, grad_out, input, mean, rstd, w
     """
     acc = opmath_dtype(input.dtype)
     n, c = input.shape[0], input.shape[1]
-    shape = (n, group, c // group, -1)
+    shape = (n, group, c // group, math.prod(input.shape[2:]))  # (no -1: N may be 0)
     dy, x = grad_out.astype(acc).reshape(shape), input.astype(acc).reshape(shape)
     m = mean.astype(acc).reshape((n, group, 1, 1))
     r = rstd.astype(acc).reshape((n, group, 1, 1))

@@ -24,6 +24,8 @@ forces either. Several normalized dims are flattened into the kernel's one row.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -125,7 +127,7 @@ def lower_rms_norm_default(ctx, input, normalized_shape, weight=None, eps=None):
 def _group_norm(x, weight, bias, groups: int, eps):
     acc = opmath_dtype(x.dtype)
     n, c = x.shape[0], x.shape[1]
-    xg = x.astype(acc).reshape((n, groups, -1))
+    xg = x.astype(acc).reshape((n, groups, (c // groups) * math.prod(x.shape[2:])))  # (no -1: N may be 0)
     mean, var = _moments(xg, (2,))
     rstd = jax.lax.rsqrt(var + jnp.asarray(eps, acc))
     y = ((xg - mean) * rstd).reshape(x.shape)
