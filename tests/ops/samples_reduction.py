@@ -134,7 +134,9 @@ def _any(x, dim=None, keepdim=False, all=False):
 def _any_samples(dt):
     return [Sample((make((3, 4), dt, low=-1, high=2),), {"dim": 1}), Sample((make((3, 4), dt, low=-1, high=2),)),
             Sample((make((2, 3, 4), dt, low=-1, high=2),), {"dim": (0, 2), "keepdim": True}, name="dims"),
-            Sample((make((3, 4), dt, low=-1, high=2),), {"dim": -1, "all": True}, name="all")]
+            Sample((make((3, 4), dt, low=-1, high=2),), {"dim": -1, "all": True}, name="all"),
+            Sample((make((3, 4), dt, low=-1, high=2),), {"dim": ()}, name="no_dims"),  # reduces nothing
+            Sample((make((3, 4), dt, low=-1, high=2),), {"dim": (), "all": True}, name="all_no_dims")]
 
 
 def _is_true(x, any=False):

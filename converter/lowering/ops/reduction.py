@@ -217,8 +217,11 @@ def lower_any_dim(ctx, self, dim=None, keepdim=False):
 
     Also any.dims(Tensor self, int[1]? dim=None, bool keepdim=False) and
     any.default(Tensor self). Emits ``ne 0`` + ``reduce_or`` (NaN counts as true).
-    torch.all arrives here too: the decomposition writes it as ``not any(not x)``.
+    torch.all arrives here too: the decomposition writes it as ``not any(not x)``. An empty ``dim``
+    list reduces nothing (each element's truth value), as torch's any/all do (sum's reduces every dim).
     """
+    if isinstance(dim, (list, tuple)) and not dim:
+        return self != 0
     return jnp.any(self != 0, axis=_axes(self, dim), keepdims=keepdim)
 
 
