@@ -171,3 +171,11 @@ def test_and_or_of_signed_integer_casts_in_one_graph():
 
     done = subprocess.run([sys.executable, "-c", _CASTS_AND_BITS], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_remainder_and_fmod_round_a_python_scalar_to_a_half_dtype_as_torch(dtype):
+    # torch rounds the scalar to the tensor's dtype first: bf16 100 % 1.3 divides by 1.296875 (0.14, not 1.2)
+    x = torch.tensor([5.5, -5.5, 3.0, 100.0, 1000.0], dtype=dtype)
+    for f in (lambda t: t % 1.3, lambda t: torch.fmod(t, 1.3), lambda t: t % 257, lambda t: 1000.3 % t.abs()):
+        assert torch.equal(f(x.to("tpu")).cpu(), f(x))

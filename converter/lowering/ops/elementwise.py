@@ -167,8 +167,18 @@ def lower_remainder_tensor(ctx, self, other):
     ``rem``, ``add``, ``select``. Deviation: integer remainder by zero is the
     dividend (XLA) where torch raises; float remainder by zero is NaN as in torch.
     """
-    a, b, dt = operands(ctx, self, other)
+    a, b, dt = _rounded_operands(ctx, self, other)
     return _remainder(a, b).astype(dt)
+
+
+def _rounded_operands(ctx, self, other):
+    """:func:`operands`, a python float first rounded to a float16/bfloat16 result's dtype, as torch's
+    remainder and fmod kernels take it (``bf16 % 1.3`` divides by 1.296875: the remainder of 100 is 0.14,
+    not the 1.2 of 1.3)."""
+    dt = out_dtype(ctx, self, other)
+    if dt in (jnp.float16, jnp.bfloat16):
+        self, other = (float(np.asarray(x, dt)) if type(x) in (float, int) else x for x in (self, other))
+    return operands(ctx, self, other)
 
 
 @lowering(aten.remainder.Scalar_Tensor)
@@ -177,7 +187,7 @@ def lower_remainder_scalar_tensor(ctx, self, other):
 
     ``scalar % tensor``; same rule as remainder.Tensor.
     """
-    a, b, dt = operands(ctx, self, other)
+    a, b, dt = _rounded_operands(ctx, self, other)
     return _remainder(a, b).astype(dt)
 
 
@@ -187,7 +197,7 @@ def lower_fmod_tensor(ctx, self, other):
 
     Also fmod.Scalar. C ``fmod``: the result has the dividend's sign. Emits ``rem``.
     """
-    a, b, dt = operands(ctx, self, other)
+    a, b, dt = _rounded_operands(ctx, self, other)
     return jax.lax.rem(*bcast(a, b)).astype(dt)
 
 
