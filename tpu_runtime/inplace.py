@@ -189,6 +189,8 @@ def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict) -> 
     results = res if isinstance(res, (tuple, list)) else (res,)
     outs = [kwargs[n] for n in out_names]
     for o, r in zip(outs, results):
+        if isinstance(o, torch.Tensor) and isinstance(r, torch.Tensor) and o.dtype != r.dtype:
+            check_cast(r.dtype, o.dtype)  # (torch.add(float_t, 1, out=int64_t): the CPU raises, as in place)
         if not isinstance(o, TpuTensor):
             o.copy_(to_cpu(r))
         else:

@@ -179,3 +179,26 @@ def test_remainder_and_fmod_round_a_python_scalar_to_a_half_dtype_as_torch(dtype
     x = torch.tensor([5.5, -5.5, 3.0, 100.0, 1000.0], dtype=dtype)
     for f in (lambda t: t % 1.3, lambda t: torch.fmod(t, 1.3), lambda t: t % 257, lambda t: 1000.3 % t.abs()):
         assert torch.equal(f(x.to("tpu")).cpu(), f(x))
+
+
+_REFUSED = {
+    "float - bool": (lambda d: torch.tensor([1.0, 2.0], device=d) - torch.tensor([True, False], device=d),
+                     "Subtraction, the `-` operator, with a bool tensor"),
+    "bool - bool": (lambda d: torch.tensor([True], device=d) - torch.tensor([False], device=d),
+                    "with two bool tensors"),
+    "int - True": (lambda d: torch.tensor([1, 2], device=d) - True, "with a bool tensor"),
+    "complex <": (lambda d: torch.tensor([1j], device=d) < torch.tensor([2j], device=d), "not implemented for"),
+    "complex >=": (lambda d: torch.tensor([1j], device=d) >= 0, "not implemented for"),
+    "add out=int64 of a float": (lambda d: torch.add(torch.tensor([1.5], device=d), 1,
+                                                     out=torch.empty(1, dtype=torch.int64, device=d)),
+                                 "can't be cast to the desired output type Long"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_REFUSED))
+def test_ops_the_cpu_refuses_for_their_dtypes_are_refused(case):
+    # they returned values: a bool subtraction, an order of complex numbers, an out= tensor of a narrower kind
+    fn, message = _REFUSED[case]
+    for device in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError, match=message):
+            fn(device)

@@ -54,7 +54,7 @@ def lower_lt_tensor(ctx, self, other):
 
     Also lt.Scalar. Emits ``compare LT``.
     """
-    a, b = _common(self, other)
+    a, b = _ordered("lt", self, other)
     return a < b
 
 
@@ -64,7 +64,7 @@ def lower_le_tensor(ctx, self, other):
 
     Also le.Scalar. Emits ``compare LE``.
     """
-    a, b = _common(self, other)
+    a, b = _ordered("le", self, other)
     return a <= b
 
 
@@ -74,7 +74,7 @@ def lower_gt_tensor(ctx, self, other):
 
     Also gt.Scalar. Emits ``compare GT``.
     """
-    a, b = _common(self, other)
+    a, b = _ordered("gt", self, other)
     return a > b
 
 
@@ -84,8 +84,20 @@ def lower_ge_tensor(ctx, self, other):
 
     Also ge.Scalar. Emits ``compare GE``.
     """
-    a, b = _common(self, other)
+    a, b = _ordered("ge", self, other)
     return a >= b
+
+
+def _ordered(name, self, other):
+    """:func:`_common` for an ordering comparison.
+
+    Raises:
+        NotImplementedError: a complex operand (complex numbers have no order: torch's message)."""
+    a, b = _common(self, other)
+    if jnp.issubdtype(a.dtype, jnp.complexfloating):
+        kind = "ComplexDouble" if a.dtype == jnp.complex128 else "ComplexFloat"
+        raise NotImplementedError(f'"{name}" not implemented for \'{kind}\'')
+    return a, b
 
 
 def _truth(x):

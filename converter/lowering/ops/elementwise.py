@@ -80,7 +80,17 @@ def lower_sub_tensor(ctx, self, other, alpha=1):
 
     Also sub.Scalar (``rsub`` decomposes to sub.Tensor). Emits ``sub`` (and
     ``mul`` when alpha != 1).
+
+    Raises:
+        RuntimeError: an operand is bool (torch's message: use ``~`` or ``^``).
     """
+    bools = [type(x) is bool or (is_array(x) and x.dtype == jnp.bool_) for x in (self, other)]
+    if all(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                           "`logical_xor()` operator instead.")
+    if any(bools):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                           "to invert a mask, use the `~` or `logical_not()` operator instead.")
     a, b, dt = operands(ctx, self, other)
     return (a - _scaled(b, alpha)).astype(dt)
 
