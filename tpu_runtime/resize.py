@@ -108,7 +108,15 @@ def _set_empty(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
 
 
 #: Dispatcher entries (see :mod:`tpu_runtime.dispatch`).
+def _is_set_to(func: Any, args: tuple, kwargs: dict) -> bool:
+    """is_set_to(Tensor self, Tensor tensor) -> bool: the same storage, offset, sizes and strides."""
+    a, b = args[0], args[1] if len(args) > 1 else kwargs["tensor"]
+    return (type(a) is TpuTensor and type(b) is TpuTensor and a._storage is b._storage and a.shape == b.shape
+            and a.stride() == b.stride() and a.storage_offset() == b.storage_offset())
+
+
 HANDLERS: dict[Any, Callable] = {
+    aten.is_set_to.default: _is_set_to,
     aten.resize_.default: _resize_,
     aten.resize_as_.default: _resize_as_,
     aten.set_.source_Tensor: _set_source,

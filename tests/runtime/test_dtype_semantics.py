@@ -192,12 +192,19 @@ _REFUSED = {
     "add out=int64 of a float": (lambda d: torch.add(torch.tensor([1.5], device=d), 1,
                                                      out=torch.empty(1, dtype=torch.int64, device=d)),
                                  "can't be cast to the desired output type Long"),
+    "float64 input into a float32 linear": (lambda d: torch.nn.functional.linear(
+        torch.randn(2, 3, dtype=torch.float64, device=d), torch.randn(4, 3, device=d), torch.randn(4, device=d)),
+        "mat1 and mat2 must have the same dtype, but got Double and Float"),
+    "mm of float32 and float64": (lambda d: torch.randn(2, 3, device=d) @ torch.randn(3, 2, dtype=torch.float64,
+                                                                                       device=d),
+                                  "expected m1 and m2 to have the same dtype, but got: float != double"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(_REFUSED))
 def test_ops_the_cpu_refuses_for_their_dtypes_are_refused(case):
-    # they returned values: a bool subtraction, an order of complex numbers, an out= tensor of a narrower kind
+    # they returned values: a bool subtraction, an order of complex numbers, an out= tensor of a narrower kind,
+    # matrices of two dtypes (code that ran on the device failed on the CPU)
     fn, message = _REFUSED[case]
     for device in ("cpu", "tpu"):
         with pytest.raises(RuntimeError, match=message):

@@ -81,3 +81,12 @@ def test_resize_errors_name_the_problem():
     with pytest.raises(RuntimeError, match="negative dimension"):
         x.resize_(-1, 2)
     x[:, :2].resize_(4, 2)  # its own shape: nothing to do
+
+
+def test_is_set_to_compares_storage_offset_sizes_and_strides_as_on_cpu():
+    # the op had no route on the device
+    for device in ("cpu", "tpu"):
+        x = torch.arange(6.0, device=device)
+        got = [x.is_set_to(x), x.is_set_to(x.view(2, 3)), x.is_set_to(x.clone()), x.view(2, 3).is_set_to(x.view(2, 3)),
+               x[1:].is_set_to(x[1:]), x[1:].is_set_to(x[:5])]
+        assert got == [True, False, False, True, True, False], device

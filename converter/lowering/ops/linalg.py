@@ -57,12 +57,34 @@ def lower_linear_default(ctx, input, weight, bias=None):
     return (y if bias is None else y + bias.astype(y.dtype)).astype(dtype)
 
 
+#: torch's names of dtypes (c10's ScalarType names), as its dtype errors spell them.
+_TYPE_NAMES = {jnp.dtype(jnp.float64): "Double", jnp.dtype(jnp.float32): "Float", jnp.dtype(jnp.float16): "Half",
+               jnp.dtype(jnp.bfloat16): "BFloat16", jnp.dtype(jnp.complex64): "ComplexFloat",
+               jnp.dtype(jnp.complex128): "ComplexDouble", jnp.dtype(jnp.int64): "Long", jnp.dtype(jnp.int32): "Int"}
+
+
+def _same_dtype(a, b, message):
+    """Raise torch's error for matrix operands of two dtypes (the CPU refuses them; ``message`` formats the two
+    names).
+
+    Raises:
+        RuntimeError: ``a`` and ``b`` differ in dtype."""
+    if a.dtype != b.dtype:
+        names = [_TYPE_NAMES.get(jnp.dtype(x.dtype), str(x.dtype)) for x in (a, b)]
+        raise RuntimeError(message(*names))
+
+
 @lowering(aten.mm.default)
 def lower_mm_default(ctx, self, mat2):
     """mm(Tensor self, Tensor mat2) -> Tensor
 
     Emits ``dot_general`` (contract dim 1 with dim 0), precision HIGHEST.
+
+    Raises:
+        RuntimeError: operands of two dtypes (as torch).
     """
+    _same_dtype(self, mat2, lambda a, b: f"expected m1 and m2 to have the same dtype, but got: {a.lower()} != "
+                                         f"{b.lower()}")
     return _dot(self, mat2, ((1,), (0,)), out_dtype=ctx.out_dtype).astype(ctx.out_dtype or self.dtype)
 
 
@@ -80,7 +102,11 @@ def lower_addmm_default(ctx, self, mat1, mat2, *, beta=1, alpha=1):
     """addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 
     Emits ``dot_general`` + ``mul`` + ``add`` (``self`` broadcasts; ignored when beta == 0).
+
+    Raises:
+        RuntimeError: matrices of two dtypes (as torch: a float64 input into a float32 ``nn.Linear``).
     """
+    _same_dtype(mat1, mat2, lambda a, b: f"mat1 and mat2 must have the same dtype, but got {a} and {b}")
     return _scaled_sum(ctx, self, _dot(mat1, mat2, ((1,), (0,)), out_dtype=ctx.out_dtype), beta, alpha)
 
 
