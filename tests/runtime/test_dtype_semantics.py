@@ -209,3 +209,15 @@ def test_ops_the_cpu_refuses_for_their_dtypes_are_refused(case):
     for device in ("cpu", "tpu"):
         with pytest.raises(RuntimeError, match=message):
             fn(device)
+
+
+@pytest.mark.parametrize("pool", ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"])
+def test_adaptive_average_pooling_of_an_empty_spatial_dim_is_refused(pool):
+    # the CPU refuses it; the device averaged nothing into NaNs (an empty batch is fine on both)
+    spatial = int(pool[-2])
+    fn = getattr(torch.nn.functional, pool)
+    for device in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError, match="Expected input to have non-zero size for non-batch dimensions"):
+            fn(torch.randn((1, 2, 0) + (3,) * (spatial - 1), device=device), 2)
+    empty_batch = torch.randn((0, 2) + (4,) * spatial)
+    assert fn(empty_batch.to("tpu"), 2).shape == fn(empty_batch, 2).shape

@@ -197,8 +197,16 @@ def lower__adaptive_avg_pool2d_default(ctx, self, output_size):
     size is a multiple of the output size, ``reshape`` + ``reduce_sum`` / window size;
     otherwise a ``dot_general`` (precision HIGHEST) with a constant averaging matrix
     holding torch's windows ``[floor(j*in/out), ceil((j+1)*in/out))``.
+
+    Raises:
+        RuntimeError: an empty non-batch dimension (torch's message; its windows would average nothing).
     """
     n = len(output_size)
+    for d in range(1, self.ndim):
+        if isinstance(self.shape[d], int) and self.shape[d] == 0:
+            name = "adaptive_avg_pool2d" if n == 2 else "adaptive_avg_pool3d"
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(self.shape)} with dimension {d} being empty")
     dtype = ctx.out_dtype or self.dtype
     acc = opmath_dtype(dtype)
     y = self.astype(acc)
