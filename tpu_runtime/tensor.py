@@ -61,7 +61,8 @@ def storage_handle(storage: Storage) -> torch.UntypedStorage:
     if storage.handle is None:
         shape, dtype = storage.spec
         address = (next(_ADDRESSES) % (1 << 26)) << 36
-        storage.handle = torch._C._construct_storage_from_data_pointer(address, DEVICE, math.prod(shape) * dtype.itemsize)
+        nbytes = math.prod(shape) * dtype.itemsize
+        storage.handle = torch._C._construct_storage_from_data_pointer(address, DEVICE, nbytes)
     return storage.handle
 
 

@@ -176,8 +176,8 @@ def _on_bits(ctx, a, b, op):
     if dtype.kind != "i" or ctx.target != "tpu" or jax.default_backend() != "cpu":
         return op(a, b)
     bits = jnp.dtype(f"uint{dtype.itemsize * 8}")
-    return jax.lax.bitcast_convert_type(op(jax.lax.bitcast_convert_type(a, bits), jax.lax.bitcast_convert_type(b, bits)),
-                                        dtype)
+    unsigned = op(jax.lax.bitcast_convert_type(a, bits), jax.lax.bitcast_convert_type(b, bits))
+    return jax.lax.bitcast_convert_type(unsigned, dtype)
 
 
 @lowering(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor)

@@ -103,11 +103,10 @@ def _check_lengths(log_probs, targets, input_lengths, target_lengths):
                 raise RuntimeError(f"Expected {name} to have value at most {most}, but got value {v}{where}")
     if targets.ndim == 1 and targets.shape[0] < sum(target_lengths):
         raise RuntimeError(f"Expected tensor to have size {sum(target_lengths)} at dimension 0, but got size "
-                           f"{targets.shape[0]} for argument #2 'targets' (while checking arguments for ctc_loss_cpu)")
+                           f"{targets.shape[0]} for argument #2 'targets'{where}")
     if targets.ndim == 2 and target_lengths and targets.shape[1] < max(target_lengths):
         raise RuntimeError(f"Expected tensor to have size at least {max(target_lengths)} at dimension 1, but got "
-                           f"size {targets.shape[1]} for argument #2 'targets' (while checking arguments for "
-                           "ctc_loss_cpu)")
+                           f"size {targets.shape[1]} for argument #2 'targets'{where}")
 
 
 @lowering(aten._ctc_loss.default)
