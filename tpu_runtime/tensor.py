@@ -263,6 +263,7 @@ class TpuTensor(torch.Tensor):
 
     def _view_func_unsafe(self, new_base: torch.Tensor, symint_visitor_fn: Any = None,
                           tensor_visitor_fn: Any = None) -> torch.Tensor:
+        """This view made again from ``new_base`` (how torch.compile fakes an input view; see ``replay_view``)."""
         from tpu_runtime.compile_tensors import replay_view
 
         return replay_view(self, new_base, symint_visitor_fn, tensor_visitor_fn)
