@@ -137,7 +137,8 @@ class TpuTensor(torch.Tensor):
             extra += f", grad_fn=<{type(self.grad_fn).__name__}>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
-        return text[:-1] + extra + ")"
+        prefix = "Parameter containing:\n" if isinstance(self, torch.nn.Parameter) else ""  # (as nn.Parameter's repr)
+        return prefix + text[:-1] + extra + ")"
 
     def __format__(self, spec: str) -> str:
         if self.dim() == 0:

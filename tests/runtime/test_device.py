@@ -52,6 +52,9 @@ def test_print_item_and_format():
     assert t.sum().item() == pytest.approx(-0.5)
     assert f"{t[0]:.2f}" == "1.50"
     assert "requires_grad=True" in repr(t.clone().requires_grad_())
+    weight = torch.nn.Linear(2, 1).to("tpu").weight
+    assert repr(weight).startswith("Parameter containing:\ntensor([[")  # as the CPU's (the first line was dropped)
+    assert repr(weight).endswith("device='tpu:0', requires_grad=True)")
 
 
 def test_numpy_needs_a_copy_to_the_host_as_for_cuda():
