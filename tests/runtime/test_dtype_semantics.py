@@ -189,6 +189,8 @@ _REFUSED = {
     "int - True": (lambda d: torch.tensor([1, 2], device=d) - True, "with a bool tensor"),
     "complex <": (lambda d: torch.tensor([1j], device=d) < torch.tensor([2j], device=d), "not implemented for"),
     "complex >=": (lambda d: torch.tensor([1j], device=d) >= 0, "not implemented for"),
+    "maximum of complex": (lambda d: torch.maximum(torch.tensor([1j], device=d), torch.tensor([2j], device=d)),
+                           "maximum not implemented for complex tensors"),
     "add out=int64 of a float": (lambda d: torch.add(torch.tensor([1.5], device=d), 1,
                                                      out=torch.empty(1, dtype=torch.int64, device=d)),
                                  "can't be cast to the desired output type Long"),

@@ -324,8 +324,13 @@ def lower_maximum_default(ctx, self, other):
     """maximum(Tensor self, Tensor other) -> Tensor
 
     Emits ``max`` (NaN propagates, as in torch).
+
+    Raises:
+        RuntimeError: complex operands (torch's message: they have no order).
     """
     a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    if jnp.issubdtype(a.dtype, jnp.complexfloating):
+        raise RuntimeError("maximum not implemented for complex tensors.")
     return jnp.maximum(a, b)
 
 
@@ -334,8 +339,13 @@ def lower_minimum_default(ctx, self, other):
     """minimum(Tensor self, Tensor other) -> Tensor
 
     Emits ``min`` (NaN propagates, as in torch).
+
+    Raises:
+        RuntimeError: complex operands (torch's message: they have no order).
     """
     a, b = promote(self, other, dtype=out_dtype(ctx, self, other))
+    if jnp.issubdtype(a.dtype, jnp.complexfloating):
+        raise RuntimeError("minimum not implemented for complex tensors.")
     return jnp.minimum(a, b)
 
 
