@@ -6,6 +6,9 @@
   ``converter.lowering.ops.linalg_decomp._factored``.
 - ``scatter_reduce.two`` takes the CPU kernel's legacy reduce names ``"max"``/``"min"`` for ``"amax"``/``"amin"``
   (torch's shape function refuses them).
+- ``nll_loss`` (``F.cross_entropy`` of ``(N, C)`` logits) forward and backward take a uint8 target as int64 (the
+  CPU takes Long or Byte class targets; the decomposition's ``gather`` takes int32/int64 indices); other target
+  dtypes, and any but int64 for ``nll_loss2d``, are refused with the CPU's messages.
 """
 
 from __future__ import annotations
@@ -33,6 +36,24 @@ def _scatter_reduce(func: Any, args: tuple, kwargs: dict) -> Any:
     return _dispatch._route(func, args, kwargs, _row_route(func))
 
 
+def _nll_target(func: Any, args: tuple, kwargs: dict) -> Any:
+    from tpu_runtime.execute import _SCALAR_NAMES
+
+    i = 1 if func._schema.name.endswith("_forward") else 2  # (self, target, …) / (grad_output, self, target, …)
+    target = args[i]
+    name = _SCALAR_NAMES.get(target.dtype, target.dtype)
+    if target.dtype != torch.int64 and "2d" in func._schema.name:  # the CPU's 2d kernel takes Long only
+        raise RuntimeError(f"expected scalar type Long but found {name}")
+    if target.dtype == torch.uint8:
+        args = args[:i] + (target.long(),) + tuple(args[i + 1:])
+    elif target.dtype != torch.int64:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {name}")
+    route = _ROW_ROUTES.get(func)
+    if route is None:  # its decomposition's route
+        route = _ROW_ROUTES[func] = _dispatch._decomp_route(func) + (func,)
+    return _dispatch._route(func, args, kwargs, route)
+
+
 def _row_route(func: Any) -> tuple:
     """``func``'s row of the lowering table as an ``op`` route."""
     route = _ROW_ROUTES.get(func)
@@ -48,6 +69,8 @@ HANDLERS: dict[Any, Callable] = {
     aten._linalg_det.default: _det,
     aten._linalg_slogdet.default: _det,
     aten.scatter_reduce.two: _scatter_reduce,
+    **{op: _nll_target for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default,
+                                  aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)},
 }
 
 __all__ = ["HANDLERS"]

@@ -215,6 +215,11 @@ def _classify(func: Any) -> tuple:
         functional = inplace.functional_of_out(func, outs)
         if functional is not None:
             return ("out", functional, outs)
+    return _decomp_route(func)
+
+
+def _decomp_route(func: Any) -> tuple:
+    """``func``'s route through a decomposition (``("missing",)`` when it has none)."""
     fn = _CORE_DECOMP.get(func) or decomposition_table.get(func)
     # torch._refs decompositions may emit prims.* ops (not ATen, not in the table):
     # prefer torch._decomp's ATen-to-ATen ones, then CompositeImplicitAutograd, then refs.

@@ -382,3 +382,24 @@ def test_group_norm_of_an_empty_batch_as_on_cpu():
     out = norm(x)
     out.sum().backward()
     assert out.shape == (0, 3, 5) and x.grad.shape == (0, 3, 5) and norm.weight.grad.abs().sum().item() == 0
+
+
+def test_cross_entropy_targets_of_the_dtypes_the_cpu_takes():
+    # class targets stored as uint8: the CPU takes them for (N, C) logits, the device's gather raised; int32
+    # targets, and uint8 ones for (N, C, H, W) logits: the CPU refuses them, the device computed a loss
+    torch.manual_seed(0)
+    logits, target = torch.randn(4, 5), torch.randint(0, 5, (4,), dtype=torch.uint8)
+    losses, grads = [], []
+    for device in ("cpu", "tpu"):
+        x = logits.clone().to(device).requires_grad_()
+        loss = F.cross_entropy(x, target.to(device))
+        loss.backward()
+        losses.append(loss.detach().cpu())
+        grads.append(x.grad.cpu())
+        with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte, but got Int"):
+            F.cross_entropy(x, target.to(device).int())
+        with pytest.raises(RuntimeError, match="expected scalar type Long but found Byte"):
+            F.cross_entropy(torch.randn(2, 5, 3, 3, device=device), torch.zeros(2, 3, 3, dtype=torch.uint8,
+                                                                                 device=device))
+    torch.testing.assert_close(losses[1], losses[0])
+    torch.testing.assert_close(grads[1], grads[0])
