@@ -46,7 +46,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.device import HOST_FACTORIES, aten_overload, check_index
 from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, _execute, _run, run_op
-from tpu_runtime.fallback import cpu_fallback, defer_backward_error, fallback_enabled, like_input, missing
+from tpu_runtime.fallback import cpu_fallback, defer_backward_error, empty_results, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
 from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
@@ -263,26 +263,12 @@ def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int
     try:
         out = decomp(*args, **kwargs)
     except ZeroDivisionError:  # python arithmetic on an empty input's numel (mse_loss_backward's mean)
-        out = _empty_results(func, args, kwargs)
+        out = empty_results(func, args, kwargs)
     if out is NotImplemented and func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
         out = func.decompose(*args, **kwargs)
     if out is NotImplemented:
         return missing(func, args, kwargs)
     return out
-
-
-def _empty_results(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func``'s results, shaped like its empty ``self``/``input`` (a decomposition divided by the size of
-    an empty input: a loss's backward, whose gradient is shaped like the input; its meta kernel is the
-    same decomposition).
-
-    Raises:
-        ZeroDivisionError: that input has elements (the results' values are not known)."""
-    meta = like_input(func, args, kwargs)
-    if any(m.numel() for m in torch.utils._pytree.tree_leaves(meta) if isinstance(m, torch.Tensor)):
-        raise ZeroDivisionError(f"{func}: division by zero in its decomposition")
-    return torch.utils._pytree.tree_map(
-        lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)
 
 
 # --------------------------------------------------------------------------- ops the runtime implements

@@ -139,6 +139,20 @@ def like_input(func: Any, args: tuple, kwargs: dict) -> Any:
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def empty_results(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func``'s results, shaped like its empty ``self``/``input`` (a decomposition divided by the size of
+    an empty input: a loss's backward, whose gradient is shaped like the input; its meta kernel is the
+    same decomposition).
+
+    Raises:
+        ZeroDivisionError: that input has elements (the results' values are not known)."""
+    meta = like_input(func, args, kwargs)
+    if any(m.numel() for m in torch.utils._pytree.tree_leaves(meta) if isinstance(m, torch.Tensor)):
+        raise ZeroDivisionError(f"{func}: division by zero in its decomposition")
+    return torch.utils._pytree.tree_map(
+        lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)
+
+
 def _raise_backward_error() -> None:
     errors = list(_BACKWARD_ERRORS)
     _BACKWARD_ERRORS.clear()
@@ -148,4 +162,4 @@ def _raise_backward_error() -> None:
 
 
 __all__ = ["set_cpu_fallback", "fallback_report", "fallback_enabled", "missing", "cpu_fallback", "like_input",
-           "defer_backward_error"]
+           "empty_results", "defer_backward_error"]
