@@ -9,10 +9,12 @@
 - ``nll_loss`` (``F.cross_entropy`` of ``(N, C)`` logits) forward and backward take a uint8 target as int64 (the
   CPU takes Long or Byte class targets; the decomposition's ``gather`` takes int32/int64 indices); other target
   dtypes, and any but int64 for ``nll_loss2d``, are refused with the CPU's messages.
+- ``where.self`` takes a uint8 condition as bool, with torch's deprecation warning (its meta function refuses it).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -54,6 +56,16 @@ def _nll_target(func: Any, args: tuple, kwargs: dict) -> Any:
     return _dispatch._route(func, args, kwargs, route)
 
 
+def _where(func: Any, args: tuple, kwargs: dict) -> Any:
+    condition = args[0] if args else kwargs["condition"]
+    if condition.dtype == torch.uint8:
+        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated and will be removed in a "
+                      "future version of PyTorch. Use a boolean condition instead.", UserWarning, stacklevel=2)
+        args, kwargs = ((condition.bool(),) + tuple(args[1:]), kwargs) if args else \
+            (args, {**kwargs, "condition": condition.bool()})
+    return _dispatch._route(func, args, kwargs, _row_route(func))
+
+
 def _row_route(func: Any) -> tuple:
     """``func``'s row of the lowering table as an ``op`` route."""
     route = _ROW_ROUTES.get(func)
@@ -69,6 +81,7 @@ HANDLERS: dict[Any, Callable] = {
     aten._linalg_det.default: _det,
     aten._linalg_slogdet.default: _det,
     aten.scatter_reduce.two: _scatter_reduce,
+    aten.where.self: _where,
     **{op: _nll_target for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default,
                                   aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)},
 }

@@ -223,3 +223,11 @@ def test_adaptive_average_pooling_of_an_empty_spatial_dim_is_refused(pool):
             fn(torch.randn((1, 2, 0) + (3,) * (spatial - 1), device=device), 2)
     empty_batch = torch.randn((0, 2) + (4,) * spatial)
     assert fn(empty_batch.to("tpu"), 2).shape == fn(empty_batch, 2).shape
+
+
+def test_where_takes_a_uint8_condition_with_torchs_deprecation_warning():
+    # the CPU takes it (deprecated); the device's shape inference refused it
+    condition, values = torch.tensor([1, 0, 2], dtype=torch.uint8), torch.tensor([1.0, 2.0, 3.0])
+    with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
+        got = torch.where(condition.to("tpu"), values.to("tpu"), 0.0)
+    assert torch.equal(got.cpu(), torch.tensor([1.0, 0.0, 3.0]))
