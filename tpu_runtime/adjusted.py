@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from converter.lowering.dtypes import scalar_type_name
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
 from tpu_runtime.tensor import TpuTensor
 
@@ -39,21 +40,16 @@ def _scatter_reduce(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _nll_target(func: Any, args: tuple, kwargs: dict) -> Any:
-    from tpu_runtime.execute import _SCALAR_NAMES
-
     i = 1 if func._schema.name.endswith("_forward") else 2  # (self, target, …) / (grad_output, self, target, …)
     target = args[i]
-    name = _SCALAR_NAMES.get(target.dtype, target.dtype)
+    name = scalar_type_name(target.dtype)
     if target.dtype != torch.int64 and "2d" in func._schema.name:  # the CPU's 2d kernel takes Long only
         raise RuntimeError(f"expected scalar type Long but found {name}")
     if target.dtype == torch.uint8:
         args = args[:i] + (target.long(),) + tuple(args[i + 1:])
     elif target.dtype != torch.int64:
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {name}")
-    route = _ROW_ROUTES.get(func)
-    if route is None:  # its decomposition's route
-        route = _ROW_ROUTES[func] = _dispatch._decomp_route(func) + (func,)
-    return _dispatch._route(func, args, kwargs, route)
+    return _dispatch._route(func, args, kwargs, _row_route(func, _dispatch._decomp_route))
 
 
 def _where(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -66,11 +62,11 @@ def _where(func: Any, args: tuple, kwargs: dict) -> Any:
     return _dispatch._route(func, args, kwargs, _row_route(func))
 
 
-def _row_route(func: Any) -> tuple:
-    """``func``'s row of the lowering table as an ``op`` route."""
+def _row_route(func: Any, make: Callable[[Any], tuple] | None = None) -> tuple:
+    """``func``'s row of the lowering table as an ``op`` route (or the route ``make`` gives: its decomposition's)."""
     route = _ROW_ROUTES.get(func)
     if route is None:
-        route = _ROW_ROUTES[func] = _dispatch._op_route(func) + (func,)
+        route = _ROW_ROUTES[func] = (make or _dispatch._op_route)(func) + (func,)
     return route
 
 

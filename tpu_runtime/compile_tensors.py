@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
-from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias, opaque_tensor
+from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias, compiling, opaque_tensor
 from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
@@ -74,13 +74,13 @@ class TpuPayload(torch.Tensor):
     def untyped_storage(self) -> torch.UntypedStorage:
         """The storage of the tpu tensor it stands for (checkpoint code looks into the flattened tensor); its
         own while torch.compile fakes it (a storage apart from the outer tensor's)."""
-        if torch._guards.TracingContext.try_get() is not None:
+        if compiling():
             return torch.Tensor.untyped_storage(self)
         return self.tensor.untyped_storage()
 
     def data_ptr(self) -> int:
         """The tpu tensor's :meth:`~tpu_runtime.tensor.TpuTensor.data_ptr` (see :meth:`untyped_storage`)."""
-        if torch._guards.TracingContext.try_get() is not None:
+        if compiling():
             return torch.Tensor.data_ptr(self)
         return self.tensor.data_ptr()
 

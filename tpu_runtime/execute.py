@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.lowering import registry
+from converter.lowering.dtypes import scalar_type_name
 from tpu_runtime import rng
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import _CURRENT as _MODE
@@ -120,13 +121,6 @@ def run_writing(func: Any, args: tuple, kwargs: dict, route: tuple, targets: lis
     return True
 
 
-#: torch's ScalarType names, as its casting errors spell them.
-_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-                 torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-                 torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
-                 torch.complex128: "ComplexDouble"}
-
-
 def check_cast(result: torch.dtype, out: torch.dtype) -> None:
     """Refuse an in-place op whose result type ``result`` torch would not cast into ``self``'s ``out``
     (``int_tensor += 1.5``, ``bool_tensor += 1``): the CPU raises rather than truncate.
@@ -135,8 +129,8 @@ def check_cast(result: torch.dtype, out: torch.dtype) -> None:
         RuntimeError: torch's message.
     """
     if not torch.can_cast(result, out):
-        raise RuntimeError(f"result type {_SCALAR_NAMES.get(result, result)} can't be cast to the desired output "
-                           f"type {_SCALAR_NAMES.get(out, out)}")
+        raise RuntimeError(f"result type {scalar_type_name(result)} can't be cast to the desired output type "
+                           f"{scalar_type_name(out)}")
 
 
 def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:

@@ -50,6 +50,11 @@ class Storage:
 _ADDRESSES = itertools.count(1)
 
 
+def compiling() -> bool:
+    """Whether torch.compile is tracing (dynamo's tracing context is set): storages are then its own."""
+    return torch._guards.TracingContext.try_get() is not None
+
+
 def storage_handle(storage: Storage) -> torch.UntypedStorage:
     """The ``torch.UntypedStorage`` that ``t.untyped_storage()`` gives for every tpu tensor over ``storage``.
 
@@ -252,13 +257,13 @@ class TpuTensor(torch.Tensor):
 
     def untyped_storage(self) -> torch.UntypedStorage:
         """The storage ``self`` views: one handle per device storage, shared by its views (:func:`storage_handle`)."""
-        if self._fake is not None or torch._guards.TracingContext.try_get() is not None:
+        if self._fake is not None or compiling():
             return torch.Tensor.untyped_storage(self)  # torch.compile fakes it (as a tensor subclass's storage)
         return storage_handle(self._storage)
 
     def data_ptr(self) -> int:
         """The address of the first element within :meth:`untyped_storage`'s (a number only, as its)."""
-        if self._fake is not None or torch._guards.TracingContext.try_get() is not None:
+        if self._fake is not None or compiling():
             return torch.Tensor.data_ptr(self)
         return storage_handle(self._storage).data_ptr() + self.storage_offset() * self.element_size()
 

@@ -66,6 +66,20 @@ def to_torch_dtype(dtype) -> torch.dtype:
     return JAX_TO_TORCH[np.dtype(dtype)]
 
 
+#: c10's ScalarType names, as torch's error messages spell dtypes.
+_SCALAR_TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                      torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                      torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+                      torch.complex128: "ComplexDouble"}
+
+
+def scalar_type_name(dtype) -> str:
+    """torch's ScalarType name of ``dtype`` (a torch, JAX or NumPy dtype): ``Float``, ``Long``, ``ComplexFloat``…"""
+    if not isinstance(dtype, torch.dtype):
+        dtype = JAX_TO_TORCH.get(np.dtype(dtype), dtype)
+    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype))
+
+
 def is_floating(dtype) -> bool:
     """True for floating dtypes (JAX/NumPy dtype)."""
     return jnp.issubdtype(dtype, jnp.floating)

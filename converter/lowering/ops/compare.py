@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from converter.lowering.dtypes import is_floating
+from converter.lowering.dtypes import is_floating, scalar_type_name
 from converter.lowering.helpers import check_fits, promote
 from converter.lowering.ops.elementwise import bcast, out_dtype
 from converter.lowering.registry import lowering
@@ -95,8 +95,7 @@ def _ordered(name, self, other):
         NotImplementedError: a complex operand (complex numbers have no order: torch's message)."""
     a, b = _common(self, other)
     if jnp.issubdtype(a.dtype, jnp.complexfloating):
-        kind = "ComplexDouble" if a.dtype == jnp.complex128 else "ComplexFloat"
-        raise NotImplementedError(f'"{name}" not implemented for \'{kind}\'')
+        raise NotImplementedError(f'"{name}" not implemented for \'{scalar_type_name(a.dtype)}\'')
     return a, b
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import LoweringError, UnsupportedOpError
-from converter.lowering.dtypes import to_jax_dtype
+from converter.lowering.dtypes import scalar_type_name, to_jax_dtype
 from converter.lowering.helpers import opmath_dtype, pnorm
 from converter.lowering.ops.convert import cast
 from converter.lowering.registry import lowering
@@ -57,12 +57,6 @@ def lower_linear_default(ctx, input, weight, bias=None):
     return (y if bias is None else y + bias.astype(y.dtype)).astype(dtype)
 
 
-#: torch's names of dtypes (c10's ScalarType names), as its dtype errors spell them.
-_TYPE_NAMES = {jnp.dtype(jnp.float64): "Double", jnp.dtype(jnp.float32): "Float", jnp.dtype(jnp.float16): "Half",
-               jnp.dtype(jnp.bfloat16): "BFloat16", jnp.dtype(jnp.complex64): "ComplexFloat",
-               jnp.dtype(jnp.complex128): "ComplexDouble", jnp.dtype(jnp.int64): "Long", jnp.dtype(jnp.int32): "Int"}
-
-
 def _same_dtype(a, b, message):
     """Raise torch's error for matrix operands of two dtypes (the CPU refuses them; ``message`` formats the two
     names).
@@ -70,8 +64,7 @@ def _same_dtype(a, b, message):
     Raises:
         RuntimeError: ``a`` and ``b`` differ in dtype."""
     if a.dtype != b.dtype:
-        names = [_TYPE_NAMES.get(jnp.dtype(x.dtype), str(x.dtype)) for x in (a, b)]
-        raise RuntimeError(message(*names))
+        raise RuntimeError(message(scalar_type_name(a.dtype), scalar_type_name(b.dtype)))
 
 
 @lowering(aten.mm.default)
