@@ -19,9 +19,13 @@ from tpu_runtime.eager import executor
 from tpu_runtime.execute import NOT_IN_PLACE, _run, assign_value, check_cast, run_writing
 from tpu_runtime.plans import ShapeInferenceError
 from tpu_runtime.tensor import TpuTensor
-from tpu_runtime.values import read, to_cpu
+from tpu_runtime.values import read, to_cpu, write
 
 aten = torch.ops.aten
+
+#: Functional twins of the in-place ops that write one number into every element (``fill_``, ``zero_``):
+#: the CPU lets them write through an expanded view, whose elements share memory.
+_UNIFORM = frozenset({aten.fill.Scalar, aten.zero.default})  # (fill_ of a tensor value checks, as the CPU)
 
 
 #: In-place ops whose functional twin has another overload name.
@@ -101,6 +105,8 @@ def _factory_kwarg(arg: Any) -> bool:
 def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     """An in-place op: its ``functional`` twin's result written into ``self`` (``args[0]``)."""
     self = args[0]
+    if functional in _UNIFORM and type(self) is TpuTensor and self._chain:
+        return _fill_view(functional, args, kwargs)
     route = _dispatch.route_of(functional)
     if route[0] == "generator" and _dispatch._generator_arg(route[1], args, kwargs) is None:
         route = route[2]  # (a given generator was taken off by the in-place op's own route)
@@ -121,6 +127,17 @@ def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
         self.copy_(to_cpu(result))
         return self
     assign(self, result)
+    return self
+
+
+def _fill_view(functional: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """``fill_``/``zero_`` of a view: one value written into every element, also through an expanded view."""
+    self = args[0]
+    result = _dispatch._route(functional, args, kwargs)
+    if result.dtype != self.dtype:
+        check_cast(result.dtype, self.dtype)
+        result = result.to(self.dtype)
+    write(self, read(result), uniform=True)
     return self
 
 

@@ -79,12 +79,15 @@ def read(t: TpuTensor) -> Any:
     return v
 
 
-def write(t: TpuTensor, value: Any) -> None:
+def write(t: TpuTensor, value: Any, uniform: bool = False) -> None:
     """Replace ``t``'s value with ``value`` (same shape and dtype), through its view chain.
+
+    ``uniform``: every element of ``value`` is the same (``fill_``, ``zero_``), so a write through a view
+    whose elements overlap is well defined, and allowed, as on the CPU (``x.expand(2, 3).fill_(1)``).
 
     Raises:
         RuntimeError: the chain contains a view whose elements overlap (expand, or an ``as_strided`` with a
-            zero stride: a compiled function's expanded output).
+            zero stride: a compiled function's expanded output) and ``value`` is not uniform.
     """
     s = t._storage
     if not t._chain:
@@ -93,10 +96,7 @@ def write(t: TpuTensor, value: Any) -> None:
         s.value = value
         s.version += 1
         return
-    culprit = next((plan for plan, _ in t._chain if plan.op in _OVERLAPPING), None)
-    strides = t._strides  # or a layout with a zero stride on a longer dimension (as_strided's, of an expand)
-    if culprit is None and strides is not None and any(not st and n > 1 for n, st in zip(t._spec[0], strides)):
-        culprit = t._chain[-1][0]
+    culprit = None if uniform else _overlap(t)
     if culprit is not None:
         raise RuntimeError(f"unsupported operation: in-place write into a tpu tensor created by {culprit.name}: "
                            "more than one element of the written-to tensor refers to a single memory "
@@ -111,6 +111,20 @@ def write(t: TpuTensor, value: Any) -> None:
     t._cached, t._seen = value, s.version
     if type(value) is LazyRef and value.concrete is None:
         value.graph.cache_view(t, value)
+
+
+def _overlap(t: TpuTensor) -> Any:
+    """The view op that makes elements of the view ``t`` share memory, or ``None``.
+
+    With its layout known (``t._strides``), as the CPU decides: a zero stride on a longer dimension
+    (``x.expand(2, 3)``, an ``as_strided`` of an expand); ``x.expand(2, 3)[0]`` does not overlap. Else any
+    expand in its chain."""
+    strides = t._strides
+    if strides is None:
+        return next((plan for plan, _ in t._chain if plan.op in _OVERLAPPING), None)
+    if any(not st and n > 1 for n, st in zip(t._spec[0], strides)):
+        return next((plan for plan, _ in reversed(t._chain) if plan.op in _OVERLAPPING), t._chain[-1][0])
+    return None
 
 
 def materialize(t: TpuTensor) -> jax.Array:

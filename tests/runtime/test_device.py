@@ -217,6 +217,29 @@ def test_write_through_expanded_view_is_refused():
     t = torch.zeros(1, 3).to("tpu")
     with pytest.raises(RuntimeError, match="more than one element"):
         t.expand(4, 3).add_(1)
+    with pytest.raises(RuntimeError, match="more than one element"):  # a tensor value: the CPU checks too
+        t.expand(4, 3).fill_(torch.tensor(2.0))
+    with pytest.raises(RuntimeError, match="more than one element"):
+        t.t().expand(3, 2)[0] = 4.5
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_fill_through_expanded_view(mode):
+    """fill_/zero_ write one number into every element: the CPU allows them through an expanded view."""
+    def run(device):
+        b = torch.zeros(2, 1, dtype=torch.int64, device=device)
+        e = b.expand(2, 3)
+        e[0].fill_(4.5)       # a select of the expanded view, its elements one
+        e[1:, 1:].fill_(7)
+        c = torch.ones(3, device=device)
+        c[None].expand(2, 3).zero_()
+        c[None].expand(2, 3)[1] = torch.tensor([1.0, 2.0, 3.0], device=device)  # x.expand(2, 3)[1] does not overlap
+        return b.cpu(), e.cpu(), c.cpu()
+
+    with tpu_runtime.set_eager_mode(mode):
+        got = run("tpu")
+    for g, w in zip(got, run("cpu")):
+        assert g.dtype == w.dtype and torch.equal(g, w)
 
 
 def test_copy_between_devices_and_dtypes():
