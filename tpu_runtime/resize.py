@@ -11,9 +11,10 @@ and points the tensor at ``new``'s storage and view chain, so every Python refer
 a prefix view of it, and growing back within the storage brings the old elements back);
 growing beyond the storage copies the elements into a larger one whose new elements are
 zeros (torch leaves them uninitialized). Views taken before a growing ``resize_`` keep the
-old storage (in torch they follow the tensor's reallocated storage). A view other than such
-a prefix view (a slice, a transpose) cannot be resized to another shape: torch would lay it
-out again from its storage offset, which a view chain does not describe.
+old storage (in torch they follow the tensor's reallocated storage). A view whose layout in its
+storage is known (a slice, a transpose: :mod:`tpu_runtime.layout`) is laid out again from its storage
+offset, as torch does, within its storage; growing it beyond its storage, or resizing a view whose
+layout is not known (of a dtype view), raises.
 """
 
 from __future__ import annotations
@@ -50,16 +51,19 @@ def resize(t: TpuTensor, size: Any) -> TpuTensor:
         return t
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
-    if t._chain and not t._prefix:
-        raise RuntimeError(f"resize_ of a view of a tpu tensor (shape {list(t.shape)}) to {list(size)} is not "
-                           "supported: resize the tensor it views, or make the view contiguous with .clone()")
     storage, n = t._storage, math.prod(size)
     shape, dtype = storage.spec
-    base = TpuTensor(storage, shape, dtype)  # the whole storage, in order
     held = math.prod(shape)
-    if n <= held:
-        new = base.reshape(-1)[:n].view(size)
-        new._prefix = bool(new._chain)
+    # a view whose layout is known is laid out again from its storage offset, within the storage
+    offset = t._offset if t._chain and not t._prefix and t._strides is not None else 0
+    if t._chain and not t._prefix and (t._strides is None or offset + n > held):
+        raise RuntimeError(f"resize_ of a view of a tpu tensor (shape {list(t.shape)}) to {list(size)} is not "
+                           "supported" + (" beyond its storage" if t._strides is not None else "")
+                           + ": resize the tensor it views, or make the view contiguous with .clone()")
+    base = TpuTensor(storage, shape, dtype)  # the whole storage, in order
+    if offset + n <= held:
+        new = base.reshape(-1)[offset:offset + n].view(size)
+        new._prefix = bool(new._chain) and not offset
     elif storage.value is None:  # never written: reads as zeros, at any size
         new = new_tensor(None, size, dtype)
     else:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import tpu_runtime  # noqa: F401  (registers the tpu device)
+import tpu_runtime
 
 MODES = ["strict", "fused"]
 
@@ -74,13 +74,34 @@ def test_out_tensors_of_another_shape_are_resized(mode):
 
 def test_resize_errors_name_the_problem():
     x = torch.zeros(4, 4, device="tpu")
-    with pytest.raises(RuntimeError, match=r"resize_ of a view of a tpu tensor \(shape \[4, 2\]\) to \[8\]"):
-        x[:, :2].resize_(8)
+    with pytest.raises(RuntimeError, match=r"resize_ of a view of a tpu tensor \(shape \[1, 2\]\) to \[8\] is not "
+                                           r"supported beyond its storage"):
+        x[3:, :2].resize_(8)  # (torch moves the storage to a larger one that its other views follow)
     with pytest.raises(RuntimeError, match="cannot resize variables that require grad"):
         torch.zeros(2, device="tpu", requires_grad=True).resize_(3)
     with pytest.raises(RuntimeError, match="negative dimension"):
         x.resize_(-1, 2)
     x[:, :2].resize_(4, 2)  # its own shape: nothing to do
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_resize_of_a_view_lays_it_out_again_from_its_storage_offset(mode):
+    def run(device):
+        b = torch.arange(12.0, device=device)
+        v = b[3:7]
+        v.resize_(2, 2)
+        v[0, 0] = -1.0  # still a view of b
+        t = b.view(3, 4).t()
+        t.resize_(2, 3)  # from offset 0, contiguous
+        s = b[2:]
+        s.resize_(3)
+        s.resize_(10)  # within the storage: its elements come back
+        return [(r.cpu(), r.stride(), r.storage_offset()) for r in (b, v, t, s)]
+
+    with tpu_runtime.set_eager_mode(mode):
+        got = run("tpu")
+    for (g, gs, go), (w, ws, wo) in zip(got, run("cpu")):
+        assert torch.equal(g, w) and gs == ws and go == wo
 
 
 def test_is_set_to_compares_storage_offset_sizes_and_strides_as_on_cpu():
