@@ -36,9 +36,8 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
-from converter.lowering.ops.shape import strided_elements
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
-from tpu_runtime import adjusted, serialization
+from tpu_runtime import adjusted, index_checks, serialization, strided
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
@@ -351,6 +350,8 @@ def _copy_from_and_resize(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def _t(func: Any, args: tuple, kwargs: dict) -> Any:
     x = args[0]
+    if x.dim() > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.dim()}D")
     return _route(aten.permute.default, (x, [1, 0]), {}) if x.dim() == 2 else alias(x)
 
 
@@ -429,48 +430,9 @@ def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
     return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
 
 
-_AS_STRIDED_ROUTE: list = []
-
-
-def _as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
-    -> Tensor(a)``: a view that reports its true layout in its storage (:mod:`tpu_runtime.layout`)
-    has it index the storage, as on the CPU (AOTAutograd rebuilds a compiled function's output that
-    aliases such an input this way), from its own storage offset when none is given; any other
-    tensor reports the dense strides of its own values, which its strides index."""
-    x = args[0]
-    if type(x) is TpuTensor and x._opaque:
-        return _opaque_as_strided(x, args[1], args[2], args[3] if len(args) > 3 else kwargs.get("storage_offset"))
-    if type(x) is TpuTensor and x._strides is not None:
-        shape, dtype = x._storage.spec
-        offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
-        args = (TpuTensor(x._storage, shape, dtype), args[1], args[2], x._offset if offset is None else offset)
-        kwargs = {}
-    if not _AS_STRIDED_ROUTE:
-        _AS_STRIDED_ROUTE.append(("op", None, False, False, next(_TAGS), func))
-    return _route(func, args, kwargs, _AS_STRIDED_ROUTE[0])
-
-
-def _opaque_as_strided(x: TpuTensor, size: Any, stride: Any, offset: Any) -> TpuTensor:
-    """``as_strided`` of a compiled graph's output that reports a view's layout over a storage it does not
-    hold (only its own dense values, :func:`~tpu_runtime.tensor.wrap_strided`): each storage position read
-    is mapped back to the element of ``x`` stored there (a copy, not a view).
-
-    Raises:
-        RuntimeError: a position no element of ``x`` holds.
-    """
-    picked = strided_elements(tuple(x.shape), tuple(x.stride()), x.storage_offset(), tuple(int(s) for s in size),
-                              tuple(int(s) for s in stride), x.storage_offset() if offset is None else int(offset))
-    if (picked < 0).any():
-        raise RuntimeError(f"as_strided{list(size), list(stride), offset} of a tpu tensor of shape {list(x.shape)} "
-                           f"and strides {list(x.stride())} reads storage it does not hold (the output of a compiled "
-                           "function): clone() it first")
-    flat = _route(aten.view.default, (TpuTensor(x._storage, *x._storage.spec), [-1]), {})
-    return _route(aten.index.Tensor, (flat, [torch.from_numpy(picked)]), {})
-
-
 _SPECIAL: dict[Any, Callable] = {
-    aten.as_strided.default: _as_strided,
+    aten.as_strided.default: strided.as_strided,
+    aten.is_pinned.default: lambda func, args, kwargs: False,  # no pinned tpu memory (as a CUDA tensor answers)
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: compile_tensors.lift_fresh,
@@ -494,6 +456,7 @@ _SPECIAL: dict[Any, Callable] = {
     aten._has_same_storage_numel.default: _same_storage_numel,
     aten.native_batch_norm.default: _batch_norm,
     **adjusted.HANDLERS,
+    **index_checks.HANDLERS,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,
     **resize.HANDLERS,

@@ -24,6 +24,7 @@ lengths, which torch keeps on the CPU. ``torch.linalg``'s error check of a facto
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import jax.numpy as jnp
@@ -128,6 +129,20 @@ def _masked_select(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
 # --------------------------------------------------------------------------- unique
 
 
+def _check_zero_sizes(shape: tuple, d: int) -> None:
+    """Refuse, as the CPU, unique slices along ``d`` of a tensor with an empty dimension other than ``d``.
+
+    Raises:
+        RuntimeError: torch's message."""
+    if any(n == 0 for i, n in enumerate(shape) if i != d):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+
+
+def _rows(v: Any, d: int) -> Any:
+    """``v`` as a matrix of its slices along ``d`` (sizes spelled out: no ``-1`` to infer when a size is 0)."""
+    return jnp.moveaxis(v, d, 0).reshape(v.shape[d], math.prod(n for i, n in enumerate(v.shape) if i != d))
+
+
 def _distinct_rows(rows: Any) -> Any:
     """The number of distinct rows of a 2-d array (NaNs are all distinct, as in torch)."""
     if rows.shape[0] == 0:
@@ -174,9 +189,10 @@ def _unique_dim(func: Any, args: tuple, kwargs: dict) -> tuple:
     x, dim = args[0], args[1]
     shape, dtype = x._spec
     d = dim % max(len(shape), 1)
+    _check_zero_sizes(shape, d)
 
     def rows(v: Any) -> Any:
-        return jnp.moveaxis(v, d, 0).reshape(v.shape[d], -1)
+        return _rows(v, d)
 
     n = _length("unique_dim", lambda v: _distinct_rows(rows(v)), x, static=(d,))
 
@@ -196,9 +212,11 @@ def _unique_consecutive(func: Any, args: tuple, kwargs: dict) -> tuple:
     x, want_inverse, want_counts, dim = _bound(func, args, kwargs)
     shape, dtype = x._spec
     d = None if dim is None else dim % max(len(shape), 1)
+    if d is not None:
+        _check_zero_sizes(shape, d)
 
     def rows(v: Any) -> Any:
-        return v.reshape(-1, 1) if d is None else jnp.moveaxis(v, d, 0).reshape(v.shape[d], -1)
+        return v.reshape(-1, 1) if d is None else _rows(v, d)
 
     def changes(v: Any) -> Any:
         r = rows(v)

@@ -261,11 +261,17 @@ def _view_layout(plan: OpPlan, index: int, spec: tuple, strides: tuple, offset: 
 
 
 def convert_plan(src_spec: tuple, dst_spec: tuple) -> OpPlan:
-    """``src`` cast to ``dst``'s dtype and broadcast to its shape (``copy_`` between tpu tensors)."""
+    """``src`` cast to ``dst``'s dtype and broadcast to its shape (``copy_`` between tpu tensors).
+
+    Raises:
+        RuntimeError: ``src``'s shape does not broadcast to ``dst``'s (torch's message, from its meta kernel).
+    """
     key = ("convert", src_spec, dst_spec)
     plan = _PLANS.get(key)
     if plan is None:
         shape, dtype = dst_spec
+        if src_spec[0] != shape:
+            torch.empty(shape, device="meta").copy_(torch.empty(src_spec[0], device="meta"))
         jdt = to_jax_dtype(dtype)
         from converter.lowering.ops.convert import cast
 

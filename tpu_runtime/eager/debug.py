@@ -7,7 +7,8 @@
 * ``compare_cpu``: run the same ATen op with PyTorch on CPU copies of the inputs
   and raise :class:`~converter.errors.ParityError` naming the first op whose
   output differs beyond tolerance. Random ops are not compared (JAX's PRNG draws
-  other values by design), runtime-internal steps (view replay, scatter) have
+  other values by design), nor ops whose CPU output is uninitialized memory
+  (``empty_like``, ``new_empty``), runtime-internal steps (view replay, scatter) have
   no ATen op to compare against, and ops PyTorch's CPU kernels lack for a dtype
   (float8 arithmetic) are counted in ``REPORT.uncompared``.
 
@@ -73,6 +74,10 @@ class DebugReport:
 
 REPORT = DebugReport()
 
+#: Ops whose output the CPU leaves uninitialized: nothing to compare (the tpu's reads as zeros).
+_UNINITIALIZED = frozenset({"aten::empty_like", "aten::new_empty", "aten::new_empty_strided", "aten::empty",
+                            "aten::empty_strided", "aten::empty_permuted"})
+
 
 class DebugExecutor:
     """Runs each op now, waits for it, and checks it."""
@@ -104,7 +109,8 @@ class DebugExecutor:
                 if bad:
                     self._finding(NonFiniteError, f"{plan.name} produced {'NaN' if np.isnan(arr).any() else 'Inf'} "
                                                   f"in output {i} (shape {list(arr.shape)}, dtype {arr.dtype})")
-        if self.options.compare_cpu and plan.op is not None and not plan.random and "targs" in plan.extra:
+        if self.options.compare_cpu and plan.op is not None and not plan.random and "targs" in plan.extra \
+                and plan.op._schema.name not in _UNINITIALIZED:
             self._compare(plan, values, outs)
         return outs
 

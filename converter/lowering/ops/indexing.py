@@ -106,7 +106,7 @@ def lower_index_put_default(ctx, self, indices, values, accumulate=False):
         return _mask_put(ctx, self, indices, values, accumulate)
     parts = tuple(slice(None) if i is None else _wrap(i, self.shape[d]) for d, i in enumerate(indices))
     values = values.astype(self.dtype)
-    return self.at[parts].add(values) if accumulate else self.at[parts].set(values)
+    return getattr(self.at[parts], _how(self.dtype, "add"))(values) if accumulate else self.at[parts].set(values)
 
 
 @lowering(aten.index_select.default)
@@ -156,7 +156,13 @@ def _scatter(x, dim, index, src, how):
         return out.reshape(())
     src = _crop(src, index)
     src = src.astype(x.dtype) if hasattr(src, "astype") else jnp.asarray(src, x.dtype)
-    return getattr(x.at[_coords(x, dim, index)], how)(src)
+    return getattr(x.at[_coords(x, dim, index)], _how(x.dtype, how))(src)
+
+
+def _how(dtype, how):
+    """The scatter update ``how`` for ``dtype``: on bool, adding is a logical or (``max``) and multiplying a
+    logical and (``min``), as torch's CPU kernels compute them (XLA's scatter-add refuses bool)."""
+    return {"add": "max", "multiply": "min"}.get(how, how) if dtype == jnp.bool_ else how
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
@@ -211,7 +217,7 @@ def _reduce_into(ctx, op, x, coords, src, reduce, include_self):
         info = jnp.iinfo(x.dtype)
         identity = info.min if reduce == "amax" else info.max
     base = x if include_self else jnp.where(touched, jnp.asarray(identity, x.dtype), x)
-    out = getattr(base.at[coords], _REDUCE.get(reduce, "add"))(src)
+    out = getattr(base.at[coords], _how(x.dtype, _REDUCE.get(reduce, "add")))(src)
     if reduce != "mean":
         return out
     count = jnp.zeros(x.shape, x.dtype).at[coords].add(jnp.ones_like(src)) + (1 if include_self else 0)
@@ -294,7 +300,7 @@ def lower_put_default(ctx, self, index, source, accumulate=False):
     flat = self.reshape(-1)
     idx = _wrap(index.reshape(-1), flat.shape[0])
     src = source.reshape(-1).astype(self.dtype)
-    flat = flat.at[idx].add(src) if accumulate else flat.at[idx].set(src)
+    flat = getattr(flat.at[idx], _how(flat.dtype, "add"))(src) if accumulate else flat.at[idx].set(src)
     return flat.reshape(self.shape)
 
 

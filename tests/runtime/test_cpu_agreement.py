@@ -1,0 +1,110 @@
+"""Calls where the tpu device must answer as PyTorch on the CPU does: the same result, or the same error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tpu_runtime
+
+_I = torch.tensor([0, 1])
+_F64 = torch.ones(2, dtype=torch.float64)
+
+#: name → a call on ``(zeros(3), index, float64 source)`` of one device that the CPU refuses.
+REFUSED = {
+    "index_add source dtype": lambda z, i, s: z.index_add(0, i, s),
+    "index_add_ source dtype": lambda z, i, s: z.index_add_(0, i, s),
+    "index_add float index": lambda z, i, s: z.index_add(0, i.float(), s.float()),
+    "index_copy source dtype": lambda z, i, s: z.index_copy(0, i, s),
+    "index_copy int32 index": lambda z, i, s: z.index_copy(0, i.int(), s.float()),
+    "index_reduce source dtype": lambda z, i, s: z.index_reduce(0, i, s, "prod"),
+    "index_fill int32 index": lambda z, i, s: z.index_fill_(0, i.int(), 1.0),
+    "index_put source dtype": lambda z, i, s: z.index_put((i,), s, accumulate=True),
+    "setitem source dtype": lambda z, i, s: z.__setitem__(i, s),
+    "setitem mask source dtype": lambda z, i, s: z.__setitem__(z > -1, torch.ones(3, dtype=s.dtype, device=s.device)),
+    "put source dtype": lambda z, i, s: z.put_(i, s),
+    "put int32 index": lambda z, i, s: z.put(i.int(), s.float()),
+    "take int32 index": lambda z, i, s: z.take(i.int()),
+    "t of 3-d": lambda z, i, s: z.view(3, 1, 1).t(),
+    "as_strided past the storage": lambda z, i, s: z.as_strided((2, 2), (1, 2)),
+    "as_strided of a view past the storage": lambda z, i, s: z[1:].as_strided((2,), (1,), 2),
+    "as_strided negative offset": lambda z, i, s: z.as_strided((2,), (1,), -1),
+    "copy_ not broadcastable": lambda z, i, s: z.view(3, 1).expand(3, 2).clone().copy_(torch.zeros(3, 3, device=z.device)),
+}
+
+ACCEPTED = {
+    "index_add int32 index": lambda z, i, s: z.index_add(0, i.int(), s.float(), alpha=2),
+    "setitem python number": lambda z, i, s: z.__setitem__(i, 2) or z,
+    "take": lambda z, i, s: z.add(1).take(i),
+    "as_strided within the storage": lambda z, i, s: z.add(torch.arange(3.0, device=z.device))[1:].as_strided((2,), (1,), 1),
+    "t of 1-d": lambda z, i, s: z.add(1).t(),
+    "is_pinned": lambda z, i, s: z.is_pinned(),
+}
+
+
+def _on(device, fn):
+    return fn(torch.zeros(3, device=device), _I.to(device), _F64.to(device))
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_as_on_cpu(name):
+    with pytest.raises(Exception) as want:
+        _on("cpu", REFUSED[name])
+    with pytest.raises(want.type) as got:
+        _on("tpu", REFUSED[name])
+    assert str(got.value).splitlines()[0] == str(want.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("name", ACCEPTED)
+def test_accepted_as_on_cpu(name):
+    want, got = _on("cpu", ACCEPTED[name]), _on("tpu", ACCEPTED[name])
+    if isinstance(want, torch.Tensor):
+        assert torch.equal(got.cpu(), want)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_accumulating_scatters_of_bool_are_logical_or_and_and(mode):
+    def run(device):
+        t = torch.tensor([[True, False, True], [False, False, True]], device=device)
+        idx = torch.tensor([[0, 0, 1], [2, 2, 0]], device=device)
+        return [t.clone().scatter_(1, idx, True, reduce="add"), t.clone().scatter_(1, idx, False, reduce="multiply"),
+                t.clone().scatter_add_(1, idx, t), t.clone().scatter_reduce_(1, idx, t, "sum", include_self=False),
+                t.clone().scatter_reduce_(1, idx, t, "prod"),
+                t.clone().index_add_(1, torch.tensor([0, 0, 1], device=device), t),
+                t.clone().index_put_((torch.tensor([0, 0], device=device),), torch.tensor(True, device=device),
+                                     accumulate=True),
+                t.clone().put_(torch.tensor([0, 0, 4], device=device), torch.tensor([True, False, True], device=device),
+                               accumulate=True)]
+
+    with tpu_runtime.set_eager_mode(mode):
+        got = [g.cpu() for g in run("tpu")]
+    for g, w in zip(got, run("cpu")):
+        assert torch.equal(g, w)
+
+
+def test_debug_mode_does_not_compare_uninitialized_outputs():
+    x = torch.ones(64, device="tpu")
+    with tpu_runtime.set_eager_mode("debug", compare_cpu=True):
+        for _ in range(3):
+            junk = torch.full((64,), 123.0)  # the CPU's empty_like may reuse this memory
+            del junk
+            out = torch.empty_like(x).fill_(2.0).cpu() + x.new_empty(64).fill_(1.0).cpu()
+    assert torch.equal(out, torch.full((64,), 3.0))
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (2, 0, 3)])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_unique_slices_of_empty_tensors(shape, dim):
+    def run(device):
+        x = torch.zeros(shape, device=device)
+        out = []
+        for f in (torch.unique, torch.unique_consecutive):
+            try:
+                out.append([(tuple(r.shape), r.dtype) for r in f(x, dim=dim, return_inverse=True, return_counts=True)])
+            except RuntimeError as e:
+                out.append(str(e))
+        return out
+
+    assert run("tpu") == run("cpu")

@@ -1,0 +1,103 @@
+"""The argument checks of the indexed writes and reads that PyTorch's kernels make on every device.
+
+``index_add``, ``index_copy``, ``index_reduce``, ``index_put`` (``x[idx] = v``), ``put`` and ``take`` refuse a
+source of another dtype than ``self`` and some index dtypes; their decompositions and table rows would cast the
+source or take the index as it is, so a call the CPU refuses ran here. Each check raises the CPU's message, then
+the op takes its usual route (its row of the lowering table or its decomposition).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from converter.lowering.dtypes import scalar_type_name
+from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
+
+aten = torch.ops.aten
+
+
+def _source_dtype(message: Callable[[str, str], str]) -> Callable[[dict], None]:
+    """A check that the source (``values`` of ``index_put``) has ``self``'s dtype; ``message(self's, source's)``."""
+    def check(a: dict) -> None:
+        src = a["source"] if "source" in a else a["values"]
+        if src.dtype != a["self"].dtype:
+            raise RuntimeError(message(scalar_type_name(a["self"].dtype), scalar_type_name(src.dtype)))
+    return check
+
+
+def _index_dtype(allowed: tuple, message: Callable[[str], str], error: type = RuntimeError) -> Callable[[dict], None]:
+    """A check that the index tensor's dtype is one of ``allowed``; ``message(its dtype)``."""
+    def check(a: dict) -> None:
+        if a["index"].dtype not in allowed:
+            raise error(message(scalar_type_name(a["index"].dtype)))
+    return check
+
+
+_INTS = (torch.int32, torch.int64)
+
+
+def _long_index(op: str) -> Callable[[dict], None]:
+    return _index_dtype((torch.int64,), lambda got: f"{op}(): Expected a long tensor for index, but got {got}")
+
+
+def _int_index(op: str) -> Callable[[dict], None]:
+    return _index_dtype(_INTS, lambda got: f"{op}(): Expected dtype int32/int64 for index but got: {got}")
+
+
+def _scalar_type(op: str) -> Callable[[dict], None]:
+    return _source_dtype(lambda s, t: f"{op}(): self ({s}) and source ({t}) must have the same scalar type")
+
+
+_FILL_INDEX = _index_dtype((torch.int64,), lambda got: "index_fill_(): Expected dtype int64 for index.", IndexError)
+
+#: op → its checks, each given the call's arguments by name.
+CHECKS: dict[Any, tuple] = {
+    aten.index_add.default: (_int_index("index_add_"), _scalar_type("index_add_")),
+    aten.index_reduce.default: (_int_index("index_reduce_"), _scalar_type("index_reduce_")),
+    aten.index_copy.default: (_long_index("index_copy_"), _source_dtype(
+        lambda s, t: f"index_copy_(): self and source expected to have the same dtype, but got (self) {s} and "
+                     f"(source) {t}")),
+    aten.index_fill.int_Scalar: (_FILL_INDEX,),
+    aten.index_fill.int_Tensor: (_FILL_INDEX,),
+    aten.index_put.default: (_source_dtype(
+        lambda s, t: f"Index put requires the source and destination dtypes match, got {s} for the destination and "
+                     f"{t} for the source."),),
+    aten.put.default: (_long_index("put_"), _source_dtype(
+        lambda s, t: f"put_(): self and source expected to have the same dtype, but got self.dtype = {s} and "
+                     f"source.dtype = {t}")),
+    aten.take.default: (_long_index("take"),),
+}
+
+
+def checked(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run ``func``'s :data:`CHECKS` on its arguments, then ``func`` by its usual route.
+
+    Raises:
+        RuntimeError: an argument the CPU refuses, with its message (IndexError for ``index_fill``'s index, as
+            the CPU)."""
+    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    for check in CHECKS[func]:
+        check(named)
+    return _dispatch._route(func, args, kwargs, _inner_route(func))
+
+
+_INNER: dict = {}
+
+
+def _inner_route(func: Any) -> tuple:
+    """``func``'s route without its checks: its row of the lowering table, else its decomposition."""
+    route = _INNER.get(func)
+    if route is None:
+        from converter.lowering import registry
+
+        make = _dispatch._op_route if registry.find(func) is not None else _dispatch._decomp_route
+        route = _INNER[func] = make(func) + (func,)
+    return route
+
+
+#: Special routes of :mod:`tpu_runtime.dispatch`.
+HANDLERS: dict[Any, Callable] = {op: checked for op in CHECKS}
+
+__all__ = ["CHECKS", "HANDLERS", "checked"]
