@@ -300,8 +300,11 @@ def _copy_to(x: Any, kwargs: dict) -> Any:
         device = torch.device(device)
         if device.type != "tpu":
             lazy.refuse_move(x, device)
+            if device.type == "meta":  # shape and dtype only (forward AD compares metadata this way)
+                return torch.empty(tuple(x.shape), dtype=dtype or x.dtype, device=device)
             cpu = to_cpu(x)
-            return cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
+            cpu = cpu.to(dtype) if dtype is not None and dtype != cpu.dtype else cpu
+            return cpu if device.type == "cpu" else cpu.to(device)
         check_index(device)
     if type(x) is not TpuTensor and type(x) in lazy.LAZY_CLASSES:  # no data, no shape: a new one of the dtype
         return lazy.keep_class(x, new_tensor(None, x._spec[0], dtype or x._spec[1]))

@@ -164,11 +164,23 @@ def embedding_bag_per_sample_weights_backward(ctx: Any, grad: Any, weight: Any, 
     return out.astype(grad.dtype)
 
 
+def glu_jvp(ctx: Any, glu: Any, x: Any, dx: Any, dim: int) -> Any:
+    """glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor: the forward-mode derivative of
+    ``glu = a * sigmoid(b)`` (``a``, ``b`` the halves of ``x`` along ``dim``): ``da * sigmoid(b) +
+    glu * (1 - sigmoid(b)) * db``."""
+    (x, dx, glu), dt = _opmath(ctx, x, dx, glu)
+    _, b = jnp.split(x, 2, axis=dim)
+    da, db = jnp.split(dx, 2, axis=dim)
+    sig = jax.nn.sigmoid(b)
+    return (da * sig + glu * (1 - sig) * db).astype(dt)
+
+
 #: Runtime kernels by op (used only when the lowering table has no row for the op).
 KERNELS: dict[Any, Callable] = {
     aten._embedding_bag_backward.default: embedding_bag_backward,
     aten._embedding_bag_per_sample_weights_backward.default: embedding_bag_per_sample_weights_backward,
     aten.convolution_backward.default: convolution_backward,
+    aten.glu_jvp.default: glu_jvp,
     aten.addcmul.default: addcmul,
     aten.addcdiv.default: addcdiv,
     aten.lerp.Scalar: lerp_scalar,
@@ -240,6 +252,7 @@ def _arange_meta(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> torch.Te
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
+    aten.glu_jvp.default: lambda glu, x, dx, dim: torch.empty_like(glu),
     aten.arange.start_step: _arange_meta,
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)
     aten.multi_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),

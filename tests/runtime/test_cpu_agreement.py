@@ -108,3 +108,26 @@ def test_unique_slices_of_empty_tensors(shape, dim):
         return out
 
     assert run("tpu") == run("cpu")
+
+
+def test_to_meta_keeps_shape_and_dtype():
+    t = torch.ones(2, 3, dtype=torch.float16, device="tpu").to("meta")
+    assert t.device.type == "meta" and t.shape == (2, 3) and t.dtype == torch.float16
+
+
+def test_forward_mode_ad_with_python_numbers_and_glu():
+    """torch.func.jvp/jacfwd compare a tangent's metadata through ``.to("meta")`` (it came back a CPU tensor,
+    and ``x * 2`` failed); F.glu's forward derivative is its own op (glu_jvp)."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import jacfwd, jvp
+
+    def run(device):
+        g = torch.Generator().manual_seed(0)
+        x, t = (torch.randn(4, 6, dtype=torch.float64, generator=g).to(device) for _ in range(2))
+        out = [jvp(lambda v: v * 2 + 1, (x,), (t,))[1], jacfwd(lambda v: (v * 3).sum(0))(x)]
+        with fwAD.dual_level():
+            out.append(fwAD.unpack_dual(torch.nn.functional.glu(fwAD.make_dual(x, t), 1)).tangent)
+        return [o.cpu() for o in out]
+
+    for got, want in zip(run("tpu"), run("cpu")):
+        torch.testing.assert_close(got, want)
