@@ -131,3 +131,13 @@ def test_forward_mode_ad_with_python_numbers_and_glu():
 
     for got, want in zip(run("tpu"), run("cpu")):
         torch.testing.assert_close(got, want)
+
+
+def test_zero_to_a_complex_power_with_positive_real_part_is_zero():
+    def run(device):
+        z = torch.tensor([0j, 1j, 2 + 0j], device=device)
+        return [z ** (1 + 2j), z ** torch.tensor([0.5 + 0j, 2j, 1 + 1j], device=device),
+                torch.tensor([0.0, 2.0], device=device) ** (1 + 2j), z ** 2.5]
+
+    for got, want in zip(run("tpu"), run("cpu")):
+        torch.testing.assert_close(got.cpu(), want)

@@ -241,7 +241,16 @@ def lower_pow_tensor_tensor(ctx, self, exponent):
     a, b, dt = operands(ctx, self, exponent)
     if is_integer(dt):
         return _int_pow(a, b).astype(dt)
-    return jnp.power(a, b).astype(dt)
+    return _power(a, b).astype(dt)
+
+
+def _power(x, e):
+    """``x ** e``; for complex, ``0 ** e`` is 0 when ``e``'s real part is positive, as torch's CPU kernel (XLA's
+    complex ``pow`` goes through ``log(0)`` and gives NaN)."""
+    out = jnp.power(x, e)
+    if not jnp.issubdtype(out.dtype, jnp.complexfloating):
+        return out
+    return jnp.where((x == 0) & (jnp.real(e) > 0), jnp.zeros((), out.dtype), out)
 
 
 @lowering(aten.pow.Tensor_Scalar)
@@ -256,7 +265,7 @@ def lower_pow_tensor_scalar(ctx, self, exponent):
     x = self.astype(opmath(dt))
     if is_array(exponent):
         e = jnp.asarray(exponent, x.dtype)
-        return (_int_pow(x, e) if is_integer(dt) else jnp.power(x, e)).astype(dt)
+        return (_int_pow(x, e) if is_integer(dt) else _power(x, e)).astype(dt)
     if is_integer(dt):
         if type(exponent) is int and exponent < 0 and not isinstance(exponent, bool):
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -266,7 +275,7 @@ def lower_pow_tensor_scalar(ctx, self, exponent):
     fast = {0: jnp.ones_like, 1: lambda v: v, 2: lambda v: v * v, 3: lambda v: v * v * v, 0.5: jnp.sqrt,
             -0.5: jax.lax.rsqrt, -1: lambda v: 1 / v, -2: lambda v: 1 / (v * v)}
     f = fast.get(exponent) if not isinstance(exponent, bool) else None
-    out = f(x) if f is not None else jnp.power(x, jnp.asarray(exponent, x.dtype))
+    out = f(x) if f is not None else _power(x, jnp.asarray(exponent, x.dtype))
     return out.astype(dt)
 
 
