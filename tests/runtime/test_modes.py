@@ -357,3 +357,19 @@ def test_fused_threads_recording_at_once_get_their_own_values():
         for k in range(40):
             want = want * 1.01 + k
         torch.testing.assert_close(results[i], want)
+
+
+def test_fused_graph_that_fails_keeps_the_values_that_do_not_depend_on_the_failing_op():
+    """A graph that runs out of memory is rerun op by op: pending values that do not depend on the failing op are
+    read as strict eager would give them; the failing op's values raise its error when read."""
+    with tpu_runtime.set_eager_mode("fused"):
+        x = torch.arange(3.0).to("tpu")
+        b = x * 2 + 1
+        c = x.clone()
+        c.add_(1)  # an in-place update of a pending value
+        big = torch.ones(1, device="tpu").expand(2**58).clone()  # 1 EiB: no machine allocates it
+        with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+            big[0].item()
+        assert b.cpu().tolist() == [1.0, 3.0, 5.0] and c.cpu().tolist() == [1.0, 2.0, 3.0]
+        with pytest.raises(RuntimeError, match="lost because the graph failed"):
+            big.sum().item()

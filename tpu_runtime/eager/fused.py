@@ -12,6 +12,10 @@ materializes it. An input that an in-place op of the graph replaced and that
 nothing else holds (an optimizer's old parameters and moments) is donated: XLA
 may write the output that replaced it into its buffer (:func:`_donation`).
 
+A graph that fails to compile or run (out of memory) is rerun op by op (:func:`_recover`): the pending
+values that do not depend on the failing op get their values, the others raise its error when read (a
+leaf the failed run had already been given as a donated buffer is lost with it).
+
 The compile-cache key is the graph's structure: the plans (by their serial
 number: one plan per call signature), how nodes connect, which leaves are
 shared and which outputs are live. A training loop
@@ -95,7 +99,11 @@ def concrete(v: Any) -> Any:
         return v
     if v.concrete is None:
         if v.error is None:
-            v.graph.flush()
+            try:
+                v.graph.flush()
+            except Exception:
+                if v.concrete is None:
+                    raise  # (else another value of the graph failed: it raises when read)
         if v.error is not None:
             raise RuntimeError(f"a value of the fused graph was lost because the graph failed: {v.error}") \
                 from v.error
@@ -240,14 +248,44 @@ class FusedGraph:
                 else:
                     results = exe(*leaves)
             except Exception as e:
-                for r in live:
-                    r.error = e
-                raise
+                if not _recover(nodes, leaves, live, e):
+                    raise
+                return
             finally:
                 restore(prev)
             where = {o: i for i, o in enumerate(outs)}
             for r in live:
                 r.concrete = results[where[(r.node, r.idx)]]
+
+
+def _recover(nodes: list, leaves: list, live: list, error: Exception) -> bool:
+    """After the graph failed to compile or run (``error``: out of memory, say), run its nodes one by one, as strict
+    eager would have: each pending value that does not depend on a failing op gets its value, the others that
+    op's error (raised when they are read), so one failing op does not lose the unrelated values pending with it
+    (an optimizer's updates, when a too-large batch runs out of memory). Returns whether every live value
+    was resolved (nothing to raise at this sync)."""
+    from tpu_runtime.eager.strict import run_now
+
+    env: list = []
+    for plan, refs in nodes:
+        ins = [leaves[r[1]] if r[0] == "L" else env[r[0]] for r in refs]
+        bad = next((x for x in ins if isinstance(x, BaseException)), None)
+        if bad is None:
+            ins = [x[r[1]] if r[0] != "L" else x for x, r in zip(ins, refs)]
+            bad = error if any(type(x) is _ARRAY and x.is_deleted() for x in ins) else None  # (donated to it)
+        if bad is None:
+            try:
+                outs = run_now(plan, list(ins))
+            except Exception as e:  # this op's own error
+                bad = e
+        env.append(bad if bad is not None else outs)
+    for r in live:
+        got = env[r.node]
+        if isinstance(got, BaseException):
+            r.error = got
+        else:
+            r.concrete = got[r.idx]
+    return all(r.error is None for r in live)
 
 
 def _check(plan: Any, values: list) -> None:
