@@ -10,6 +10,8 @@
   CPU takes Long or Byte class targets; the decomposition's ``gather`` takes int32/int64 indices); other target
   dtypes, and any but int64 for ``nll_loss2d``, are refused with the CPU's messages.
 - ``where.self`` takes a uint8 condition as bool, with torch's deprecation warning (its meta function refuses it).
+- The bit shifts (``<<``, ``>>``, ``bitwise_left_shift``…) take a bool tensor operand in the dtype the result is
+  promoted to (``bool_t << 2`` is int64 on the CPU; torch's meta functions refuse bool).
 """
 
 from __future__ import annotations
@@ -62,6 +64,16 @@ def _where(func: Any, args: tuple, kwargs: dict) -> Any:
     return _dispatch._route(func, args, kwargs, _row_route(func))
 
 
+def _shift(func: Any, args: tuple, kwargs: dict) -> Any:
+    a, b = args[0], args[1]
+    if any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (a, b)):
+        dtype = torch.result_type(a, b)
+        if dtype != torch.bool:
+            a, b = (t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.bool else t for t in (a, b))
+            args = (a, b) + tuple(args[2:])
+    return _dispatch._route(func, args, kwargs, _row_route(func))
+
+
 def _row_route(func: Any, make: Callable[[Any], tuple] | None = None) -> tuple:
     """``func``'s row of the lowering table as an ``op`` route (or the route ``make`` gives: its decomposition's)."""
     route = _ROW_ROUTES.get(func)
@@ -78,6 +90,10 @@ HANDLERS: dict[Any, Callable] = {
     aten._linalg_slogdet.default: _det,
     aten.scatter_reduce.two: _scatter_reduce,
     aten.where.self: _where,
+    **{getattr(packet, name): _shift for packet in (aten.__lshift__, aten.__rshift__)
+       for name in ("Scalar", "Tensor")},
+    **{getattr(packet, name): _shift for packet in (aten.bitwise_left_shift, aten.bitwise_right_shift)
+       for name in ("Tensor", "Tensor_Scalar", "Scalar_Tensor")},
     **{op: _nll_target for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default,
                                   aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)},
 }

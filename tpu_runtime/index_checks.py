@@ -14,6 +14,7 @@ import torch
 
 from converter.lowering.dtypes import scalar_type_name
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
+from tpu_runtime.adjusted import _row_route
 
 aten = torch.ops.aten
 
@@ -83,18 +84,11 @@ def checked(func: Any, args: tuple, kwargs: dict) -> Any:
     return _dispatch._route(func, args, kwargs, _inner_route(func))
 
 
-_INNER: dict = {}
-
-
 def _inner_route(func: Any) -> tuple:
     """``func``'s route without its checks: its row of the lowering table, else its decomposition."""
-    route = _INNER.get(func)
-    if route is None:
-        from converter.lowering import registry
+    from converter.lowering import registry
 
-        make = _dispatch._op_route if registry.find(func) is not None else _dispatch._decomp_route
-        route = _INNER[func] = make(func) + (func,)
-    return route
+    return _row_route(func, _dispatch._op_route if registry.find(func) is not None else _dispatch._decomp_route)
 
 
 #: Special routes of :mod:`tpu_runtime.dispatch`.

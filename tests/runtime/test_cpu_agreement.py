@@ -141,3 +141,13 @@ def test_zero_to_a_complex_power_with_positive_real_part_is_zero():
 
     for got, want in zip(run("tpu"), run("cpu")):
         torch.testing.assert_close(got.cpu(), want)
+
+
+def test_bit_shifts_of_bool_tensors_promote_as_on_cpu():
+    def run(device):
+        b = torch.tensor([True, False], device=device)
+        i = torch.tensor([1, 2], dtype=torch.int8, device=device)
+        return [b << 2, b >> 1, i << b, torch.bitwise_left_shift(b, 1), torch.bitwise_right_shift(8, b), i >> 1]
+
+    for got, want in zip(run("tpu"), run("cpu")):
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
