@@ -133,11 +133,7 @@ def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
 def _fill_view(functional: Any, args: tuple, kwargs: dict) -> TpuTensor:
     """``fill_``/``zero_`` of a view: one value written into every element, also through an expanded view."""
     self = args[0]
-    result = _dispatch._route(functional, args, kwargs)
-    if result.dtype != self.dtype:
-        check_cast(result.dtype, self.dtype)
-        result = result.to(self.dtype)
-    write(self, read(result), uniform=True)
+    write(self, read(_dispatch._route(functional, args, kwargs)), uniform=True)  # (of self's dtype and shape)
     return self
 
 

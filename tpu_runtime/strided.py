@@ -14,10 +14,10 @@ import torch
 
 from converter.lowering.ops.shape import strided_elements
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
+from tpu_runtime.adjusted import _row_route
 from tpu_runtime.tensor import TpuTensor
 
 aten = torch.ops.aten
-_ROUTE: list = []
 
 
 def as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -39,9 +39,7 @@ def as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
         args = (TpuTensor(x._storage, shape, dtype), args[1], args[2], x._offset if offset is None else offset)
         kwargs = {}
     _check_bounds(args[0], args[1], args[2], args[3] if len(args) > 3 else kwargs.get("storage_offset"))
-    if not _ROUTE:
-        _ROUTE.append(("op", None, False, False, next(_dispatch._TAGS), func))
-    return _dispatch._route(func, args, kwargs, _ROUTE[0])
+    return _dispatch._route(func, args, kwargs, _row_route(func))
 
 
 def _check_bounds(x: Any, size: Any, stride: Any, offset: Any) -> None:
