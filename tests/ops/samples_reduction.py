@@ -283,7 +283,12 @@ def _search_samples(dt):
     rows = torch.sort(make((2, 5), dt)).values
     return [Sample((seq, v)), Sample((seq, v), {"right": True}, name="right"),
             Sample((rows, make((2, 3), dt, seed=1)), {"side": "right", "out_int32": True}, name="nd"),
-            Sample((seq, 0.0), name="scalar")]
+            Sample((seq, 0.0), name="scalar")] + ([
+        # torch's binary search compares by IEEE rules: a NaN value lands after every element, a NaN element
+        # (sorted last, or anywhere) never bounds a value from above
+        Sample((torch.tensor([1.0, 2.0, NAN]).to(dt), torch.tensor([NAN, 1.5, 3.0, 2.0]).to(dt)), name="nan"),
+        Sample((torch.tensor([1.0, NAN, 2.0, 4.0]).to(dt), torch.tensor([NAN, 0.0, 3.0, 5.0]).to(dt)),
+               {"right": True}, name="nan-inside")] if dt.is_floating_point else [])
 
 
 def _bucketize(v, boundaries, **kw):

@@ -189,16 +189,34 @@ def lower_mode_default(ctx, self, dim=-1, keepdim=False):
     return v[..., 0], i[..., 0]
 
 
+def _binary_search(seq, values, right):
+    """Torch's binary search of each of ``values`` in the 1-d ``seq``, unrolled: ``hi = mid`` where
+    ``seq[mid] >= v`` (``> v`` when ``right``), else ``lo = mid + 1``. Its comparisons are IEEE's, so a
+    NaN value lands after every element and a NaN element never bounds a value from above, as on the
+    CPU (``jnp.searchsorted`` orders NaN last, which differs from it there)."""
+    n = seq.shape[-1]
+    lo = jnp.zeros(values.shape, jnp.int32)
+    hi = jnp.full(values.shape, n, jnp.int32)
+    for _ in range(n.bit_length()):
+        mid = lo + (hi - lo) // 2
+        probe = jnp.take(seq, jnp.minimum(mid, n - 1))
+        below = (probe > values) if right else (probe >= values)
+        active = lo < hi
+        hi = jnp.where(active & below, mid, hi)
+        lo = jnp.where(active & ~below, mid + 1, lo)
+    return lo
+
+
 def _searchsorted(ctx, seq, values, right, side, sorter):
-    side = "right" if right or side == "right" else "left"
+    right = bool(right) or side == "right"
     if sorter is not None:
         seq = jnp.take_along_axis(seq, sorter, axis=-1)
     seq, values = promote(seq, values)
-    if seq.ndim == 1:
-        out = jnp.searchsorted(seq, values, side=side)
+    if seq.ndim == 1 or seq.shape[-1] == 0:  # (no boundaries: every value at 0)
+        out = _binary_search(seq[(0,) * (seq.ndim - 1)], values, right)
     else:  # one boundary row per leading index
         m = seq.shape[-1]
-        rows = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))
+        rows = jax.vmap(lambda s, v: _binary_search(s, v, right))
         out = rows(seq.reshape(-1, m), values.reshape(-1, values.shape[-1])).reshape(values.shape)
     return out.astype(ctx.out_dtype or jnp.int64)
 
@@ -207,8 +225,8 @@ def _searchsorted(ctx, seq, values, right, side, sorter):
 def lower_searchsorted_tensor(ctx, sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
     """searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor
 
-    Also searchsorted.Scalar (``self`` a Scalar, result 0-d). Emits
-    ``jnp.searchsorted`` (a binary-search ``while``-free scan), vmapped over the
+    Also searchsorted.Scalar (``self`` a Scalar, result 0-d). Emits torch's
+    binary search, unrolled (``bit_length(n)`` steps, no loop op), vmapped over the
     leading dims of an N-d ``sorted_sequence``.
     """
     return _searchsorted(ctx, sorted_sequence, jnp.asarray(self), right, side, sorter)
