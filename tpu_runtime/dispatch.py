@@ -67,6 +67,8 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run one ATen call whose tensors are on the tpu device (the ``__torch_dispatch__`` body)."""
     token = swap_on()
     try:
+        if func.is_view and args and isinstance(args[0], torch.Tensor):
+            return _view(func, args, kwargs)
         return _route(func, args, kwargs)
     except Exception as e:
         if torch._C._current_graph_task_id() < 0:  # not inside a backward pass (see defer_backward_error)
@@ -74,6 +76,20 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return defer_backward_error(func, args, kwargs, e)
     finally:
         restore(token)
+
+
+_INFERENCE = torch.is_inference_mode_enabled
+
+
+def _view(func: Any, args: tuple, kwargs: dict) -> Any:
+    """A view op: its output is made in inference mode exactly when its input is an inference tensor, as on
+    the CPU (in inference mode, a view of a normal tensor is a normal view, which torch links to its base's
+    version counter; outside it, a view of an inference tensor is one too, and refuses in-place updates)."""
+    inference = args[0].is_inference()
+    if inference is _INFERENCE():
+        return _route(func, args, kwargs)
+    with torch.inference_mode(inference):
+        return _route(func, args, kwargs)
 
 
 def route_of(func: Any) -> tuple:

@@ -151,3 +151,48 @@ def test_bit_shifts_of_bool_tensors_promote_as_on_cpu():
 
     for got, want in zip(run("tpu"), run("cpu")):
         assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+
+
+def test_antialiased_resize_of_uint8_images_matches_cpu():
+    img = torch.randint(0, 256, (1, 3, 5, 6), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    for mode in ("bilinear", "bicubic"):
+        want = torch.nn.functional.interpolate(img, size=(3, 9), mode=mode, antialias=True)
+        got = torch.nn.functional.interpolate(img.to("tpu"), size=(3, 9), mode=mode, antialias=True).cpu()
+        # (the CPU's uint8 kernel is fixed point: within one level of the float computation's rounding)
+        assert got.dtype == torch.uint8 and (got.int() - want.int()).abs().max() <= 1, mode
+
+
+def test_index_add_with_a_0d_index_and_index_select_backward():
+    x = torch.zeros(5, 6)
+    want = x.clone().index_add_(0, torch.tensor(1), torch.ones(1, 6))
+    got = x.to("tpu").index_add_(0, torch.tensor(1, device="tpu"), torch.ones(1, 6, device="tpu")).cpu()
+    assert torch.equal(got, want)
+    w = torch.randn(5, 6, device="tpu", requires_grad=True)
+    (w.index_select(0, torch.tensor(1, device="tpu")) * 2).sum().backward()
+    assert torch.equal(w.grad.cpu(), torch.zeros(5, 6).index_fill_(0, torch.tensor(1), 2.0))
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_views_in_and_out_of_inference_mode(mode):
+    a = torch.arange(6.0, device="tpu").reshape(2, 3)
+    with tpu_runtime.set_eager_mode(mode):
+        with torch.inference_mode():
+            views = [a[1:], a.t(), a.unsqueeze(0), a.detach(), a.view(6)]  # (a causal-mask buffer's slice)
+            made = torch.ones(3, device="tpu")
+        assert not any(v.is_inference() for v in views)
+        assert torch.equal(views[1].cpu(), torch.arange(6.0).reshape(2, 3).t())
+        v = made.view(3)
+        assert v.is_inference()
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+            v.add_(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32])
+def test_max_pool_indices_never_point_into_padding(dtype):
+    x = torch.full((1, 1, 4, 4), torch.finfo(dtype).min if dtype.is_floating_point else torch.iinfo(dtype).min,
+                   dtype=dtype)
+    if dtype.is_floating_point:
+        x.fill_(float("-inf"))
+    want = torch.nn.functional.max_pool2d(x, 3, 2, padding=1, return_indices=True)[1]
+    got = torch.nn.functional.max_pool2d(x.to("tpu"), 3, 2, padding=1, return_indices=True)[1].cpu()
+    assert torch.equal(got, want)

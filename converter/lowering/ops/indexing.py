@@ -106,6 +106,10 @@ def lower_index_put_default(ctx, self, indices, values, accumulate=False):
         return _mask_put(ctx, self, indices, values, accumulate)
     parts = tuple(slice(None) if i is None else _wrap(i, self.shape[d]) for d, i in enumerate(indices))
     values = values.astype(self.dtype)
+    given = [i for i in indices if i is not None]
+    rank = max((jnp.ndim(i) for i in given), default=0) + self.ndim - len(given)  # (the indexed result's)
+    while values.ndim > rank and values.shape[0] == 1:  # leading 1s, as the CPU's copy strips them
+        values = values[0]  # (index_add's 0-d index: a [1, n] source into a [n] row)
     return getattr(self.at[parts], _how(self.dtype, "add"))(values) if accumulate else self.at[parts].set(values)
 
 

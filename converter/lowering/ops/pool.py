@@ -91,14 +91,22 @@ def _max_pool(ctx, op, n, x, kernel_size, stride, padding, dilation, ceil_mode):
         start = (0,) * lead + tuple(o * dd for o, dd in zip(off, d))
         limit = tuple(xp.shape[:lead]) + tuple(st + (o - 1) * ss + 1 for st, o, ss in zip(start[lead:], outs, s))
         cands.append(jax.lax.slice(xp, start, limit, (1,) * lead + tuple(s)))
-    best = jnp.argmax(jnp.stack(cands, axis=-1), axis=-1)  # first maximum, like torch's scan
     sizes = x.shape[lead:]
+    stacked, real = jnp.stack(cands, axis=-1), True
+    bases, steps = [], []
+    for i in range(n):
+        off_i = jnp.asarray(np.array([o[i] for o in offsets], np.int64)) * d[i]
+        base = jax.lax.broadcasted_iota(jnp.int64, idx_shape, lead + i) * s[i] - p[i]
+        at = base[..., None] + off_i
+        real = real & (at >= 0) & (at < sizes[i])
+        bases.append(base), steps.append(off_i)
+    # the first input element (never padding) that equals the window's maximum, or is NaN: like torch's scan
+    # (padding holds the dtype's lowest value, which an all -inf / all INT_MIN window ties with)
+    best = jnp.argmax(real & ((stacked == values[..., None]) | (stacked != stacked)), axis=-1)
     flat = jnp.zeros(idx_shape, jnp.int64)
     for i in range(n):
         mult = math.prod(sizes[i + 1:]) if i + 1 < n else 1
-        off_i = jnp.asarray(np.array([o[i] for o in offsets], np.int64)) * d[i]
-        base = jax.lax.broadcasted_iota(jnp.int64, idx_shape, lead + i) * s[i] - p[i]
-        flat = flat + (base + off_i[best]) * mult
+        flat = flat + (bases[i] + steps[i][best]) * mult
     return values, flat
 
 

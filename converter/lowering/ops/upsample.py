@@ -266,12 +266,16 @@ def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool, taps: in
 def _aa_resize(ctx, x, output_size, align_corners, scales_h, scales_w, taps, kernel):
     _require_static(ctx, list(x.shape[-2:]) + list(output_size))
     dtype = ctx.out_dtype or x.dtype
-    acc = opmath_dtype(dtype)
+    integral = not jnp.issubdtype(dtype, jnp.inexact)
+    acc = jnp.float32 if integral else opmath_dtype(dtype)  # (uint8 images: weights are fractions)
     x = x.astype(acc)
     for ax, o, s in ((x.ndim - 1, output_size[1], scales_w), (x.ndim - 2, output_size[0], scales_h)):
         m = jnp.asarray(_aa_matrix(x.shape[ax], o, s, align_corners, taps, kernel), acc)
         x = jnp.moveaxis(jax.lax.dot_general(x, m, (((ax,), (1,)), ((), ())), precision=jax.lax.Precision.HIGHEST),
                          -1, ax)
+        if integral:  # each pass rounds and saturates to the image's range, as the CPU's separable uint8 kernel
+            info = jnp.iinfo(dtype)
+            x = jnp.clip(jnp.round(x), info.min, info.max)
     return x.astype(dtype)
 
 
