@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+import sympy
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._prims_common import make_contiguous_strides_for
@@ -115,13 +116,43 @@ def _scalar(a: Any) -> Any:
 
 def _view_layout(val: Any) -> tuple | None:
     """``(stride, storage_offset)`` of a traced graph output that is laid out as a view (strides not
-    the contiguous ones, or an offset), when both are static; else ``None``."""
+    the contiguous ones, or an offset); symbolic ones (dynamic shapes) stay SymInts, resolved per call
+    by :func:`_resolve`. ``None``: a dense output."""
     if not isinstance(val, torch.Tensor):
         return None
     stride, offset = tuple(val.stride()), val.storage_offset()
     if not all(type(v) is int for v in (*stride, offset)):
-        return None
+        return stride, offset
     if offset == 0 and stride == tuple(make_contiguous_strides_for(tuple(val.shape))):
+        return None
+    return stride, offset
+
+
+def _bindings(placeholders: list, args: list) -> dict:
+    """The value of each size symbol of a dynamic graph in this call: from the int arguments and from the
+    sizes and strides of the tensor arguments that the traced placeholders name by a bare symbol."""
+    bound: dict = {}
+    for val, a in zip(placeholders, args):
+        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            bound[val.node.expr] = a
+        elif isinstance(val, torch.Tensor) and isinstance(a, torch.Tensor):
+            for traced, actual in ((val.shape, a.shape), (val.stride(), a.stride())):
+                for t, n in zip(traced, actual):
+                    if isinstance(t, torch.SymInt) and isinstance(t.node.expr, sympy.Symbol):
+                        bound[t.node.expr] = n
+    return bound
+
+
+def _resolve(layout: tuple, shape: tuple, bound: dict) -> tuple | None:
+    """A symbolic :func:`_view_layout` as ints for this call's ``bound`` symbols (``None``: dense, or a
+    symbol no argument names: then the output reports the dense layout, as before)."""
+    try:
+        stride = tuple(int(v.node.expr.xreplace(bound)) if isinstance(v, torch.SymInt) else v for v in layout[0])
+        offset = layout[1]
+        offset = int(offset.node.expr.xreplace(bound)) if isinstance(offset, torch.SymInt) else offset
+    except TypeError:  # (an unbound symbol: int() of an expression)
+        return None
+    if offset == 0 and stride == tuple(make_contiguous_strides_for(shape)):
         return None
     return stride, offset
 
@@ -170,6 +201,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     to_tpu = [v.device == DEVICE if isinstance(v, torch.Tensor) else on_tpu for v in vals]
     out_fns = [array_to_tpu if t else to_torch for t in to_tpu]
     layouts = [_view_layout(v) if t else None for v, t in zip(vals, to_tpu)]
+    symbolic = {i for i, v in enumerate(layouts) if v is not None and not all(type(x) is int for x in (*v[0], v[1]))}
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     # a CPU graph reads its inputs as NumPy views (its outputs are copied to torch, or handed over
     # after waiting, before returning: the call is done); a tpu graph's CPU inputs are uploaded first
     host = device == jax.devices()[0] and not on_tpu
@@ -184,6 +217,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
         prev = swap_on()  # x64, without a context manager's cost
         try:
+            bound = _bindings(placeholders, args) if symbolic else None
             arrays = [host_array(t) if host and not isinstance(t, (TpuTensor, TpuPayload)) else _array(t, device)
                       for t in tensors]
             key = rng.next_input() if draws else no_draw
@@ -207,10 +241,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             _run_checks(outs[n_out:], checks)
             outs = list(outs[:n_out])
             handoff = _handoff(outs, out_fns, arrays)
+            now = layouts if bound is None else [
+                _resolve(v, tuple(o.shape), bound) if i in symbolic else v for i, (v, o) in enumerate(zip(layouts, outs))]
             return [_scalar(o) if sym else _strided(o, layout) if layout is not None
                     else handed if handed is not None
                     else out_fn(o) if hasattr(o, "dtype") and not isinstance(o, torch.Tensor) else o
-                    for o, sym, layout, out_fn, handed in zip(outs, scalars, layouts, out_fns, handoff)]
+                    for o, sym, layout, out_fn, handed in zip(outs, scalars, now, out_fns, handoff)]
         finally:
             restore(prev)
 

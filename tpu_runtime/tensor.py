@@ -255,6 +255,14 @@ class TpuTensor(torch.Tensor):
 
         return payload(self)
 
+    @_payload.setter
+    def _payload(self, value: torch.Tensor) -> None:
+        # AOTAutograd's tangent coercion puts back a traced tensor's inner fake made contiguous (the tangent of
+        # an output that is a view of an intermediate, with dynamic shapes); a concrete tensor's is its value
+        if self._fake is None:
+            raise AttributeError("the payload of a concrete tpu tensor is its value: it cannot be replaced")
+        self._fake = value
+
     def untyped_storage(self) -> torch.UntypedStorage:
         """The storage ``self`` views: one handle per device storage, shared by its views (:func:`storage_handle`)."""
         if self._fake is not None or compiling():

@@ -144,3 +144,29 @@ def test_compile_tpu_item_captured_into_the_graph(device):
     window = torch.compile(lambda x, i: x[i.item():i.item() + 2] * 2, backend="tpu", fullgraph=True)
     with pytest.raises(Exception, match="aten.slice.Tensor .*its output size depends on a value read from a tensor"):
         window(torch.arange(5., device=device), torch.tensor(1, device=device))
+
+
+@pytest.mark.parametrize("view", [lambda x: x[:, 1:], lambda x: x.t(), lambda x: x[1:]], ids=["cols", "t", "rows"])
+def test_compile_tpu_dynamic_view_outputs_of_inputs_keep_their_layout(view):
+    # an output that is a view of an input is rebuilt from its reported layout, symbolic under dynamic shapes:
+    # it is resolved per call (a dense layout there made AOTAutograd rebuild the wrong elements)
+    torch._dynamo.reset()
+    compiled = torch.compile(view, backend="tpu")
+    for n in (3, 5):  # the second size recompiles with dynamic shapes
+        x = torch.arange(2.0 * n).reshape(2, n)
+        got = compiled(x.to("tpu"))
+        want = view(x)
+        assert torch.equal(got.cpu(), want)
+        assert (got.stride(), got.storage_offset()) == (want.stride(), want.storage_offset())
+
+
+def test_compile_tpu_dynamic_view_of_an_intermediate_trains():
+    # AOTAutograd makes the tangent of such an output contiguous and puts it back as the traced tensor's payload
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: (x * 2)[:, 0], backend="tpu", dynamic=True)
+    for n in (3, 5):
+        x = torch.randn(n, 4, device="tpu", requires_grad=True)
+        y = compiled(x)
+        y.sum().backward()
+        assert torch.equal(y.detach().cpu(), x.detach().cpu()[:, 0] * 2)
+        assert torch.equal(x.grad.cpu(), torch.zeros(n, 4).index_fill_(1, torch.tensor(0), 2.0))
