@@ -38,14 +38,21 @@ LAYOUT_VIEWS = frozenset({
 def meta_layouts(func: Any, rest: tuple, kwargs: dict, shape: tuple, dtype: torch.dtype, strides: tuple,
                  offset: int) -> list | None:
     """``(strides, storage_offset)`` of each tensor output of ``func(x, *rest, **kwargs)`` for an ``x`` of
-    ``shape``/``dtype`` laid out with ``strides`` at ``offset``, as torch lays them out; ``None`` when torch
-    makes no view there (``view`` of a layout it cannot view) or an output has no static layout."""
+    ``shape``/``dtype`` laid out with ``strides`` at ``offset``, as torch lays them out; ``None`` when an
+    output has no static layout or torch's meta kernel fails otherwise.
+
+    Raises:
+        RuntimeError: ``view`` of a layout the CPU cannot view (torch's message: use ``.reshape()``)."""
     span = offset + 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides)) if all(shape) else offset
     try:
         with _disable_current_modes(), torch._C._DisableTorchDispatch():
             x = torch.empty((span,), dtype=dtype, device=_META).as_strided(shape, strides, offset)
             out = func(x, *rest, **kwargs)
-    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError):
+    except RuntimeError as e:
+        if func is aten.view.default and "view size is not compatible" in str(e):
+            raise  # (the CPU refuses this view of this layout: .reshape() copies)
+        return None
+    except (ValueError, TypeError, IndexError, NotImplementedError):
         return None
     layouts = []
     for t in tree_leaves(out):

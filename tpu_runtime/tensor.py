@@ -182,6 +182,11 @@ class TpuTensor(torch.Tensor):
         """
         from tpu_runtime.eager import executor
 
+        if isinstance(gradient, torch.Tensor) and gradient.device != self.device and gradient.dim():
+            # (the engine checks a gradient's device for plain tensors only: a CPU one would run the backward
+            # on the CPU and leave CPU .grads on tpu parameters)
+            raise RuntimeError(f"invalid gradient at index 0 - expected device {self.device} but got "
+                               f"{gradient.device}")
         with torch.autograd.set_multithreading_enabled(False):
             torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
         executor().sync()
@@ -203,6 +208,11 @@ class TpuTensor(torch.Tensor):
     def __deepcopy__(self, memo: dict) -> "TpuTensor":
         # As torch's: a parameter's copy is a new parameter of the values (no .grad, no attributes); a
         # tensor's also copies its .grad and the Python attributes set on it.
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
         if id(self) in memo:
             return memo[id(self)]
         with torch.no_grad():

@@ -29,6 +29,7 @@ REFUSED = {
     "as_strided past the storage": lambda z, i, s: z.as_strided((2, 2), (1, 2)),
     "as_strided of a view past the storage": lambda z, i, s: z[1:].as_strided((2,), (1,), 2),
     "as_strided negative offset": lambda z, i, s: z.as_strided((2,), (1,), -1),
+    "view of a transpose": lambda z, i, s: z.add(torch.arange(6.0, device=z.device).view(2, 3)).t().view(-1),
     "copy_ not broadcastable": lambda z, i, s: z.view(3, 1).expand(3, 2).clone().copy_(torch.zeros(3, 3, device=z.device)),
 }
 
@@ -196,3 +197,13 @@ def test_max_pool_indices_never_point_into_padding(dtype):
     want = torch.nn.functional.max_pool2d(x, 3, 2, padding=1, return_indices=True)[1]
     got = torch.nn.functional.max_pool2d(x.to("tpu"), 3, 2, padding=1, return_indices=True)[1].cpu()
     assert torch.equal(got, want)
+
+
+def test_deepcopy_of_a_non_leaf_and_backward_with_a_cpu_gradient_raise_as_on_other_devices():
+    a = torch.ones(3, device="tpu", requires_grad=True)
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        __import__("copy").deepcopy(a * 2)
+    with pytest.raises(RuntimeError, match="expected device tpu:0 but got cpu"):
+        (a * 2).backward(torch.ones(3))
+    (a * 2).sum().backward(torch.tensor(1.0))  # a 0-d CPU gradient is allowed, as on CUDA
+    assert a.grad.device.type == "tpu" and torch.equal(a.grad.cpu(), torch.full((3,), 2.0))
