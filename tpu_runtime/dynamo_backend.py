@@ -50,10 +50,19 @@ _GRAPH_IDS = itertools.count()
 _TENSOR = "<tensor>"  # a tensor argument's place among a call's static arguments (None is a value: an effect token)
 
 
+aten = torch.ops.aten
+_RANDOM_FILLS = (aten.cauchy.default, aten.cauchy_.default, aten.geometric.default, aten.geometric_.default,
+                 aten.log_normal.default, aten.log_normal_.default)
+
+
 def _decompositions() -> dict:
     table = dict(torch._decomp.core_aten_decompositions())
     for op in PRESERVED_OPS:
         table.pop(op, None)
+    # random fills with no lowering that torch decomposes outside its core set: the eager dispatcher falls
+    # back to the same table for them, so a compiled graph runs what eager runs
+    for op in _RANDOM_FILLS:
+        table[op] = torch._decomp.decomposition_table[op]
     table.update(foreach.decompositions())
     table.update(fastpath.decompositions())
     return table

@@ -51,3 +51,21 @@ def test_in_place_write_into_a_compiled_expanded_output_is_refused():
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         out.add_(100)
     assert torch.equal(x.cpu(), torch.arange(9.0).view(3, 3))
+
+
+def test_compile_random_fills_without_a_lowering_decompose_as_in_eager():
+    fills = {"cauchy_": lambda x: x.clone().cauchy_(), "log_normal_": lambda x: x.clone().log_normal_(),
+             "geometric_": lambda x: x.clone().geometric_(0.5)}
+    for name, fill in fills.items():
+        torch._dynamo.reset()
+        compiled = torch.compile(fill, backend="tpu")
+        x = torch.zeros(256, device="tpu")
+        torch.manual_seed(0)
+        a = compiled(x).cpu()
+        torch.manual_seed(0)
+        assert torch.equal(compiled(x).cpu(), a), name  # reproducible under the seed
+        assert a.isfinite().all() and a.unique().numel() > 1, name
+        if name == "log_normal_":
+            assert (a > 0).all()
+        if name == "geometric_":
+            assert (a >= 1).all() and torch.equal(a, a.round())
