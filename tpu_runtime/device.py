@@ -68,13 +68,42 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 _PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
 
+#: The exception a backward hook raised, as :func:`_device_type` found it pending (see there); read and
+#: cleared by :func:`take_hook_error`.
+_HOOK_ERROR: list = []
+
+
+def _device_type(_type: Any = _PRIVATEUSE1, _exhausted: Any = iter(frozenset()), _found: list = _HOOK_ERROR) -> Any:
+    """The guard's device type, and a rescue for the exception of a failed backward hook.
+
+    C++ asks for the type on every device/stream query of the guard (~700 per minGPT training step),
+    also from the stream guard's no-exception destructor while the exception a tensor or node hook
+    raised unwinds the autograd engine: PyTorch leaves that exception in Python's error indicator, and
+    returning a value from a call made with the indicator set fails, which in that destructor is
+    ``std::terminate`` (the process aborted). Iterating an exhausted iterator makes the interpreter
+    check the indicator without a call: a pending exception is raised here and caught, kept for
+    :meth:`TpuTensor.backward <tpu_runtime.tensor.TpuTensor.backward>` to raise in place of the
+    ``SystemError`` the engine then ends with. (A static function with default arguments: no bound
+    method and no global lookup per call.)"""
+    try:
+        for _ in _exhausted:
+            pass
+    except BaseException as e:  # noqa: BLE001 - whatever the hook raised
+        _found[:] = [e]
+    return _type
+
+
+def take_hook_error() -> BaseException | None:
+    """The exception a backward hook raised that :func:`_device_type` rescued (cleared), or ``None``."""
+    if not _HOOK_ERROR:
+        return None
+    return _HOOK_ERROR.pop()
+
 
 class _Guard(torch._C._acc.DeviceGuard):
     """The device guard the autograd engine uses for tpu tensors (one device)."""
 
-    def type_(self) -> Any:
-        # C++ calls this for every device/stream query of the guard (~700 per minGPT training step)
-        return _PRIVATEUSE1
+    type_ = staticmethod(_device_type)
 
 
 def _pin_target(device: Any) -> bool:

@@ -179,6 +179,9 @@ class TpuTensor(torch.Tensor):
         step, as strict eager's asynchronous dispatch overlaps each op with the next one's
         Python (measured, paired: the ``mlp-wide`` training step of ``benchmarks/bench_eager.py``
         1.43x faster, minGPT 1.06-1.11x, the tiny MLP unchanged).
+
+        An exception a backward hook raised is raised here, as on the CPU (the engine itself ends with a
+        ``SystemError``: see :func:`tpu_runtime.device._device_type`).
         """
         from tpu_runtime.eager import executor
 
@@ -187,8 +190,17 @@ class TpuTensor(torch.Tensor):
             # on the CPU and leave CPU .grads on tpu parameters)
             raise RuntimeError(f"invalid gradient at index 0 - expected device {self.device} but got "
                                f"{gradient.device}")
-        with torch.autograd.set_multithreading_enabled(False):
-            torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
+        from tpu_runtime.device import take_hook_error
+
+        take_hook_error()  # (a stale one, left by a torch.autograd.grad call)
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
+        except SystemError:
+            hook_error = take_hook_error()  # what a backward hook raised (see device._device_type)
+            if hook_error is None:
+                raise
+            raise hook_error.with_traceback(hook_error.__traceback__) from None
         executor().sync()
 
     def tolist(self) -> Any:

@@ -403,3 +403,52 @@ def test_cross_entropy_targets_of_the_dtypes_the_cpu_takes():
                                                                                  device=device))
     torch.testing.assert_close(losses[1], losses[0])
     torch.testing.assert_close(grads[1], grads[0])
+
+
+class _HookFailed(Exception):
+    pass
+
+
+def _raise(*args):
+    raise _HookFailed("the hook failed")
+
+
+@pytest.mark.parametrize("where", ["tensor", "leaf", "node", "node-pre", "accumulated", "module"])
+def test_an_exception_raised_by_a_backward_hook_reaches_the_caller(where):
+    # PyTorch leaves a hook's exception pending while the engine unwinds through the tpu stream guard,
+    # whose destructor asks Python for the device type: that call failed and the process aborted
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2).to("tpu")
+    x = torch.randn(4, 3).to("tpu").requires_grad_()
+    if where == "module":
+        lin.register_full_backward_hook(_raise)
+    y = lin(x)
+    if where == "tensor":
+        y.register_hook(_raise)
+    elif where == "leaf":
+        x.register_hook(_raise)
+    elif where == "node":
+        y.grad_fn.register_hook(_raise)
+    elif where == "node-pre":
+        y.grad_fn.register_prehook(_raise)
+    elif where == "accumulated":
+        lin.weight.register_post_accumulate_grad_hook(_raise)
+    with pytest.raises(_HookFailed, match="the hook failed"):
+        y.sum().backward()
+    # the device works on: a backward without the hook
+    w = torch.ones(3, device="tpu", requires_grad=True)
+    (w * 2).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), torch.full((3,), 2.0))
+
+
+def test_a_failing_hook_under_autograd_grad_raises():
+    # torch.autograd.grad does not pass through TpuTensor.backward: the engine's SystemError is what
+    # reaches the caller (it no longer aborts the process)
+    x = torch.ones(3, device="tpu", requires_grad=True)
+    y = x * 2
+    y.register_hook(_raise)
+    with pytest.raises(SystemError):
+        torch.autograd.grad(y.sum(), x)
+    y = x * 3
+    (g,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(g.cpu(), torch.full((3,), 3.0))
