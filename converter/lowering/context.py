@@ -27,6 +27,9 @@ class LoweringContext:
         checks: the error checks of effectful ops (``with_effects``) and ``_assert_async`` met so far, as
             ``(info, op, args, kwargs)``: a caller that can raise after running the program
             (``torch.compile``'s backend) makes the ``info`` values outputs and checks them.
+        symbols: sympy symbol → its value in this run (a python int, or a ``jax.export`` dim), for the
+            symbolic dims of the graph's inputs (:meth:`bind`): what a recorded SymInt (a stride, an
+            offset) is evaluated with.
     """
 
     node: Any = None
@@ -35,7 +38,28 @@ class LoweringContext:
     rng: Any = None
     meta: Any = None
     checks: list = field(default_factory=list)
+    symbols: dict = field(default_factory=dict)
     _rng_count: int = 0
+
+    def bind(self, meta: Any, value: Any) -> None:
+        """Note the values of the symbols in a graph input's recorded ``meta`` (a SymInt, or a tensor's
+        dims that are ``s`` or ``s + c``) from the input's ``value`` (an int, or an array's shape)."""
+        if isinstance(meta, torch.SymInt):
+            pairs = [(meta, value)]
+        elif isinstance(meta, torch.Tensor) and hasattr(value, "shape"):
+            pairs = list(zip(meta.shape, value.shape))
+        else:
+            return
+        for m, v in pairs:
+            if not isinstance(m, torch.SymInt):
+                continue
+            expr = m.node.expr
+            if expr.is_Symbol:
+                self.symbols.setdefault(expr, v)
+            elif expr.is_Add and len(expr.free_symbols) == 1:
+                sym = next(iter(expr.free_symbols))
+                if (expr - sym).is_Integer:
+                    self.symbols.setdefault(sym, v - int(expr - sym))
 
     def fork(self, **changes: Any) -> "LoweringContext":
         """A copy for lowering a sub-graph (a control-flow body): same target, options and key."""

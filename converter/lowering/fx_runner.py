@@ -38,6 +38,7 @@ def run_nodes(gm: torch.fx.GraphModule, inputs: tuple, ctx: LoweringContext) -> 
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             env[node.name] = next(it)
+            ctx.bind(node.meta.get("val"), env[node.name])
         elif node.op == "call_function":
             env[node.name] = _call(node, env, ctx)
         elif node.op == "get_attr":

@@ -213,6 +213,7 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
                 env[node.name] = next(user_iter)
             else:
                 env[node.name] = getattr(spec.arg, "value", None) if spec is not None else None
+            ctx.bind(node.meta.get("val"), env[node.name])
         elif node.op == "call_function":
             env[node.name] = _call(node, env, ctx)
         elif node.op == "get_attr":

@@ -82,6 +82,22 @@ CREATION = [
                        Sample((2, 5, 2), {"dtype": i32}, name="dtype")]),
     OpInfo("triu_indices", torch.triu_indices, (aten.triu_indices.default,),
            lambda dt: [Sample((3, 4)), Sample((4, 3, 1), name="offset"), Sample((0, 3), name="empty")]),
+    OpInfo("hann_window", torch.hann_window, (aten.hann_window.default, aten.hann_window.periodic),
+           lambda dt: [Sample((8,)), Sample((7, False), name="symmetric")]),
+    OpInfo("hamming_window", torch.hamming_window,
+           (aten.hamming_window.default, aten.hamming_window.periodic, aten.hamming_window.periodic_alpha,
+            aten.hamming_window.periodic_alpha_beta),
+           lambda dt: [Sample((6,)), Sample((7, False), name="symmetric"), Sample((8, True, 0.5), name="alpha"),
+                       Sample((8, True, 0.5, 0.5), name="alpha-beta"),
+                       Sample((5, True, 0.6, 0.4), {"dtype": f64}, name="f64")]),
+    OpInfo("blackman_window", torch.blackman_window, (aten.blackman_window.default, aten.blackman_window.periodic),
+           lambda dt: [Sample((8,)), Sample((7, False), name="symmetric"), Sample((1, True), name="one")]),
+    OpInfo("bartlett_window", torch.bartlett_window, (aten.bartlett_window.default, aten.bartlett_window.periodic),
+           lambda dt: [Sample((8,)), Sample((7, False), name="symmetric"), Sample((0, True), name="empty")]),
+    OpInfo("kaiser_window", torch.kaiser_window,
+           (aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta),
+           lambda dt: [Sample((8,)), Sample((7, False), name="symmetric"), Sample((8, True, 5.0), name="beta"),
+                       Sample((6, True, 8.0), {"dtype": bf16}, name="bf16")]),
 ]
 
 OPS = CREATION

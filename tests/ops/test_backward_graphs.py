@@ -165,12 +165,14 @@ def test_sym_stride_and_storage_offset_of_symbolic_views():
     _compare(*_run(fn, (make((3, 5)),), aten.sym_storage_offset.default, tracing_mode="symbolic"), F32)
 
 
-def test_sym_storage_offset_not_of_the_views_dims_is_unsupported():
+def test_sym_storage_offset_and_stride_read_from_the_graph_inputs():
     def fn(x):
         v = x.reshape(-1)[x.shape[1]:]  # offset s1, shape s0*s1 - s1: s1 is not one of its dims
-        return (_sum(v) + aten.sym_storage_offset(v),)
+        w = x.reshape(-1, 2)  # stride(0) s0*s1 // (s0*s1 // 2): a floor division
+        return (_sum(v) + aten.sym_storage_offset(v) * 10 + aten.sym_stride(w, 0),)
 
-    gm = make_fx(fn, tracing_mode="symbolic")(make((3, 4)))
-    with pytest.raises(UnsupportedOpError, match=r"sym_storage_offset.*storage offset s\d+ is not an expression"):
-        with jax.enable_x64(True):
-            run_graph_module(gm, (to_jax(make((3, 4))),))
+    x = make((3, 4))
+    gm = make_fx(fn, tracing_mode="symbolic")(x)
+    with jax.enable_x64(True):
+        (got,) = run_graph_module(gm, (to_jax(x),))
+    assert_close(to_torch(got), fn(x)[0], 1e-5, 1e-5)

@@ -170,3 +170,25 @@ def test_compile_tpu_dynamic_view_of_an_intermediate_trains():
         y.sum().backward()
         assert torch.equal(y.detach().cpu(), x.detach().cpu()[:, 0] * 2)
         assert torch.equal(x.grad.cpu(), torch.zeros(n, 4).index_fill_(1, torch.tensor(0), 2.0))
+
+
+@pytest.mark.parametrize("view", [lambda x: x.reshape(-1, 2), lambda x: x[:, 1:].reshape(-1, 2) * 2],
+                         ids=["reshape", "slice-reshape"])
+def test_compile_tpu_dynamic_strides_with_floor_divisions(view):
+    # reshape(-1, 2) of an n x n input under dynamic shapes records the stride n*n // (n*n // 2): a floor
+    # division of the input's symbol, not of the output's own dims (it was an UnsupportedOpError)
+    torch._dynamo.reset()
+    compiled = torch.compile(view, backend="tpu", dynamic=True)
+    for n in (4, 6):
+        x = torch.arange(float(n * n)).reshape(n, n)
+        got, want = compiled(x.to("tpu")), view(x)
+        assert torch.equal(got.cpu(), want) and got.stride() == want.stride()
+
+
+@pytest.mark.parametrize("window", ["hamming_window", "blackman_window", "bartlett_window", "kaiser_window"])
+def test_compile_tpu_window_functions(window):
+    # torch decomposes hann_window only: the others reach the backend as ops (no lowering raised)
+    fn = getattr(torch, window)
+    compiled = torch.compile(lambda x: x * fn(x.shape[-1], device=x.device), backend="tpu")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(compiled(x.to("tpu")).cpu(), x * fn(8))

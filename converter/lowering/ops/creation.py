@@ -1,4 +1,4 @@
-"""Tensor creation: arange, full, full_like, empty*, tril/triu_indices (scalar_tensor: convert.py).
+"""Tensor creation: arange, full, full_like, empty*, tril/triu_indices, window functions (scalar_tensor: convert.py).
 
 zeros/ones/new_zeros/new_full, zeros_like/ones_like, eye, linspace, tril/triu
 all decompose into these (plus elementwise ops) before lowering.
@@ -203,3 +203,61 @@ def lower_triu_indices_default(ctx, row, col, offset=0, *, dtype=None, layout=No
     A ``(2, n)`` constant computed at conversion time (row-major, as torch).
     """
     return _tri_indices(ctx, np.triu_indices, row, col, offset, dtype)
+
+
+def _window(ctx, fn, window_length, args, dtype):
+    """A window function's values, computed by torch on the CPU at conversion time (the formula, its
+    float rounding and its ``periodic`` convention are torch's own) as a constant."""
+    if not isinstance(window_length, int):
+        raise TypeError(f"{fn.__name__}: the window length must be a static int, got {window_length!r}")
+    values = fn(window_length, *args, dtype=dtype if dtype is not None else torch.get_default_dtype())
+    out = ctx.out_dtype or to_jax_dtype(values.dtype)
+    return jnp.asarray(values.to(torch.float64).numpy(), dtype=out)
+
+
+@lowering(aten.hann_window.default, aten.hann_window.periodic)
+def lower_hann_window(ctx, window_length, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    """hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    Also hann_window.periodic(int window_length, bool periodic, ...). A constant (see :func:`_window`).
+    """
+    return _window(ctx, torch.hann_window, window_length, args, dtype)
+
+
+@lowering(aten.hamming_window.default, aten.hamming_window.periodic, aten.hamming_window.periodic_alpha,
+          aten.hamming_window.periodic_alpha_beta)
+def lower_hamming_window(ctx, window_length, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    """hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    Also hamming_window.periodic / .periodic_alpha / .periodic_alpha_beta(int window_length, bool periodic,
+    float alpha=0.54, float beta=0.46, ...). A constant (see :func:`_window`).
+    """
+    return _window(ctx, torch.hamming_window, window_length, args, dtype)
+
+
+@lowering(aten.blackman_window.default, aten.blackman_window.periodic)
+def lower_blackman_window(ctx, window_length, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    """blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    Also blackman_window.periodic(int window_length, bool periodic, ...). A constant (see :func:`_window`).
+    """
+    return _window(ctx, torch.blackman_window, window_length, args, dtype)
+
+
+@lowering(aten.bartlett_window.default, aten.bartlett_window.periodic)
+def lower_bartlett_window(ctx, window_length, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    """bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    Also bartlett_window.periodic(int window_length, bool periodic, ...). A constant (see :func:`_window`).
+    """
+    return _window(ctx, torch.bartlett_window, window_length, args, dtype)
+
+
+@lowering(aten.kaiser_window.default, aten.kaiser_window.periodic, aten.kaiser_window.beta)
+def lower_kaiser_window(ctx, window_length, *args, dtype=None, layout=None, device=None, pin_memory=None):
+    """kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    Also kaiser_window.periodic(int window_length, bool periodic, ...) and kaiser_window.beta(int
+    window_length, bool periodic, float beta, ...). A constant (see :func:`_window`).
+    """
+    return _window(ctx, torch.kaiser_window, window_length, args, dtype)

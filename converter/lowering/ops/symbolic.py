@@ -4,9 +4,10 @@ They appear in graphs traced with symbolic shapes (``make_fx(tracing_mode="symbo
 AOTAutograd with dynamic shapes) and return SymInts: here python ints, or jax.export
 symbolic dims under shape polymorphism. JAX arrays have no strides or storage (every
 value is dense row-major), so a stride or storage offset is torch's recorded value:
-a python int when static, else its sympy expression evaluated with the symbols read
-off the tensor's own dims (a dim ``s`` or ``s + c`` gives ``s``). An expression over
-other symbols is an :class:`UnsupportedOpError`.
+a python int when static, else its sympy expression (sums, products, floor divisions)
+evaluated with the symbols read off the graph's inputs and the tensor's own dims (a dim
+``s`` or ``s + c`` gives ``s``: :meth:`LoweringContext.bind`). An expression over other
+symbols is an :class:`UnsupportedOpError`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from converter.errors import UnsupportedOpError
+from converter.lowering.context import LoweringContext
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.registry import lowering
 
@@ -35,25 +37,13 @@ def _product(sizes):
     return out
 
 
-def _symbols(meta, shape) -> dict:
-    """sympy symbol → value, for the dims of ``meta`` that are ``s`` or ``s + c``."""
-    values = {}
-    for m, v in zip(meta.shape, shape):
-        if not isinstance(m, torch.SymInt):
-            continue
-        expr = m.node.expr
-        if expr.is_Symbol:
-            values[expr] = v
-        elif expr.is_Add and len(expr.free_symbols) == 1:
-            sym = next(iter(expr.free_symbols))
-            rest = expr - sym
-            if rest.is_Integer:
-                values[sym] = v - int(rest)
-    return values
+#: torch's sympy integer functions (``torch.utils._sympy.functions``) → their python operator.
+_INT_FUNCTIONS = {"FloorDiv": lambda a, b: a // b, "CleanDiv": lambda a, b: a // b,
+                  "PythonMod": lambda a, b: a % b, "Mod": lambda a, b: a % b}
 
 
 def _evaluate(expr, values):
-    """A polynomial sympy expression with integer coefficients, or ``None``."""
+    """A sympy expression of integer sums, products, powers and floor divisions / remainders, or ``None``."""
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
@@ -61,6 +51,10 @@ def _evaluate(expr, values):
     if expr.is_Pow and expr.exp.is_Integer and expr.exp > 0:
         base = _evaluate(expr.base, values)
         return None if base is None else _product([base] * int(expr.exp))
+    fn = _INT_FUNCTIONS.get(type(expr).__name__)
+    if fn is not None and len(expr.args) == 2:
+        a, b = (_evaluate(x, values) for x in expr.args)
+        return None if a is None or b is None else fn(a, b)
     if expr.is_Add or expr.is_Mul:
         parts = [_evaluate(a, values) for a in expr.args]
         if any(p is None for p in parts):
@@ -81,13 +75,18 @@ def _recorded(ctx, self, what: str, fallback):
         static = val.node.maybe_as_int()
         if static is not None:
             return static
+        values = dict(ctx.symbols)  # the graph inputs' symbols, and those of the tensor's own dims
         meta = _input_meta(ctx)
-        out = None if meta is None else _evaluate(val.node.expr, _symbols(meta, self.shape))
+        if meta is not None:
+            own = LoweringContext()
+            own.bind(meta, self)
+            values.update(own.symbols)
+        out = _evaluate(val.node.expr, values)
         if out is not None:
             return out
         op = ctx.node.target if ctx.node is not None else what
         raise UnsupportedOpError(str(op), ctx.target, ctx.location,
-                                 reason=f"the {what} {val.node.expr} is not an expression of the tensor's own "
+                                 reason=f"the {what} {val.node.expr} is not an expression of the graph's input "
                                         "dims (JAX values have no strides or storage to read it from)")
     return fallback()
 
