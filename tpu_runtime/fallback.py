@@ -145,9 +145,14 @@ def empty_results(func: Any, args: tuple, kwargs: dict) -> Any:
     same decomposition).
 
     Raises:
-        ZeroDivisionError: that input has elements (the results' values are not known)."""
+        Exception: that input has elements (the results' values are not known): what the CPU raises for
+            the call (interpolate to an output size 0: the decomposition divided by it), else
+            ZeroDivisionError."""
+    from tpu_runtime.plans import raise_as_on_cpu
+
     meta = like_input(func, args, kwargs)
     if any(m.numel() for m in torch.utils._pytree.tree_leaves(meta) if isinstance(m, torch.Tensor)):
+        raise_as_on_cpu(func, args, kwargs, None, None)
         raise ZeroDivisionError(f"{func}: division by zero in its decomposition")
     return torch.utils._pytree.tree_map(
         lambda m: new_tensor(None, tuple(m.shape), m.dtype) if isinstance(m, torch.Tensor) else m, meta)

@@ -226,10 +226,11 @@ def _templates(func: Any, args: tuple, kwargs: dict, dyn: bool | None) -> tuple:
 _REPRO_NUMEL = 1 << 22
 
 
-def _raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, error: Exception) -> None:
+def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, error: Exception | None) -> None:
     """Raise what PyTorch on the CPU raises for this call, if it refuses it (shapes that do not match, a dim out
     of range): the same exception type and message a user's ``except`` expects; the op and the user's line are
-    added as a note. Returns when the meta failure is the runtime's own (no meta kernel, a data-dependent shape)."""
+    added as a note. Returns when the meta failure is the runtime's own (no meta kernel, a data-dependent shape),
+    or when the CPU's refusal is not of ``error``'s type (``None``: any refusal is raised)."""
     if isinstance(error, NotImplementedError):  # no meta kernel, or a data-dependent output shape
         return
     targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
@@ -240,7 +241,7 @@ def _raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, err
     try:
         func(*_fill(targs, cpu), **fill)
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
-        if isinstance(e, NotImplementedError) or not isinstance(e, type(error)):  # not the same refusal
+        if isinstance(e, NotImplementedError) or (error is not None and not isinstance(e, type(error))):
             return
         e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()})")
         raise e.with_traceback(None) from None
@@ -266,7 +267,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     except ConversionError:
         raise
     except Exception as e:
-        _raise_as_on_cpu(func, args, kwargs, dyn, e)
+        raise_as_on_cpu(func, args, kwargs, dyn, e)
         raise ShapeInferenceError(func, caller_location(),
                                   f"its output shape cannot be inferred without running it ({type(e).__name__}: "
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e

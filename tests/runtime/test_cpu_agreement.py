@@ -207,3 +207,16 @@ def test_deepcopy_of_a_non_leaf_and_backward_with_a_cpu_gradient_raise_as_on_oth
         (a * 2).backward(torch.ones(3))
     (a * 2).sum().backward(torch.tensor(1.0))  # a 0-d CPU gradient is allowed, as on CUDA
     assert a.grad.device.type == "tpu" and torch.equal(a.grad.cpu(), torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("mode,shape,size", [("linear", (1, 2, 4), (0,)), ("bilinear", (1, 2, 4, 4), (0, 2)),
+                                             ("bicubic", (1, 2, 4, 4), (2, 0)), ("trilinear", (1, 1, 2, 2, 2), (0, 1, 1)),
+                                             ("nearest-exact", (1, 2, 4), (0,))])
+def test_interpolate_to_an_empty_size_raises_as_on_the_cpu(mode, shape, size):
+    # the decompositions divided by the output size: ZeroDivisionError instead of torch's check
+    x = torch.randn(*shape)
+    with pytest.raises(RuntimeError) as cpu:
+        torch.nn.functional.interpolate(x, size=size, mode=mode)
+    with pytest.raises(RuntimeError, match="Input and output sizes should be greater than 0") as tpu:
+        torch.nn.functional.interpolate(x.to("tpu"), size=size, mode=mode)
+    assert str(tpu.value).split("\n")[0] == str(cpu.value).split("\n")[0]
