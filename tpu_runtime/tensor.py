@@ -200,7 +200,7 @@ class TpuTensor(torch.Tensor):
             hook_error = take_hook_error()  # what a backward hook raised (see device._device_type)
             if hook_error is None:
                 raise
-            raise hook_error.with_traceback(hook_error.__traceback__) from None
+            raise hook_error from None
         executor().sync()
 
     def tolist(self) -> Any:

@@ -42,24 +42,9 @@ class LoweringContext:
     _rng_count: int = 0
 
     def bind(self, meta: Any, value: Any) -> None:
-        """Note the values of the symbols in a graph input's recorded ``meta`` (a SymInt, or a tensor's
-        dims that are ``s`` or ``s + c``) from the input's ``value`` (an int, or an array's shape)."""
-        if isinstance(meta, torch.SymInt):
-            pairs = [(meta, value)]
-        elif isinstance(meta, torch.Tensor) and hasattr(value, "shape"):
-            pairs = list(zip(meta.shape, value.shape))
-        else:
-            return
-        for m, v in pairs:
-            if not isinstance(m, torch.SymInt):
-                continue
-            expr = m.node.expr
-            if expr.is_Symbol:
-                self.symbols.setdefault(expr, v)
-            elif expr.is_Add and len(expr.free_symbols) == 1:
-                sym = next(iter(expr.free_symbols))
-                if (expr - sym).is_Integer:
-                    self.symbols.setdefault(sym, v - int(expr - sym))
+        """Note the values of the symbols in a graph input's recorded ``meta`` (see :func:`symbols_of`)."""
+        for sym, v in symbols_of(meta, value).items():
+            self.symbols.setdefault(sym, v)
 
     def fork(self, **changes: Any) -> "LoweringContext":
         """A copy for lowering a sub-graph (a control-flow body): same target, options and key."""
@@ -101,3 +86,26 @@ class LoweringContext:
         self._rng_count += 1
         salt = zlib.crc32(self.node.name.encode()) % (2**31) if self.node is not None else 0
         return jax.random.fold_in(jax.random.fold_in(base, salt), self._rng_count)
+
+
+def symbols_of(meta: Any, value: Any) -> dict:
+    """sympy symbol → value, for the symbols of ``meta`` (a SymInt, or a tensor's dims that are ``s`` or
+    ``s + c``) read off ``value`` (an int, or an array's shape)."""
+    if isinstance(meta, torch.SymInt):
+        pairs = [(meta, value)]
+    elif isinstance(meta, torch.Tensor) and hasattr(value, "shape"):
+        pairs = list(zip(meta.shape, value.shape))
+    else:
+        return {}
+    found = {}
+    for m, v in pairs:
+        if not isinstance(m, torch.SymInt):
+            continue
+        expr = m.node.expr
+        if expr.is_Symbol:
+            found.setdefault(expr, v)
+        elif expr.is_Add and len(expr.free_symbols) == 1:
+            sym = next(iter(expr.free_symbols))
+            if (expr - sym).is_Integer:
+                found.setdefault(sym, v - int(expr - sym))
+    return found

@@ -6,7 +6,7 @@ symbolic dims under shape polymorphism. JAX arrays have no strides or storage (e
 value is dense row-major), so a stride or storage offset is torch's recorded value:
 a python int when static, else its sympy expression (sums, products, floor divisions)
 evaluated with the symbols read off the graph's inputs and the tensor's own dims (a dim
-``s`` or ``s + c`` gives ``s``: :meth:`LoweringContext.bind`). An expression over other
+``s`` or ``s + c`` gives ``s``: :func:`~converter.lowering.context.symbols_of`). An expression over other
 symbols is an :class:`UnsupportedOpError`.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.context import LoweringContext
+from converter.lowering.context import symbols_of
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.registry import lowering
 
@@ -78,9 +78,7 @@ def _recorded(ctx, self, what: str, fallback):
         values = dict(ctx.symbols)  # the graph inputs' symbols, and those of the tensor's own dims
         meta = _input_meta(ctx)
         if meta is not None:
-            own = LoweringContext()
-            own.bind(meta, self)
-            values.update(own.symbols)
+            values.update(symbols_of(meta, self))
         out = _evaluate(val.node.expr, values)
         if out is not None:
             return out
