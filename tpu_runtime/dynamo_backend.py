@@ -18,7 +18,6 @@ land on the tpu parameters, ready for an eager optimizer step.
 
 from __future__ import annotations
 
-import collections
 
 import itertools
 import sys
@@ -38,6 +37,7 @@ from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime import fastpath, foreach, rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
+from tpu_runtime.compile_aliases import split_shared_views
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.module import host_array, to_jax, to_torch
@@ -333,30 +333,6 @@ def _late_decompositions() -> None:
         _DECOMPOSITIONS.setdefault(fma.default, _fma)
 
 
-def _storage_of(node: Any) -> Any:
-    val = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-    return val.untyped_storage()._cdata if isinstance(val, torch.Tensor) else None
-
-
-def _copy_shared_outputs(gm: torch.fx.GraphModule) -> None:
-    """Return copies for graph outputs that are views of one intermediate shared with another output
-    (``y = x * 2; return y[0], y[1]``: ELECTRA's heads). AOTAutograd refuses such outputs when the
-    inputs are tensor subclasses ("ANY output aliasing ... is currently unsupported"); the copies
-    no longer alias each other (an in-place write into one is not seen through the other)."""
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    inputs = {_storage_of(n) for n in gm.graph.nodes if n.op == "placeholder"}
-    leaves = [n for n in torch.utils._pytree.tree_leaves(out.args) if isinstance(n, torch.fx.Node)]
-    counts = collections.Counter(_storage_of(n) for n in leaves)  # an output returned twice counts twice
-    shared = {n for n in leaves if counts[_storage_of(n)] > 1 and _storage_of(n) not in inputs | {None}}
-    if not shared:
-        return
-    with gm.graph.inserting_before(out):
-        copies = {n: gm.graph.call_function(torch.clone, (n,)) for n in shared}
-    out.args = torch.utils._pytree.tree_map(lambda a: copies.get(a, a) if isinstance(a, torch.fx.Node) else a,
-                                            out.args)
-    gm.recompile()
-
-
 def _custom_op_decompositions(gm: torch.fx.GraphModule) -> list:
     """Decompose the graph's custom ops (``torch.library.custom_op``) that have no row into their
     kernel for the tpu device, or their device-agnostic one, as eager mode runs them (AOTAutograd
@@ -389,9 +365,10 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
     :func:`compile_graph` for the forward and backward graphs."""
     _late_decompositions()
     custom = _custom_op_decompositions(gm)
-    _copy_shared_outputs(gm)
+    views = split_shared_views(gm, example_inputs)
     try:
-        return _AOT(gm, example_inputs, **kwargs)
+        compiled = _AOT(gm, example_inputs, **kwargs)
+        return compiled if views is None else views(compiled)
     except AssertionError as e:  # AOTAutograd's check that the traced graph is functional
         if not custom:
             raise

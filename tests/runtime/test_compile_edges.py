@@ -69,3 +69,37 @@ def test_compile_random_fills_without_a_lowering_decompose_as_in_eager():
             assert (a > 0).all()
         if name == "geometric_":
             assert (a >= 1).all() and torch.equal(a, a.round())
+
+
+def _output_and_its_view(x, w):
+    y = x * w
+    return y, y.view(-1)
+
+
+def _two_views_of_an_intermediate(x, w):
+    y = (x * w).t()
+    return y[0], y[1].unsqueeze(0)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+@pytest.mark.parametrize("fn", [_output_and_its_view, _two_views_of_an_intermediate])
+def test_compiled_outputs_viewing_one_tensor_stay_aliased(fn, device):
+    # outputs viewing one tensor came back as copies: a write through one was not seen through the others, and
+    # autograd gave other gradients than on the CPU
+    torch._dynamo.reset()
+    x, w0 = torch.randn(2, 3), torch.randn(2, 3)
+
+    def run(f, d):
+        w = w0.to(d, copy=True).requires_grad_()
+        outs = f(x.to(d), w)
+        outs[1].mul_(2)
+        (outs[0].sum() + 3 * outs[1].sum()).backward()
+        return outs, w.grad
+
+    want, want_grad = run(fn, "cpu")
+    got, grad = run(torch.compile(fn, backend="tpu"), device)
+    assert got[1]._base is (got[0] if fn is _output_and_its_view else got[0]._base) is not None
+    for g, e in zip(got, want):
+        assert g.device.type == device and g.shape == e.shape and g.stride() == e.stride()
+        torch.testing.assert_close(g.detach().cpu(), e.detach())
+    torch.testing.assert_close(grad.cpu(), want_grad)
