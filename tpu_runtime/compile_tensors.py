@@ -275,6 +275,8 @@ def _view_layout(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[bool, 
     if not _static((x.shape, stride, offset, rest, kwargs)):
         if func in _PERMUTES:  # a symbolic shape: permuted strides still agree with the concrete ones
             return False, [(_permuted(func, args, stride), offset)]
+        if func is torch.ops.aten.detach.default:  # the same layout (dynamo detaches an autograd view's base)
+            return False, [(stride, offset)]
         fake = x._fake  # the layout of a view follows from its input's (not the size's symbols)
         if func in LAYOUT_VIEWS and _same((stride, offset), (tuple(fake.stride()), fake.storage_offset())):
             return False, [(tuple(o.stride()), o.storage_offset()) for o in tree_leaves(out)
