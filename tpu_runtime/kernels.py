@@ -21,10 +21,8 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from converter.errors import UnsupportedOpError
 from converter.lowering import registry
 from converter.lowering.context import LoweringContext
-from converter.lowering.ops.embedding import bag_ids
 from converter.lowering.ops.linalg import grouped_mm_meta, scaled_mm_meta, scaled_mm_v2_meta
 from converter.lowering.ops.segment import padded_dense_to_jagged_meta
 from tpu_runtime import optim_kernels
@@ -101,69 +99,6 @@ def _random_to(ctx: Any, self: Any, to: int, *, generator: Any = None) -> Any:
     return _random_from(ctx, self, 0, to)
 
 
-def embedding_bag_backward(ctx: Any, grad: Any, indices: Any, offsets: Any, offset2bag: Any, bag_size: Any,
-                           maximum_indices: Any, num_weights: int, scale_grad_by_freq: bool, mode: int, sparse: bool,
-                           per_sample_weights: Any, padding_idx: int = -1) -> Any:
-    """_embedding_bag_backward(Tensor grad, Tensor indices, Tensor offsets, Tensor offset2bag, Tensor bag_size, Tensor maximum_indices, SymInt num_weights, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, int padding_idx=-1) -> Tensor
-
-    The dense weight gradient: each bag's gradient row scattered back to the rows it
-    gathered (divided by the bag's size in mean mode, times ``per_sample_weights``),
-    or to the row that held each maximum in max mode; padding entries get nothing;
-    ``scale_grad_by_freq`` divides by each row's count in the batch.
-
-    Raises:
-        UnsupportedOpError: ``sparse=True`` (a sparse gradient has no tpu representation).
-    """
-    if sparse:
-        raise UnsupportedOpError("aten._embedding_bag_backward", ctx.target, ctx.location,
-                                 reason="sparse=True embedding gradients are not supported on the tpu device; "
-                                        "use sparse=False (a dense gradient)")
-    nb, d = grad.shape
-    idx = indices.astype(jnp.int64)
-    acc = jnp.float32 if grad.dtype in (jnp.float16, jnp.bfloat16) else grad.dtype
-    g = grad.astype(acc)
-    valid = idx != padding_idx if padding_idx is not None and padding_idx >= 0 else jnp.ones(idx.shape, bool)
-    if mode == 2:  # max: the gradient goes to the row each maximum came from (empty bags: nowhere)
-        nonempty = (bag_size[:nb] > 0)[:, None]
-        cols = jnp.broadcast_to(jnp.arange(d), (nb, d))
-        out = jnp.zeros((num_weights, d), acc).at[maximum_indices.astype(jnp.int64), cols].add(
-            jnp.where(nonempty, g, jnp.zeros((), acc)), mode="drop")
-    else:
-        seg = bag_ids(offsets, idx.shape[0], nb)
-        if offsets.shape[0] == nb + 1 and not (padding_idx is not None and padding_idx >= 0):
-            # include_last_offset: the forward summed no index past the last offset (see _embedding_bag);
-            # they get no gradient (the CPU kernel reads past the end of ``grad`` for them)
-            valid = valid & (jnp.arange(idx.shape[0]) < offsets[nb].astype(jnp.int64))
-        rows = jnp.take(g, jnp.clip(seg, 0, nb - 1), axis=0)
-        if mode == 1:
-            rows = rows / jnp.maximum(jnp.take(bag_size[:nb], jnp.clip(seg, 0, nb - 1)), 1).astype(acc)[:, None]
-        if per_sample_weights is not None:
-            rows = rows * per_sample_weights.astype(acc)[:, None]
-        rows = jnp.where((valid & (seg >= 0))[:, None], rows, jnp.zeros((), acc))
-        out = jnp.zeros((num_weights, d), acc).at[idx].add(rows, mode="drop")
-    if scale_grad_by_freq:
-        freq = jnp.zeros((num_weights,), acc).at[idx].add(valid.astype(acc), mode="drop")
-        out = out / jnp.maximum(freq, 1)[:, None]
-    return out.astype(grad.dtype)
-
-
-def embedding_bag_per_sample_weights_backward(ctx: Any, grad: Any, weight: Any, indices: Any, offsets: Any,
-                                              offset2bag: Any, mode: int, padding_idx: int = -1) -> Any:
-    """_embedding_bag_per_sample_weights_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets, Tensor offset2bag, int mode, int padding_idx=-1) -> Tensor
-
-    Sum mode: each sample's weight gets the dot product of its bag's gradient row with
-    the embedding row it scaled (zero for padding entries).
-    """
-    nb = grad.shape[0]
-    idx = indices.astype(jnp.int64)
-    seg = bag_ids(offsets, idx.shape[0], nb)
-    rows = jnp.take(weight, idx, axis=0, mode="clip")
-    out = jnp.sum(jnp.take(grad, jnp.clip(seg, 0, nb - 1), axis=0) * rows, axis=1)
-    if padding_idx is not None and padding_idx >= 0:
-        out = jnp.where(idx != padding_idx, out, jnp.zeros((), out.dtype))
-    return out.astype(grad.dtype)
-
-
 def glu_jvp(ctx: Any, glu: Any, x: Any, dx: Any, dim: int) -> Any:
     """glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor: the forward-mode derivative of
     ``glu = a * sigmoid(b)`` (``a``, ``b`` the halves of ``x`` along ``dim``): ``da * sigmoid(b) +
@@ -177,8 +112,6 @@ def glu_jvp(ctx: Any, glu: Any, x: Any, dx: Any, dim: int) -> Any:
 
 #: Runtime kernels by op (used only when the lowering table has no row for the op).
 KERNELS: dict[Any, Callable] = {
-    aten._embedding_bag_backward.default: embedding_bag_backward,
-    aten._embedding_bag_per_sample_weights_backward.default: embedding_bag_per_sample_weights_backward,
     aten.convolution_backward.default: convolution_backward,
     aten.glu_jvp.default: glu_jvp,
     aten.addcmul.default: addcmul,

@@ -294,6 +294,23 @@ def _idx(shape, high, seed=0, dtype=I64):
     return make(shape, dtype, low=0, high=high, seed=seed)
 
 
+_BAG_INDICES, _BAG_OFFSETS = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 2, 2, 5])
+
+
+def _bag_forward(dt, mode, psw, padding):
+    """torch's CPU ``_embedding_bag`` of the backward samples: (output, offset2bag, bag_size, max_indices)."""
+    weights = make((8,), dt, seed=3) if psw else None
+    return aten._embedding_bag(make((10, 3), dt), _BAG_INDICES, _BAG_OFFSETS, False, mode, False, weights, False,
+                               padding)
+
+
+def _bag_backward_sample(dt, mode, psw, padding, freq):
+    _, offset2bag, bag_size, max_indices = _bag_forward(dt, mode, psw, padding)
+    return Sample((make((4, 3), dt, seed=2), _BAG_INDICES, _BAG_OFFSETS, offset2bag, bag_size, max_indices, 10, freq,
+                   mode, False, make((8,), dt, seed=3) if psw else None, padding),
+                  name=f"mode{mode}_psw{int(psw)}_padding{padding}_freq{int(freq)}")
+
+
 EMBEDDING = [
     OpInfo("embedding", lambda i, w, **kw: F.embedding(i, w, **kw), (aten.embedding.default,),
            lambda dt: [Sample((_idx((2, 3), 7), make((7, 4), dt)), {"padding_idx": 1}),
@@ -319,6 +336,19 @@ EMBEDDING = [
     OpInfo("_embedding_bag_forward_only", aten.embedding_bag.default, (aten._embedding_bag_forward_only.default,),
            lambda dt: [Sample((make((10, 3), dt), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 2, 2, 5]),
                                False, mode), name=f"mode{mode}") for mode in (0, 1, 2)]),
+    # the backward ops take what torch's CPU forward saved (offset2bag, bag_size, max indices)
+    OpInfo("_embedding_bag_backward", aten._embedding_bag_backward.default, (aten._embedding_bag_backward.default,),
+           lambda dt: [_bag_backward_sample(dt, mode, psw, padding, freq)
+                       for mode, psw, padding, freq in ((0, True, -1, False), (1, False, 2, True), (2, False, -1, False),
+                                                        (0, False, 4, False))],
+           xfail={"mode1_psw0_padding2_freq1": "scale_grad_by_freq: torch's CPU kernel divides the k-th distinct row's "
+                                               "gradient by the count of the k-th sorted index, not by that row's own "
+                                               "count (the documented frequency, which the lowering uses)"}),
+    OpInfo("_embedding_bag_per_sample_weights_backward", aten._embedding_bag_per_sample_weights_backward.default,
+           (aten._embedding_bag_per_sample_weights_backward.default,),
+           lambda dt: [Sample((make((4, 3), dt, seed=2), make((10, 3), dt), _BAG_INDICES, _BAG_OFFSETS,
+                               _bag_forward(dt, 0, True, padding)[1], 0, padding), name=f"padding{padding}")
+                       for padding in (-1, 4)]),
 ]
 
 

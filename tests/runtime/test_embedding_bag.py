@@ -116,3 +116,20 @@ def test_include_last_offset_indices_past_the_last_offset_get_no_weight_gradient
         return wd.grad.cpu()
 
     torch.testing.assert_close(weight_grad("tpu", 8), weight_grad("cpu", 6))
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+@pytest.mark.parametrize("mode,last", [("sum", True), ("mean", False), ("max", True)])
+def test_compiled_embedding_bag_trains_as_on_the_cpu(mode, last, device):
+    # torch.compile had no lowering of _embedding_bag_backward (a runtime kernel of eager only), and with
+    # CPU inputs include_last_offset's bag_size came back one entry longer than the CPU kernel's
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(10, 4, mode=mode, include_last_offset=last)
+    ref = copy.deepcopy(bag)
+    want = _run(ref, "cpu", None, last)
+    compiled = torch.compile(bag.to(device), backend="tpu")
+    got = _run(compiled, device, None, last)
+    for g, w in zip(got, want):
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

@@ -3,7 +3,9 @@
 torch.export keeps ``nn.Embedding`` as ``embedding`` (preserved), ``nn.EmbeddingBag``/
 ``F.embedding_bag`` as ``embedding_bag.padding_idx`` (2-d inputs arrive flattened with
 ``arange`` offsets); ``torch.ops.aten.embedding_bag.default`` becomes
-``_embedding_bag_forward_only``.
+``_embedding_bag_forward_only``. Their backward ops (``_embedding_bag_backward``,
+``_embedding_bag_per_sample_weights_backward``: eager autograd and AOTAutograd graphs) are
+rows too.
 
 Deviation: out-of-range indices are not checked (XLA cannot raise); the gather clamps
 them where torch raises an IndexError.
@@ -66,6 +68,11 @@ def bag_ids(offsets, n, nb):
     return jnp.cumsum(jnp.zeros((n,), jnp.int64).at[starts].add(1, mode="drop")) - 1
 
 
+def _same_size(a, b):
+    """Whether two recorded sizes (ints or symbolic sizes) are the same, without guarding on a symbol."""
+    return a == b if isinstance(a, int) and isinstance(b, int) else str(a) == str(b)
+
+
 def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx):
     if indices.ndim != 1 or offsets.ndim != 1:
         raise UnsupportedOpError(str(op), ctx.target, ctx.location,
@@ -116,17 +123,22 @@ def _embedding_bag(ctx, op, weight, indices, offsets, mode, per_sample_weights, 
     bag_size = jnp.zeros((nb,), jnp.int64) if mode == _SUM else counts
     if mode != _MAX:
         max_indices = bag_size
-    if include_last_offset:
-        bag_size = jnp.concatenate([bag_size, jnp.zeros((1,), jnp.int64)])
     # torch's fast CPU path (sum, no padding_idx, float32/float64) leaves offset2bag empty;
-    # follow the shape torch.export recorded when there is one
+    # follow the shapes recorded when there are some: torch's meta kernel (torch.export, eager,
+    # torch.compile of tpu tensors) gives include_last_offset's bag_size one entry per offset and no
+    # max_indices outside max mode; the CPU kernel (torch.compile of CPU tensors) one per bag and
+    # bag_size again
     meta = ctx.out_meta
     if isinstance(meta, (list, tuple)) and len(meta) == 4:
         empty = meta[1].shape[0] == 0
-        if mode != _MAX and meta[3].shape[0] == 0:  # torch's meta kernel (eager, torch.compile): no max_indices
+        if include_last_offset and not _same_size(meta[2].shape[0], meta[0].shape[0]):
+            bag_size = jnp.concatenate([bag_size, jnp.zeros((1,), jnp.int64)])
+        if mode != _MAX and meta[3].shape[0] == 0:
             max_indices = jnp.zeros((0,), jnp.int64)
     else:
         empty = mode == _SUM and not has_padding and weight.dtype in (jnp.float32, jnp.float64)
+        if include_last_offset:
+            bag_size = jnp.concatenate([bag_size, jnp.zeros((1,), jnp.int64)])
     offset2bag = jnp.zeros((0,), jnp.int64) if empty else jnp.clip(seg, 0, nb - 1)
     return out.astype(weight.dtype), offset2bag, bag_size, max_indices
 
@@ -156,3 +168,67 @@ def lower__embedding_bag_default(ctx, weight, indices, offsets, scale_grad_by_fr
     """
     return _embedding_bag(ctx, aten._embedding_bag.default, weight, indices, offsets, mode, per_sample_weights,
                           include_last_offset, padding_idx)
+
+
+@lowering(aten._embedding_bag_backward.default)
+def lower__embedding_bag_backward(ctx, grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                                  scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """_embedding_bag_backward(Tensor grad, Tensor indices, Tensor offsets, Tensor offset2bag, Tensor bag_size, Tensor maximum_indices, SymInt num_weights, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, int padding_idx=-1) -> Tensor
+
+    The dense weight gradient: each bag's gradient row scattered back to the rows it
+    gathered (divided by the bag's size in mean mode, times ``per_sample_weights``),
+    or to the row that held each maximum in max mode; padding entries get nothing;
+    ``scale_grad_by_freq`` divides by each row's count in the batch.
+
+    Raises:
+        UnsupportedOpError: ``sparse=True`` (a sparse gradient has no dense-array representation).
+    """
+    if sparse:
+        raise UnsupportedOpError(str(aten._embedding_bag_backward.default), ctx.target, ctx.location,
+                                 reason="sparse=True embedding gradients are not supported (dense arrays only); "
+                                        "use sparse=False (a dense gradient)")
+    nb, d = grad.shape
+    idx = indices.astype(jnp.int64)
+    acc = jnp.float32 if grad.dtype in (jnp.float16, jnp.bfloat16) else grad.dtype
+    g = grad.astype(acc)
+    valid = idx != padding_idx if padding_idx is not None and padding_idx >= 0 else jnp.ones(idx.shape, bool)
+    if mode == _MAX:  # max: the gradient goes to the row each maximum came from (empty bags: nowhere)
+        nonempty = (bag_size[:nb] > 0)[:, None]
+        cols = jnp.broadcast_to(jnp.arange(d), (nb, d))
+        out = jnp.zeros((num_weights, d), acc).at[maximum_indices.astype(jnp.int64), cols].add(
+            jnp.where(nonempty, g, jnp.zeros((), acc)), mode="drop")
+    else:
+        seg = bag_ids(offsets, idx.shape[0], nb)
+        if offsets.shape[0] == nb + 1 and not (padding_idx is not None and padding_idx >= 0):
+            # include_last_offset: the forward summed no index past the last offset (see _embedding_bag);
+            # they get no gradient (the CPU kernel reads past the end of ``grad`` for them)
+            valid = valid & (jnp.arange(idx.shape[0]) < offsets[nb].astype(jnp.int64))
+        rows = jnp.take(g, jnp.clip(seg, 0, nb - 1), axis=0)
+        if mode == _MEAN:
+            rows = rows / jnp.maximum(jnp.take(bag_size[:nb], jnp.clip(seg, 0, nb - 1)), 1).astype(acc)[:, None]
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights.astype(acc)[:, None]
+        rows = jnp.where((valid & (seg >= 0))[:, None], rows, jnp.zeros((), acc))
+        out = jnp.zeros((num_weights, d), acc).at[idx].add(rows, mode="drop")
+    if scale_grad_by_freq:
+        freq = jnp.zeros((num_weights,), acc).at[idx].add(valid.astype(acc), mode="drop")
+        out = out / jnp.maximum(freq, 1)[:, None]
+    return out.astype(grad.dtype)
+
+
+@lowering(aten._embedding_bag_per_sample_weights_backward.default)
+def lower__embedding_bag_per_sample_weights_backward(ctx, grad, weight, indices, offsets, offset2bag, mode,
+                                                     padding_idx=-1):
+    """_embedding_bag_per_sample_weights_backward(Tensor grad, Tensor weight, Tensor indices, Tensor offsets, Tensor offset2bag, int mode, int padding_idx=-1) -> Tensor
+
+    Sum mode: each sample's weight gets the dot product of its bag's gradient row with
+    the embedding row it scaled (zero for padding entries).
+    """
+    nb = grad.shape[0]
+    idx = indices.astype(jnp.int64)
+    seg = bag_ids(offsets, idx.shape[0], nb)
+    rows = jnp.take(weight, idx, axis=0, mode="clip")
+    out = jnp.sum(jnp.take(grad, jnp.clip(seg, 0, nb - 1), axis=0) * rows, axis=1)
+    if padding_idx is not None and padding_idx >= 0:
+        out = jnp.where(idx != padding_idx, out, jnp.zeros((), out.dtype))
+    return out.astype(grad.dtype)
