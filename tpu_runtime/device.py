@@ -202,6 +202,9 @@ def register() -> None:
     from tpu_runtime.dynamic import ctc_loss_lengths
 
     lib.impl("ctc_loss.Tensor", ctc_loss_lengths, "AutogradPrivateUse1")
+    from tpu_runtime.attention import sdpa
+
+    lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
     _STATE["library"] = lib
     from tpu_runtime import autocast
 

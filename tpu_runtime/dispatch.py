@@ -37,7 +37,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
-from tpu_runtime import adjusted, index_checks, serialization, strided
+from tpu_runtime import adjusted, attention, index_checks, serialization, strided
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
@@ -445,10 +445,6 @@ def _same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
     return numel(args[0]) == numel(args[1])
 
 
-def _sdp_choice(func: Any, args: tuple, kwargs: dict) -> int:
-    return int(torch.nn.attention.SDPBackend.MATH)  # math SDPA: decomposes into table ops
-
-
 _SPECIAL: dict[Any, Callable] = {
     aten.as_strided.default: strided.as_strided,
     aten.is_pinned.default: lambda func, args, kwargs: False,  # no pinned tpu memory (as a CUDA tensor answers)
@@ -471,10 +467,10 @@ _SPECIAL: dict[Any, Callable] = {
     aten._reshape_alias.default: _reshape_view,
     aten.squeeze.default: _squeeze,
     aten.squeeze.dim: _squeeze,
-    aten._fused_sdp_choice.default: _sdp_choice,
     aten._has_same_storage_numel.default: _same_storage_numel,
     aten.native_batch_norm.default: _batch_norm,
     **adjusted.HANDLERS,
+    **attention.HANDLERS,
     **index_checks.HANDLERS,
     **fastpath.HANDLERS,
     **dynamic.HANDLERS,

@@ -129,6 +129,10 @@ UNTESTED_BY_OPINFO.update({op: "torch has no meta kernel for it (torch.export ca
 UNTESTED_BY_OPINFO[aten._padded_dense_to_jagged_forward.default] = (
     "torch has no meta kernel for it (torch.export cannot capture it); the backward of to_padded_tensor in "
     "tests/runtime/test_nested.py")
+UNTESTED_BY_OPINFO.update({op: "no CPU kernel in torch (an op for PrivateUse1 backends): compared with "
+                               "F.scaled_dot_product_attention on the CPU in tests/runtime/test_attention.py"
+                           for op in (aten._scaled_dot_product_fused_attention_overrideable.default,
+                                      aten._scaled_dot_product_fused_attention_overrideable_backward.default)})
 _DECOMPOSED = ("torch.export's default decompositions remove it even when called directly; "
                "run on AOTAutograd/make_fx graphs in tests/ops/test_backward_graphs.py")
 UNTESTED_BY_OPINFO.update({op: _DECOMPOSED for op in (

@@ -125,3 +125,87 @@ def lower__scaled_dot_product_flash_attention_for_cpu_backward_default(ctx, grad
     _, vjp = jax.vjp(attend, query.astype(acc), key.astype(acc), value.astype(acc))
     gq, gk, gv = vjp(grad_out.astype(acc))
     return gq.astype(query.dtype), gk.astype(key.dtype), gv.astype(value.dtype)
+
+
+def _fused_unsupported(op, ctx, reason: str) -> UnsupportedOpError:
+    return UnsupportedOpError(str(op), ctx.target, ctx.location, reason=reason)
+
+
+def _scores(q, k, attn_bias, is_causal, scale):
+    """``q·kᵀ * scale`` with the causal mask and the additive ``attn_bias`` applied (in ``q``'s dtype)."""
+    acc = q.dtype
+    e = q.shape[-1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(e) if isinstance(e, int) else 1.0 / jnp.sqrt(jnp.asarray(e, acc))
+    s = jnp.einsum("...le,...se->...ls", q, k, precision=_HIGHEST) * jnp.asarray(scale, acc)
+    if is_causal:
+        L, S = q.shape[-2], k.shape[-2]
+        causal = jax.lax.broadcasted_iota(jnp.int32, (L, S), 0) >= jax.lax.broadcasted_iota(jnp.int32, (L, S), 1)
+        s = jnp.where(causal, s, jnp.asarray(-jnp.inf, acc))
+    if attn_bias is not None:
+        s = s + attn_bias.astype(acc)
+    return s
+
+
+@lowering(aten._scaled_dot_product_fused_attention_overrideable.default)
+def lower__scaled_dot_product_fused_attention_overrideable_default(ctx, query, key, value, attn_bias=None,
+                                                                   dropout_p=0.0, is_causal=False,
+                                                                   return_debug_mask=False, *, scale=None):
+    """_scaled_dot_product_fused_attention_overrideable(Tensor query, Tensor key, Tensor value, Tensor? attn_bias=None, float dropout_p=0.0, bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) -> (Tensor output, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt max_k, Tensor philox_seed, Tensor philox_offset, Tensor debug_attn_mask)
+
+    The attention kernel PyTorch calls for a PrivateUse1 device whose ``_fused_sdp_choice`` picks the
+    overrideable backend (the tpu runtime does for ``F.scaled_dot_product_attention`` without dropout): one
+    op instead of the math decomposition's matmuls and softmax, and an output laid out as the query (as
+    torch's CPU flash kernel). The reference attention (fully masked rows give 0) and the float32
+    ``logsumexp`` of each query row; the philox seed and offset are zeros (no dropout).
+
+    Raises:
+        UnsupportedOpError: ``dropout_p > 0`` (the backward could not replay the mask).
+    """  # noqa: E501 (the first line is the exact schema)
+    op = aten._scaled_dot_product_fused_attention_overrideable.default
+    if dropout_p:
+        raise _fused_unsupported(op, ctx, "dropout_p > 0: its backward could not replay the dropout mask")
+    dtype = query.dtype
+    acc = opmath_dtype(dtype)
+    s = _scores(query.astype(acc), key.astype(acc), attn_bias, is_causal, scale)
+    lse = jax.nn.logsumexp(s, axis=-1)
+    p = jnp.where(jnp.isfinite(lse)[..., None], jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0)[..., None]), 0)
+    out = jnp.einsum("...ls,...sv->...lv", p.astype(acc), value.astype(acc), precision=_HIGHEST)
+    if lse.ndim == 2:  # a 3-D (H, L, E) query: the logsumexp has a batch of one
+        lse = lse[None]
+    zero = jnp.zeros((), jnp.int64)
+    return (out.astype(dtype), lse.astype(jnp.float32), None, None, query.shape[-2], key.shape[-2], zero, zero,
+            None)
+
+
+@lowering(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
+def lower__scaled_dot_product_fused_attention_overrideable_backward_default(
+        ctx, grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+        max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    """_scaled_dot_product_fused_attention_overrideable_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor attn_bias, bool[4] grad_input_mask, Tensor out, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt max_k, float dropout_p, bool is_causal, Tensor philox_seed, Tensor philox_offset, *, float? scale=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_attn_bias)
+
+    ``jax.vjp`` of the forward's reference attention (the weights recomputed, in float32 for
+    float16/bfloat16) with respect to query, key, value and the additive bias (its gradient summed
+    over the dimensions it was broadcast along).
+
+    Raises:
+        UnsupportedOpError: ``dropout_p > 0``.
+    """  # noqa: E501 (the first line is the exact schema)
+    if dropout_p:
+        raise _fused_unsupported(aten._scaled_dot_product_fused_attention_overrideable_backward.default, ctx,
+                                 "dropout_p > 0: the forward's dropout mask is not an input")
+    acc = opmath_dtype(query.dtype)
+
+    def attend(q, k, v, bias):
+        s = _scores(q, k, bias, is_causal, scale)
+        m = jnp.max(s, axis=-1, keepdims=True)
+        p = jnp.exp(s - jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0)))
+        denom = jnp.sum(p, axis=-1, keepdims=True)
+        p = p / jnp.where(denom == 0, jnp.ones((), acc), denom)
+        return jnp.einsum("...ls,...sv->...lv", p, v, precision=_HIGHEST)
+
+    bias = None if attn_bias is None else attn_bias.astype(acc)
+    _, vjp = jax.vjp(attend, query.astype(acc), key.astype(acc), value.astype(acc), bias)
+    gq, gk, gv, gb = vjp(grad_out.astype(acc))
+    gb = None if attn_bias is None else gb.astype(attn_bias.dtype)
+    return gq.astype(query.dtype), gk.astype(key.dtype), gv.astype(value.dtype), gb

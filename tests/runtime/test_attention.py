@@ -1,0 +1,102 @@
+"""``F.scaled_dot_product_attention`` on tpu tensors: the fused overrideable op (values, gradients, the CPU's
+output layout) and torch's composite where the fused op does not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import tpu_runtime
+
+B, L, S, H, E = 2, 5, 6, 3, 4
+
+
+def _run(device, fn, tensors):
+    leaves = [t.to(device, copy=True).requires_grad_(t.is_floating_point()) for t in tensors]
+    out = fn(*leaves)
+    (out * torch.linspace(-1, 1, out.numel()).view(out.shape).to(device)).sum().backward()
+    return out, [out.detach().cpu()] + [t.grad.cpu() for t in leaves if t.is_floating_point()]
+
+
+def _heads(x, n):
+    return x.view(B, n, H, -1).transpose(1, 2)  # (B, H, n, E) laid out as (B, n, H, E), as models make it
+
+
+_MASK = torch.rand(L, S, generator=torch.Generator().manual_seed(3)) > 0.4
+_MASK[1] = False  # a fully masked row gives zeros
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "bool_mask", "float_mask", "scale"])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_sdpa_runs_one_fused_op_with_the_cpu_values_gradients_and_layout(case, mode):
+    # the output is laid out as the query, as torch's CPU kernel lays it out: the transpose back and .view() of
+    # the usual head split works (it raised: the output was dense); one op forward and one backward
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(B, L, H * E, generator=g), torch.randn(B, S, H * E, generator=g), \
+        torch.randn(B, S, H * E, generator=g)
+    bias = torch.randn(B, 1, L, S, generator=g)
+
+    def attend(q, k, v):
+        kw = {"causal": {"is_causal": True}, "bool_mask": {"attn_mask": _MASK.to(q.device)},
+              "float_mask": {"attn_mask": bias.to(q.device)}, "scale": {"scale": 0.3}}.get(case, {})
+        out = F.scaled_dot_product_attention(_heads(q, L), _heads(k, S), _heads(v, S), **kw)
+        assert out.stride() == (L * H * E, E, H * E, 1)
+        return out.transpose(1, 2).view(B, L, H * E)
+
+    tensors = [q, k, v]
+    _, want = _run("cpu", attend, tensors)
+    with tpu_runtime.set_eager_mode(mode):
+        out, got = _run("tpu", attend, tensors)
+    assert out.grad_fn.next_functions[0][0].next_functions[0][0].name() == \
+        "ScaledDotProductFusedAttentionOverrideableBackward0"
+    for g_, w in zip(got, want):
+        torch.testing.assert_close(g_, w, rtol=1e-4, atol=1e-5)
+
+
+def _plain(q, k, v, **kw):
+    return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _math_only(q, k, v):
+    with sdpa_kernel([SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("case", ["3d", "gqa", "math_only", "bfloat16", "value_head_size", "mask_with_grad"])
+def test_sdpa_other_calls_match_the_cpu(case):
+    # 3-d inputs, a value head size of its own, a mask that requires a gradient, sdpa_kernel(MATH): torch's
+    # composite (a dense output, as the CPU's math path gives); grouped-query heads and bfloat16: the fused op
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(B, H, n, E, generator=g) for n in (L, S, S))
+    fn, tensors, tol = _plain, [q, k, v], {}
+    if case == "3d":
+        tensors = [q[0], k[0], v[0]]
+    elif case == "gqa":
+        tensors = [q, k[:, :1], v[:, :1]]
+        fn = lambda q, k, v: _plain(q, k, v, enable_gqa=True)  # noqa: E731
+    elif case == "math_only":
+        fn = _math_only
+    elif case == "mask_with_grad":
+        tensors = [q, k, v, torch.randn(B, 1, L, S, generator=g)]
+        fn = lambda q, k, v, m: _plain(q, k, v, attn_mask=m)  # noqa: E731
+    elif case == "value_head_size":
+        tensors = [q, k, torch.randn(B, H, S, E + 3, generator=g)]
+    else:
+        fn = lambda q, k, v: _plain(q.bfloat16(), k.bfloat16(), v.bfloat16()).float()  # noqa: E731
+        tol = {"rtol": 3e-2, "atol": 3e-2}
+    _, want = _run("cpu", fn, tensors)
+    out, got = _run("tpu", fn, tensors)
+    assert out.stride() == _run("cpu", fn, tensors)[0].stride()
+    for g_, w in zip(got, want):
+        torch.testing.assert_close(g_, w, **tol)
+
+
+def test_sdpa_refuses_what_torch_refuses_with_its_message():
+    q = torch.randn(B, H, L, E)
+    with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal=True"):
+        F.scaled_dot_product_attention(q.to("tpu"), q.to("tpu"), q.to("tpu"), attn_mask=torch.ones(L, L).to("tpu"),
+                                       is_causal=True)
+    with pytest.raises(RuntimeError, match="to have the same dtype"):
+        F.scaled_dot_product_attention(q.to("tpu"), q.double().to("tpu"), q.to("tpu"))
