@@ -9,7 +9,9 @@ warm-up, reporting the median over rounds of the per-round time ratio
    (target ≥ 2); with ``AdamW()`` (torch's default for the tpu device, as for any
    PrivateUse1 device: its foreach path, one op per foreach call) and, on more lines,
    ``AdamW(foreach=False)`` (the per-parameter loop: one op per parameter and update)
-   and ``AdamW(fused=True)`` (one optimizer op per step). ``mlp`` and ``mingpt`` are
+   and ``AdamW(fused=True)`` (one optimizer op per step). Each side runs its timed blocks in its eager mode,
+   entered once per block as a training loop runs in one mode (a mode switch is a sync point: switching
+   around every step flushed a second fused graph per step that no training loop has). ``mlp`` and ``mingpt`` are
    ``examples/train.py``'s tiny models (per-op overhead dominates); ``mlp-wide`` is the
    same MLP 128 → 512 → 128 on a batch of 64, where the compute of each op counts too;
    ``mlp-large`` is 1024 → 2048 → 1024 on a batch of 8 (4.2M parameters), where the
@@ -64,18 +66,21 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) 
     """Median over rounds of time(a)/time(b), alternating A B / B A blocks; plus median seconds of each.
 
     A side's ``sync`` attribute, when it has one, ends each of its timed blocks (its device work is
-    all done: work one side left in flight would otherwise be paid for in the other side's block)."""
+    all done: work one side left in flight would otherwise be paid for in the other side's block); its
+    ``mode`` attribute, the eager mode each of its blocks runs in (entered once per block, as a training
+    loop runs in one mode: switching modes is a sync point)."""
     ratios, ta, tb = [], [], []
     for r in range(rounds):
         order = (a, b) if r % 2 == 0 else (b, a)
         times = {}
         for fn in order:
             start = time.perf_counter()
-            for _ in range(block):
-                fn()
-            done = getattr(fn, "sync", None)
-            if done is not None:
-                done()
+            with _mode_of(fn):
+                for _ in range(block):
+                    fn()
+                done = getattr(fn, "sync", None)
+                if done is not None:
+                    done()
             times[fn] = (time.perf_counter() - start) / block
         ratios.append(times[a] / times[b])
         ta.append(times[a])
@@ -124,12 +129,11 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
     x, y = (t.to(device) for t in task.batches[0])
 
     def step() -> float:
-        with tpu_runtime.set_eager_mode(mode) if device == "tpu" else _Null():
-            loss = task.loss(forward(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss.item()
+        loss = task.loss(forward(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
 
     def sync() -> None:
         """Wait for the step's device work: the parameters' and optimizer state's last writes."""
@@ -141,7 +145,15 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
                 materialize(t).block_until_ready()
 
     step.sync = sync
+    if device == "tpu":
+        step.mode = mode  # (each timed block runs in it: see paired)
     return step
+
+
+def _mode_of(fn: Callable[..., Any]) -> Any:
+    """The eager-mode context of ``fn``'s ``mode`` attribute (none: a context that does nothing)."""
+    mode = getattr(fn, "mode", None)
+    return tpu_runtime.set_eager_mode(mode) if mode is not None else _Null()
 
 
 class _RuntimeTimer:
@@ -183,7 +195,7 @@ def breakdown(step: Callable[[], Any], steps: int,
     """Seconds per call of ``step``: in total, inside the runtime (see :class:`_RuntimeTimer`), and
     in the final ``sync`` (by default ``step.sync``, else ``torch.tpu.synchronize``: the wait for
     the device's pending work, the runtime's too)."""
-    with _RuntimeTimer() as timer:
+    with _mode_of(step), _RuntimeTimer() as timer:
         start = time.perf_counter()
         for _ in range(steps):
             step()
@@ -303,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         for optimizer in args.optimizers.split(","):
             strict, fused = training_step(name, "strict", optimizer), training_step(name, "fused", optimizer)
             for fn in (strict, fused, strict, fused, fused):  # compile, then reach the steady-state graph
-                fn()
+                with _mode_of(fn):
+                    fn()
             ratio, ts, tf = paired(strict, fused, args.rounds, args.block)
             label = name + "".join(f", AdamW({k}={v})" for k, v in _OPTIMIZERS[optimizer].items())
             print(f"   {label:30s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
@@ -344,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         cpu = training_step(name, "cpu")
         for where, place in places.items():
             compiled = training_step(name, where)
-            compiled(), compiled(), compiled(), cpu()
+            with _mode_of(compiled):
+                compiled(), compiled(), compiled()
+            cpu()
             ratio, tc, tp = paired(compiled, cpu, args.rounds, args.block)
             print(f"   {name + ', ' + place:36s} compiled/pytorch time {ratio:5.2f}   (compiled {tc * 1e3:8.1f} ms, "
                   f"pytorch {tp * 1e3:8.1f} ms per step)")

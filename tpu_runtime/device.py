@@ -209,6 +209,11 @@ def register() -> None:
     from tpu_runtime import autocast
 
     _STATE["autocast"] = autocast.register()
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from tpu_runtime.eager import after_optimizer_step
+
+    _STATE["step_hook"] = register_optimizer_step_post_hook(after_optimizer_step)
     # torch.autocast("tpu") without dtype= computes in bfloat16, TPU's matmul type (PrivateUse1's default is float16)
     torch.set_autocast_dtype("tpu", torch.bfloat16)
     _register_foreach_type()

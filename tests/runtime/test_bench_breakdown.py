@@ -31,3 +31,20 @@ def test_breakdown_counts_nothing_without_tpu_work():
     synced = []
     total, runtime, wait = breakdown(lambda: sum(range(100)), 3, sync=lambda: synced.append(1))
     assert runtime == 0.0 and 0 <= wait < total and synced == [1]
+
+
+def test_paired_runs_each_side_in_its_eager_mode():
+    # a training loop runs in one mode: each timed block enters its side's mode once (a mode switch is a sync
+    # point, so switching around every step flushed a second fused graph per step)
+    from benchmarks.bench_eager import paired
+
+    seen = []
+
+    def side(mode):
+        def fn():
+            seen.append((mode, tpu_runtime.get_eager_mode()))
+        fn.mode = mode
+        return fn
+
+    paired(side("strict"), side("fused"), rounds=2, block=2)
+    assert len(seen) == 8 and all(want == got for want, got in seen)

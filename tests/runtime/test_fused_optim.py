@@ -41,7 +41,22 @@ def test_fused_optimizer_steps_match_cpu(optim, kwargs, mode):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_fused_optimizer_step_is_one_node_of_the_fused_graph():
+def _step_graph(opt, monkeypatch) -> list:
+    """The names of the ops ``opt.step()`` records in fused eager (its end starts their graph)."""
+    seen, flush = [], fused.GRAPH.flush
+
+    def spy():
+        seen.append([plan.name for plan, _ in fused.GRAPH.nodes])
+        flush()
+
+    monkeypatch.setattr(fused.GRAPH, "flush", spy)
+    opt.step()
+    monkeypatch.undo()
+    assert len(seen) == 1 and not fused.GRAPH.nodes  # one graph, started at the end of the step
+    return seen[0]
+
+
+def test_fused_optimizer_step_is_one_node_of_the_fused_graph(monkeypatch):
     model = tiny_mlp().to("tpu")
     x, y = batch()
     opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
@@ -49,9 +64,7 @@ def test_fused_optimizer_step_is_one_node_of_the_fused_graph():
         train_steps(model, opt, x.to("tpu"), y.to("tpu"), 1)
         model(x.to("tpu")).sum().backward()
         tpu_runtime.sync()
-        opt.step()
-        names = [plan.name for plan, _ in fused.GRAPH.nodes]
-        tpu_runtime.sync()
+        names = _step_graph(opt, monkeypatch)
     assert names.count("aten._fused_adamw.default") == 1  # every parameter's update in one node
     others = [n for n in names if n != "aten._fused_adamw.default"]
     # the rest: the step counters' increment, and the gradients that are views (a linear weight's

@@ -94,5 +94,16 @@ def sync() -> None:
     jax.block_until_ready(jax.live_arrays())
 
 
-__all__ = ["MODES", "default_mode", "executor", "get_eager_mode", "set_eager_mode", "sync", "REPORT", "DebugReport",
-           "NonFiniteError"]
+def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """torch.optim's global step post-hook: in fused eager the end of an optimizer step is a sync point that
+    starts the step's graph without waiting for it, so it computes while Python records the next forward (as
+    the end of ``loss.backward()`` starts the forward+backward graph). Measured, paired, fused eager with and
+    without it (``benchmarks/bench_eager.py``'s training steps): minGPT 0.92x the time, ``mlp-wide`` 0.86x,
+    ``mlp-large`` 0.83x, the tiny MLP unchanged. Nothing pending (another device's optimizer, strict eager):
+    nothing to do."""
+    if GRAPH.nodes and _CURRENT[0].name == "fused":
+        GRAPH.flush()
+
+
+__all__ = ["MODES", "default_mode", "executor", "get_eager_mode", "set_eager_mode", "sync", "after_optimizer_step",
+           "REPORT", "DebugReport", "NonFiniteError"]

@@ -3,8 +3,9 @@
 Each op appends a node (its :class:`~tpu_runtime.plans.OpPlan` and where its
 inputs come from) and returns :class:`LazyRef` placeholders with the output's
 shape and dtype. At a sync point — ``.cpu()``, ``.item()``, ``print``,
-:func:`tpu_runtime.sync`, the end of ``loss.backward()`` (not waited for: the graph
-runs while Python records what follows), a mode switch, or the graph reaching its size limit —
+:func:`tpu_runtime.sync`, the end of ``loss.backward()`` or of an optimizer's ``step()`` (not waited
+for: the graph runs while Python records what follows), a mode switch, or the graph reaching its size
+limit —
 the graph becomes one JAX function whose inputs are the concrete arrays it read
 (weights, data, python floats, RNG counters) and whose outputs are the pending
 values still referenced from Python; everything else is dead and XLA never
