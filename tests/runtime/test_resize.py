@@ -111,3 +111,13 @@ def test_is_set_to_compares_storage_offset_sizes_and_strides_as_on_cpu():
         got = [x.is_set_to(x), x.is_set_to(x.view(2, 3)), x.is_set_to(x.clone()), x.view(2, 3).is_set_to(x.view(2, 3)),
                x[1:].is_set_to(x[1:]), x[1:].is_set_to(x[:5])]
         assert got == [True, False, False, True, True, False], device
+
+
+def test_a_cpu_tensor_moved_to_the_device_stays_resizable():
+    # the upload read the tensor through Tensor.numpy(), which marks its storage non-resizable for good: a later
+    # resize_ or out= of another size raised "Trying to resize storage that is not resizable"
+    a, b = torch.empty(0), torch.randn(2)
+    a.to("tpu"), b.to("tpu"), (b.to("tpu") * 2).cpu()
+    torch.add(torch.ones(3), 1, out=a)
+    b.resize_(5)
+    assert a.tolist() == [2.0, 2.0, 2.0] and b.shape == (5,)
