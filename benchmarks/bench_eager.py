@@ -32,7 +32,11 @@ warm-up, reporting the median over rounds of the per-round time ratio
    PyTorch time``; first with the model and data on the CPU (each call moves the inputs to
    the device and the outputs back; the optimizer is PyTorch's own on the CPU), then as
    TorchTPU users write it: ``model.to("tpu")``, the compiled forward and backward on the
-   device, the optimizer step in strict and in fused eager.
+   device, the optimizer step in strict and in fused eager;
+4. **attention in eager**: ``F.scaled_dot_product_attention`` forward and backward on tpu tensors
+   (B=4, L=64, H=4, E=16, causal, the heads split as models split them) as the one fused op the
+   runtime runs against torch's math decomposition (``sdpa_kernel([SDPBackend.MATH])``), in strict
+   and in fused eager: ``math time / fused-op time``.
 
     python benchmarks/bench_eager.py                   # mlp, mingpt, mlp-wide, mlp-large; 9 rounds
     python benchmarks/bench_eager.py --models mlp --rounds 5 --block 3
@@ -213,6 +217,27 @@ class _Null:
         return None
 
 
+def attention_step(fused_op: bool, mode: str) -> Callable[[], None]:
+    """One forward and backward of causal ``F.scaled_dot_product_attention`` on tpu tensors in ``mode``: the
+    runtime's fused op (``fused_op``) or torch's math decomposition (``sdpa_kernel([SDPBackend.MATH])``)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, n, h, e = 4, 64, 4, 16
+    x = torch.randn(b, n, 3 * h * e, generator=torch.Generator().manual_seed(0)).to("tpu").requires_grad_()
+
+    def run() -> None:
+        with sdpa_kernel([SDPBackend.OVERRIDEABLE if fused_op else SDPBackend.MATH]):
+            q, k, v = (t.view(b, n, h, e).transpose(1, 2) for t in x.split(h * e, dim=-1))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.transpose(1, 2).reshape(b, n, h * e).sum().backward()
+        x.grad = None
+
+    run.mode = mode
+    run.sync = lambda: tpu_runtime.sync()
+    return run
+
+
 def op_chain(n: int = 100) -> Callable[[], Any]:
     """``n`` times ``y = y * 0.5 + x`` (``2n`` ops) on [8, 8] tpu tensors, strict eager; then
     waits for the result's ``jax.Array`` (``block_until_ready``), as :func:`torchax_chain` does."""
@@ -363,6 +388,15 @@ def main(argv: list[str] | None = None) -> int:
             ratio, tc, tp = paired(compiled, cpu, args.rounds, args.block)
             print(f"   {name + ', ' + place:36s} compiled/pytorch time {ratio:5.2f}   (compiled {tc * 1e3:8.1f} ms, "
                   f"pytorch {tp * 1e3:8.1f} ms per step)")
+
+    print("\n4. attention in eager, F.scaled_dot_product_attention forward+backward: math decomposition vs fused op")
+    for mode in ("strict", "fused"):
+        math, fused_op = attention_step(False, mode), attention_step(True, mode)
+        for fn in (math, fused_op, math, fused_op):
+            with _mode_of(fn):
+                fn()
+        ratio, tm, tf = paired(math, fused_op, args.rounds, args.block)
+        print(f"   {mode:7s} math/fused-op time {ratio:5.2f}   (math {tm * 1e3:6.2f} ms, fused op {tf * 1e3:6.2f} ms)")
 
     s = tpu_runtime.cache_stats()
     print(f"\ncompile cache: {s.requests} requests, {s.hits} hits, {s.misses} misses ({s.disk_hits} from disk), "
