@@ -194,8 +194,8 @@ def test_fused_optimizer_step_reuses_the_buffers_it_overwrites(monkeypatch):
     donated = []
     real = fused._donation
 
-    def spy(leaves, nodes, outs, replaces):
-        outs, d = real(leaves, nodes, outs, replaces)
+    def spy(leaves, nodes, outs, replaces, *structure):
+        outs, d = real(leaves, nodes, outs, replaces, *structure)
         donated.append(([id(leaves[i]) for i in d], {id(v) for v in leaves}))
         return outs, d
 

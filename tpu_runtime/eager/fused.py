@@ -238,7 +238,7 @@ class FusedGraph:
             self._reset()
             if not outs:
                 return
-            outs, donate = _donation(leaves, nodes, outs, replaces)
+            outs, donate = _donation(leaves, nodes, outs, replaces, token)
             key = ("fused", token, tuple(outs), len(leaves), donate)
             prev = swap_on()  # x64(), without a context manager's cost
             try:
@@ -303,7 +303,7 @@ def _check(plan: Any, values: list) -> None:
 _UNHELD = 3
 
 
-def _donation(leaves: list, nodes: list, outs: list, replaces: dict) -> tuple[list, tuple]:
+def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int | None = None) -> tuple[list, tuple]:
     """The graph's outputs in the order that pairs them with the leaves it may write them into, and
     those leaves' positions (``donate_argnums``).
 
@@ -313,21 +313,54 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict) -> tuple[li
     into its buffer instead of a fresh one (on the CPU a fresh buffer of megabytes costs more than
     the elementwise pass that fills it; on an accelerator it doubles an optimizer step's memory).
     The outputs are ordered for JAX's pairing (:func:`~tpu_runtime.cache.donation_order`).
+
+    What depends on the graph's structure alone (``token``: its interned ops; the live outputs; which
+    output replaced which leaf) — the pairs whose shapes and dtypes agree, and the order each set of
+    donated pairs gives — is worked out once per structure (a training loop's graph is the same every
+    step); each call only checks which of those leaves nothing else holds.
     """
-    pairs, taken = [], set()
-    for out in outs:
-        leaf = replaces.get(out)
-        if leaf is None or leaf in taken:
-            continue
-        v = leaves[leaf]
-        if type(v) is _ARRAY and _refcount(v) == _UNHELD \
-                and (v.shape, JAX_TO_TORCH.get(v.dtype)) == nodes[out[0]][0].out_specs[out[1]]:
-            pairs.append((leaf, out))
-            taken.add(leaf)
+    key = (token, tuple(outs), tuple(replaces.items())) if token is not None else None
+    candidates = _CANDIDATES.get(key) if key is not None else None
+    if candidates is None:
+        candidates, taken = [], set()
+        for out in outs:
+            leaf = replaces.get(out)
+            if leaf is None or leaf in taken:
+                continue
+            v = leaves[leaf]
+            if type(v) is _ARRAY and (v.shape, JAX_TO_TORCH.get(v.dtype)) == nodes[out[0]][0].out_specs[out[1]]:
+                candidates.append((leaf, out))
+                taken.add(leaf)
+        candidates = tuple(candidates)
+        if key is not None:
+            if len(_CANDIDATES) > 4096:
+                _CANDIDATES.clear()
+            _CANDIDATES[key] = candidates
+    held = []
+    for pair in candidates:
+        v = leaves[pair[0]]
+        if _refcount(v) == _UNHELD:  # (the list, ``v``, getrefcount's argument)
+            held.append(pair)
+    v = None
+    pairs = tuple(held)
     if not pairs:
         return outs, ()
-    donate, order = donation_order(pairs, outs)
-    return order, donate
+    order = _ORDERS.get((key, pairs)) if key is not None else None
+    if order is None:
+        order = donation_order(list(pairs), outs)
+        if key is not None:
+            if len(_ORDERS) > 4096:
+                _ORDERS.clear()
+            _ORDERS[(key, pairs)] = order
+    donate, ordered = order
+    return ordered, donate
+
+
+#: Per graph structure (see :func:`_donation`): its donation candidates, and the order of each donated set.
+_CANDIDATES: dict = {}
+_ORDERS: dict = {}
+CACHE.on_clear(_CANDIDATES.clear)
+CACHE.on_clear(_ORDERS.clear)
 
 
 def _graph_fn(nodes: list, outs: list) -> Any:
