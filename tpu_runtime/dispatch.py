@@ -37,7 +37,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
-from tpu_runtime import adjusted, attention, index_checks, serialization, strided
+from tpu_runtime import adjusted, attention, index_checks, serialization, strided, view_cache
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
@@ -65,6 +65,8 @@ _UNTRACED = object()
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run one ATen call whose tensors are on the tpu device (the ``__torch_dispatch__`` body)."""
+    if func.is_view and (out := view_cache.lookup(func, args, kwargs)) is not None:  # (a view seen before)
+        return out
     token = swap_on()
     try:
         if func.is_view and args and isinstance(args[0], torch.Tensor):
@@ -87,7 +89,7 @@ def _view(func: Any, args: tuple, kwargs: dict) -> Any:
     version counter; outside it, a view of an inference tensor is one too, and refuses in-place updates)."""
     inference = args[0].is_inference()
     if inference is _INFERENCE():
-        return _route(func, args, kwargs)
+        return view_cache.routed(func, args, kwargs, _route)
     with torch.inference_mode(inference):
         return _route(func, args, kwargs)
 
