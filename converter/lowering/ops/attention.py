@@ -83,6 +83,18 @@ def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask
 def _weights(q, k, attn_mask, is_causal, scale):
     """The attention weights ``softmax(q·kᵀ * scale + mask)`` in ``q``'s dtype (fully masked rows give 0)."""
     acc = q.dtype
+    s = _scores(q, k, attn_mask, is_causal, scale)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), acc))
+    p = jnp.exp(s - m)
+    denom = jnp.sum(p, axis=-1, keepdims=True)
+    return p / jnp.where(denom == 0, jnp.ones((), acc), denom)
+
+
+def _scores(q, k, attn_mask, is_causal, scale):
+    """``q·kᵀ * scale`` with the causal mask and ``attn_mask`` applied (a bool mask: False → -inf; a float
+    one added), in ``q``'s dtype."""
+    acc = q.dtype
     e = q.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(e) if isinstance(e, int) else 1.0 / jnp.sqrt(jnp.asarray(e, acc))
@@ -94,11 +106,7 @@ def _weights(q, k, attn_mask, is_causal, scale):
         s = jnp.where(causal, s, neg)
     if attn_mask is not None:
         s = jnp.where(attn_mask, s, neg) if attn_mask.dtype == jnp.bool_ else s + attn_mask.astype(acc)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), acc))
-    p = jnp.exp(s - m)
-    denom = jnp.sum(p, axis=-1, keepdims=True)
-    return p / jnp.where(denom == 0, jnp.ones((), acc), denom)
+    return s
 
 
 @lowering(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
@@ -129,22 +137,6 @@ def lower__scaled_dot_product_flash_attention_for_cpu_backward_default(ctx, grad
 
 def _fused_unsupported(op, ctx, reason: str) -> UnsupportedOpError:
     return UnsupportedOpError(str(op), ctx.target, ctx.location, reason=reason)
-
-
-def _scores(q, k, attn_bias, is_causal, scale):
-    """``q·kᵀ * scale`` with the causal mask and the additive ``attn_bias`` applied (in ``q``'s dtype)."""
-    acc = q.dtype
-    e = q.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(e) if isinstance(e, int) else 1.0 / jnp.sqrt(jnp.asarray(e, acc))
-    s = jnp.einsum("...le,...se->...ls", q, k, precision=_HIGHEST) * jnp.asarray(scale, acc)
-    if is_causal:
-        L, S = q.shape[-2], k.shape[-2]
-        causal = jax.lax.broadcasted_iota(jnp.int32, (L, S), 0) >= jax.lax.broadcasted_iota(jnp.int32, (L, S), 1)
-        s = jnp.where(causal, s, jnp.asarray(-jnp.inf, acc))
-    if attn_bias is not None:
-        s = s + attn_bias.astype(acc)
-    return s
 
 
 @lowering(aten._scaled_dot_product_fused_attention_overrideable.default)
@@ -197,12 +189,7 @@ def lower__scaled_dot_product_fused_attention_overrideable_backward_default(
     acc = opmath_dtype(query.dtype)
 
     def attend(q, k, v, bias):
-        s = _scores(q, k, bias, is_causal, scale)
-        m = jnp.max(s, axis=-1, keepdims=True)
-        p = jnp.exp(s - jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0)))
-        denom = jnp.sum(p, axis=-1, keepdims=True)
-        p = p / jnp.where(denom == 0, jnp.ones((), acc), denom)
-        return jnp.einsum("...ls,...sv->...lv", p, v, precision=_HIGHEST)
+        return jnp.einsum("...ls,...sv->...lv", _weights(q, k, bias, is_causal, scale), v, precision=_HIGHEST)
 
     bias = None if attn_bias is None else attn_bias.astype(acc)
     _, vjp = jax.vjp(attend, query.astype(acc), key.astype(acc), value.astype(acc), bias)
