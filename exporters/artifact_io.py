@@ -51,8 +51,13 @@ def any_torch(inputs: Sequence[Any]) -> bool:
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """A call argument (torch tensor, NumPy array or array-like) as a NumPy array."""
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+    """A call argument (torch tensor, NumPy array or array-like) as a NumPy array (bfloat16/float8 as ml_dtypes
+    arrays; read through DLPack, so the caller's tensor stays resizable)."""
+    if hasattr(x, "detach"):
+        from converter.lowering.dtypes import tensor_to_numpy
+
+        return tensor_to_numpy(x.detach().cpu().contiguous())
+    return np.asarray(x)
 
 
 def from_numpy(outs: Sequence[np.ndarray], as_torch: bool) -> Any:
@@ -60,5 +65,7 @@ def from_numpy(outs: Sequence[np.ndarray], as_torch: bool) -> Any:
     if as_torch:
         import torch
         # np.require keeps 0-d outputs 0-d (np.ascontiguousarray makes them shape (1,))
-        outs = [torch.from_numpy(np.require(o, requirements="C")) for o in outs]
+        from converter.lowering.dtypes import numpy_to_tensor
+
+        outs = [numpy_to_tensor(np.require(o, requirements="C")) for o in outs]
     return outs[0] if len(outs) == 1 else tuple(outs)

@@ -12,7 +12,8 @@ works, as on the CPU; the dense output refused that view).
 torch's composite runs as before where the CPU takes its math path (head sizes that differ, a mask that
 requires a gradient, a last stride other than 1: a dense output), with dropout, for inputs other than 4-D
 ``(B, H, L, E)`` (the fused op's meta kernel assumes four dims), a CPU mask, the overrideable backend turned
-off (``torch.nn.attention.sdpa_kernel``), and while ``torch.compile`` traces.
+off (``torch.nn.attention.sdpa_kernel``), and while ``torch.compile`` traces; under ``torch.inference_mode()``
+the autograd keys are skipped, so the composite runs there too (a dense output; the same values).
 """
 
 from __future__ import annotations
@@ -37,42 +38,67 @@ def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: flo
     decomposition). The call is first checked as torch checks it (its composite on meta tensors, once per
     signature), so a bad call raises torch's own error. While ``torch.compile`` traces, the composite runs."""
     tensors = (query, key, value, attn_mask)
-    if (dropout_p or not torch._C._get_overrideable_sdp_enabled() or query.dim() != 4 or key.dim() != 4
-            or value.dim() != 4
-            or any(t is not None and (type(t) is not TpuTensor or t._fake is not None or t.is_nested) for t in tensors)
-            or not _cpu_flash(query, key, value, attn_mask)):
+    fused = (not dropout_p and (torch._C._get_flash_sdp_enabled() or torch._C._get_overrideable_sdp_enabled())
+             and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+             and not any(t is not None and (type(t) is not TpuTensor or t._fake is not None or t.is_nested)
+                         for t in tensors)
+             and _cpu_flash(query, key, value, attn_mask, enable_gqa))
+    if not fused:
+        if not torch._C._get_math_sdp_enabled():
+            raise RuntimeError("No viable backend for scaled_dot_product_attention was found. This is likely due to "
+                               "turning off both the math kernel and the fused kernels.")
         return aten.scaled_dot_product_attention.default.decompose(query, key, value, attn_mask, dropout_p, is_causal,
                                                                    scale=scale, enable_gqa=enable_gqa)
-    _check(query, key, value, attn_mask, is_causal, enable_gqa)
+    _check(query, key, value, attn_mask, enable_gqa)
     if attn_mask is not None and attn_mask.dtype == torch.bool:  # as torch's composite: False → -inf
         attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
-    if enable_gqa and query.size(-3) != key.size(-3):  # each key/value head serves query.size(-3) // heads queries
-        repeats = query.size(-3) // key.size(-3)
-        key, value = key.repeat_interleave(repeats, dim=-3), value.repeat_interleave(repeats, dim=-3)
+    if query.size(1) != key.size(1):  # grouped-query heads: each key/value head serves several query heads
+        repeats = query.size(1) // key.size(1)
+        key, value = key.repeat_interleave(repeats, dim=1), value.repeat_interleave(repeats, dim=1)
     return aten._scaled_dot_product_fused_attention_overrideable(query, key, value, attn_mask, 0.0, is_causal, False,
                                                                  scale=scale)[0]
 
 
-def _cpu_flash(query: Any, key: Any, value: Any, attn_mask: Any) -> bool:
-    """Whether torch on the CPU takes its fused kernel for these inputs (its output then has the query's layout;
-    its math path's is dense): one head size, unit last strides, no mask that requires a gradient."""
-    return (query.size(-1) == key.size(-1) == value.size(-1) and query.stride(-1) == key.stride(-1) == value.stride(-1)
-            == 1 and (attn_mask is None or not attn_mask.requires_grad))
+def _cpu_flash(query: Any, key: Any, value: Any, attn_mask: Any, enable_gqa: bool) -> bool:
+    """Whether torch on the CPU takes its fused kernel for these 4-D inputs, its checks in its order (its output
+    then has the query's layout; its math path's is dense): one batch size; one head count, or with
+    ``enable_gqa`` key/value heads that divide the query's; a mask that needs no gradient and broadcasts as
+    ``(L, S)`` or ``(B, H, L, S)`` (its size(-2) is read first: a 0-d or 1-d mask raises torch's IndexError);
+    one head size; non-empty sequences; unit last strides."""
+    b, h, n = query.size(0), query.size(1), query.size(2)
+    if key.size(0) != b or value.size(0) != b:
+        return False
+    if not (key.size(1) == value.size(1) == h or (enable_gqa and key.size(1) == value.size(1)
+                                                  and h % key.size(1) == 0)):
+        return False
+    if attn_mask is not None:
+        if attn_mask.requires_grad:
+            return False
+        if attn_mask.size(-2) not in (n, 1) or attn_mask.size(-1) not in (key.size(2), 1):
+            return False
+        if attn_mask.dim() == 4:
+            if attn_mask.size(0) not in (1, b) or attn_mask.size(1) not in (1, h):
+                return False
+        elif attn_mask.dim() != 2:
+            return False
+    return (query.size(-1) == key.size(-1) == value.size(-1) and n > 0 and key.size(2) > 0
+            and query.stride(-1) == key.stride(-1) == value.stride(-1) == 1)
 
 
 _CHECKED: set = set()
 
 
-def _check(query: Any, key: Any, value: Any, attn_mask: Any, is_causal: bool, enable_gqa: bool) -> None:
-    """Raise torch's error for a call its composite refuses (shapes, dtypes, a mask with ``is_causal``)."""
+def _check(query: Any, key: Any, value: Any, attn_mask: Any, enable_gqa: bool) -> None:
+    """Raise torch's error for a call its composite refuses (shapes, dtypes), once per signature. (The CPU's fused
+    kernel takes ``is_causal`` with a mask, which its math path refuses: the check runs without it.)"""
     sig = tuple((tuple(t.shape), t.dtype) if t is not None else None for t in (query, key, value, attn_mask)) \
-        + (is_causal, enable_gqa)
+        + (enable_gqa,)
     if sig in _CHECKED:
         return
     with _disable_current_modes(), torch._C._DisableTorchDispatch():
         meta = [None if t is None else torch.empty(tuple(t.shape), dtype=t.dtype, device=_META)
                 for t in (query, key, value, attn_mask)]
-        aten.scaled_dot_product_attention.default.decompose(*meta, 0.0, is_causal, enable_gqa=enable_gqa)
+        aten.scaled_dot_product_attention.default.decompose(*meta, 0.0, False, enable_gqa=enable_gqa)
     _CHECKED.add(sig)
 
 
@@ -87,6 +113,34 @@ def fused_attention(func: Any, args: tuple, kwargs: dict) -> tuple:
     if strides == dense_strides(tuple(out.shape)):
         return results
     return (with_strides(out, strides), *results[1:])
+
+
+def fused_attention_backward(func: Any, args: tuple, kwargs: dict) -> tuple:
+    """``aten::_scaled_dot_product_fused_attention_overrideable_backward``: its lowering-table row, each gradient
+    laid out as torch's CPU fused kernel lays it out whatever the input's layout: ``(B, L, H, E)`` transposed to
+    ``(B, H, L, E)``."""
+    from tpu_runtime.execute import run_op
+
+    results = run_op(func, args, kwargs)
+    return tuple(_heads_layout(g) for g in results)
+
+
+def _heads_layout(grad: Any) -> Any:
+    """A 4-D ``(B, H, N, E)`` ``grad`` reporting the strides of ``torch.empty(B, N, H, E).transpose(1, 2)``."""
+    if type(grad) is not TpuTensor or grad.dim() != 4:
+        return grad
+    b, h, n, e = grad.shape
+    strides = _transposed_strides(b, h, n, e)
+    return grad if strides == dense_strides((b, h, n, e)) else with_strides(grad, strides)
+
+
+def _transposed_strides(b: int, h: int, n: int, e: int) -> tuple:
+    key = (b, h, n, e)
+    strides = _LAYOUTS.get(key)
+    if strides is None:
+        with _disable_current_modes(), torch._C._DisableTorchDispatch():
+            strides = _LAYOUTS[key] = tuple(torch.empty((b, n, h, e), device=_META).transpose(1, 2).stride())
+    return strides
 
 
 _LAYOUTS: dict = {}
@@ -110,6 +164,7 @@ def _query_layout(q: torch.Tensor, shape: tuple) -> tuple:
 HANDLERS: dict[Any, Callable] = {
     aten._fused_sdp_choice.default: lambda func, args, kwargs: int(SDPBackend.MATH),
     aten._scaled_dot_product_fused_attention_overrideable.default: fused_attention,
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default: fused_attention_backward,
 }
 
 __all__ = ["HANDLERS", "sdpa"]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from converter.lowering.dtypes import FLOAT8
+from converter.lowering.dtypes import FLOAT8, tensor_to_numpy
 from validators.tolerances import tolerance
 
 
@@ -71,7 +71,7 @@ def to_numpy(x: Any) -> np.ndarray:
     """A tensor (or array-like) as NumPy for comparison; bfloat16 and float8 widened to float32."""
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
-        return x.float().numpy() if x.dtype in _WIDENED else x.numpy()
+        return tensor_to_numpy((x.float() if x.dtype in _WIDENED else x).contiguous())
     return np.asarray(x)
 
 

@@ -39,12 +39,14 @@ BIT_VIEWS = {torch.bfloat16: (torch.int16, np.int16), **{d: (torch.uint8, np.uin
 
 
 def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A contiguous CPU tensor's data as NumPy (a view of its memory; bfloat16/float8 as ml_dtypes arrays).
+    """A contiguous CPU tensor's data as NumPy (a view of its memory, or of a copy when its negative or conjugate
+    bit is set; bfloat16/float8 as ml_dtypes arrays).
 
     Through DLPack, not ``Tensor.numpy()``: that marks the tensor's storage non-resizable for good, so a
     user's CPU tensor moved to the device (or exported) could no longer be ``resize_``-d or be an ``out=``
     of another size."""
-    bits = BIT_VIEWS.get(t.dtype)
+    t = t.resolve_conj().resolve_neg()  # (DLPack exports the raw memory: a lazily negated or conjugated view's
+    bits = BIT_VIEWS.get(t.dtype)       # values are made first)
     return np.from_dlpack(t) if bits is None else np.from_dlpack(t.view(bits[0])).view(TORCH_TO_JAX[t.dtype])
 
 

@@ -53,6 +53,16 @@ def test_artifact_saves_atomically_and_loads(mlp_onnx, tmp_path):
     assert isinstance(loaded(args[0].numpy()), np.ndarray)  # NumPy in → NumPy out
 
 
+
+def test_calling_an_artifact_leaves_the_callers_tensor_resizable(mlp_onnx):
+    # the call's inputs were read with Tensor.numpy(), which marks a tensor's storage non-resizable for good;
+    # a view with the negative bit set is read with its values
+    model, args, art = mlp_onnx
+    x = args[0].clone()
+    torch.testing.assert_close(art(torch._neg_view(x)), model(-x), rtol=1e-5, atol=1e-5)
+    art(x)
+    x.resize_(x.numel() * 2)
+
 def test_identical_weights_are_stored_once():
     w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
     art = build(JaxProgram(lambda x: ((x @ w) @ w, x @ w.copy()), [np.ones((2, 16), np.float32)]))

@@ -93,10 +93,52 @@ def test_sdpa_other_calls_match_the_cpu(case):
         torch.testing.assert_close(g_, w, **tol)
 
 
-def test_sdpa_refuses_what_torch_refuses_with_its_message():
-    q = torch.randn(B, H, L, E)
-    with pytest.raises(RuntimeError, match="Explicit attn_mask should not be set when is_causal=True"):
-        F.scaled_dot_product_attention(q.to("tpu"), q.to("tpu"), q.to("tpu"), attn_mask=torch.ones(L, L).to("tpu"),
-                                       is_causal=True)
+def test_sdpa_takes_and_refuses_what_the_cpu_does():
+    # the CPU's fused kernel takes is_causal with a mask (its math path refuses it); a 1-d mask raises the IndexError
+    # of its mask check; mismatched dtypes raise the composite's error; only the efficient backend on: no backend
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(B, n, H, E, generator=g).transpose(1, 2) for n in (L, S, S))
+    mask = torch.randn(L, S, generator=g)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)
+    got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), attn_mask=mask.to("tpu"),
+                                         is_causal=True)
+    torch.testing.assert_close(got.cpu(), want)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), attn_mask=torch.ones(S).to("tpu"))
     with pytest.raises(RuntimeError, match="to have the same dtype"):
-        F.scaled_dot_product_attention(q.to("tpu"), q.double().to("tpu"), q.to("tpu"))
+        F.scaled_dot_product_attention(q.to("tpu"), k.double().to("tpu"), v.to("tpu"))
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]), pytest.raises(RuntimeError, match="No viable backend"):
+        F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+
+
+@pytest.mark.parametrize("case", ["batch_broadcast", "mask_3d", "kv_heads_differ", "empty_keys"])
+def test_sdpa_calls_the_cpu_runs_on_its_math_path_match_it(case):
+    # the fused op's conditions are the CPU fused kernel's: batch sizes that broadcast, a 3-d mask, grouped heads
+    # whose key and value counts differ and empty key sequences take torch's composite, as they take the CPU's math
+    g = torch.Generator().manual_seed(4)
+    qkv = {"batch_broadcast": ((1, H, L), (B, H, S), (B, H, S)), "kv_heads_differ": ((B, 6, L), (B, 3, S), (B, 1, S)),
+           "empty_keys": ((B, H, L), (B, H, 0), (B, H, 0))}.get(case, ((B, H, L), (B, H, S), (B, H, S)))
+    tensors = [torch.randn(b, n, h, E, generator=g).transpose(1, 2) for b, h, n in qkv]
+    mask = torch.randn(H, L, S, generator=g) if case == "mask_3d" else None
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask.to(q.device),
+                                              enable_gqa=case == "kv_heads_differ")
+
+    want_out, want = _run("cpu", fn, tensors)
+    out, got = _run("tpu", fn, tensors)
+    assert out.stride() == want_out.stride()
+    for g_, w in zip(got, want):
+        torch.testing.assert_close(g_, w, rtol=1e-4, atol=1e-5)
+
+
+def test_sdpa_gradients_are_laid_out_as_on_the_cpu():
+    # the CPU's fused backward returns each gradient as (B, L, H, E) transposed, whatever its input's layout
+    g = torch.Generator().manual_seed(5)
+    grads = {}
+    for d in ("cpu", "tpu"):
+        q, k, v = (torch.randn(B, H, n, E, generator=g).to(d).requires_grad_() for n in (L, S, S))
+        out = F.scaled_dot_product_attention(q, k, v)
+        grads[d] = torch.autograd.grad(out.sum(), (q, k, v))
+    for got, want in zip(grads["tpu"], grads["cpu"]):
+        assert got.stride() == want.stride()

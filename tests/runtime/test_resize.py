@@ -121,3 +121,17 @@ def test_a_cpu_tensor_moved_to_the_device_stays_resizable():
     torch.add(torch.ones(3), 1, out=a)
     b.resize_(5)
     assert a.tolist() == [2.0, 2.0, 2.0] and b.shape == (5,)
+
+
+def test_negated_and_conjugated_cpu_views_copy_their_values():
+    # host data is read through DLPack, which exports the raw memory: a CPU view with the negative or conjugate bit
+    # set must be resolved first (copy_ into a tpu tensor gave the un-negated values; a conjugate raised BufferError)
+    neg = torch._neg_view(torch.arange(4.0))
+    conj = torch.tensor([1 + 2j, 3 - 4j]).conj()
+    for src in (neg, conj, torch._neg_view(torch.arange(4.0).bfloat16())):
+        dst = torch.zeros(src.shape, dtype=src.dtype).to("tpu")
+        dst.copy_(src)
+        assert torch.equal(dst.cpu(), src.resolve_conj().resolve_neg())
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: t * 2 + 1, backend="tpu")
+    assert torch.equal(compiled(neg), neg * 2 + 1)
