@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch._prims_common import make_contiguous_strides_for
 from torch.nn.attention import SDPBackend
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -130,17 +131,9 @@ def _heads_layout(grad: Any) -> Any:
     if type(grad) is not TpuTensor or grad.dim() != 4:
         return grad
     b, h, n, e = grad.shape
-    strides = _transposed_strides(b, h, n, e)
+    s = make_contiguous_strides_for((b, n, h, e))
+    strides = (s[0], s[2], s[1], s[3])
     return grad if strides == dense_strides((b, h, n, e)) else with_strides(grad, strides)
-
-
-def _transposed_strides(b: int, h: int, n: int, e: int) -> tuple:
-    key = (b, h, n, e)
-    strides = _LAYOUTS.get(key)
-    if strides is None:
-        with _disable_current_modes(), torch._C._DisableTorchDispatch():
-            strides = _LAYOUTS[key] = tuple(torch.empty((b, n, h, e), device=_META).transpose(1, 2).stride())
-    return strides
 
 
 _LAYOUTS: dict = {}
