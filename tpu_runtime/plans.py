@@ -155,6 +155,9 @@ def _key(a: Any, ins: list, dyn: bool) -> Any:
         return a._spec
     if isinstance(a, torch.Tensor):
         if a.dim() != 0 and not _INDEXING[0]:
+            if a.device.type == "tpu":  # not a TpuTensor: torch built it itself (``csr.to("tpu")``)
+                raise RuntimeError(f"a {a.layout} tensor on the tpu device (shape {list(a.shape)}) has no layout "
+                                   "there: keep it on the CPU, or move x.to_dense() instead")
             raise RuntimeError(f"Expected all tensors to be on the same device, but found a {a.device} tensor of "
                                f"shape {list(a.shape)} mixed with tpu tensors; move it with .to('tpu') first")
         ins.append(a)

@@ -1,0 +1,30 @@
+"""Sparse compressed layouts moved to the tpu device: every use says they have no layout there."""
+
+import warnings
+
+import pytest
+import torch
+
+import tpu_runtime  # noqa: F401  (registers the tpu device)
+from converter.errors import UnsupportedOpError
+
+
+@pytest.fixture(scope="module")
+def csr_on_tpu():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's "sparse CSR support is in beta" warning)
+        return torch.eye(3).to_sparse_csr().to("tpu")
+
+
+def test_ops_reaching_the_device_name_the_op_the_line_and_the_layout(csr_on_tpu):
+    with pytest.raises(UnsupportedOpError, match=r"aten\._to_dense.* at .*test_sparse_layouts\.py:\d+ .*sparse "
+                                                 r"compressed tensors \(CSR, CSC, BSR, BSC\) have no layout"):
+        csr_on_tpu.to_dense()
+    with pytest.raises(UnsupportedOpError, match=r"aten\._nnz"):
+        repr(csr_on_tpu)
+
+
+def test_mixing_with_a_dense_tpu_tensor_names_the_layout(csr_on_tpu):
+    with pytest.raises(RuntimeError, match=r"a torch\.sparse_csr tensor on the tpu device \(shape \[3, 3\]\) has no "
+                                           r"layout there: keep it on the CPU, or move x\.to_dense\(\) instead"):
+        csr_on_tpu @ torch.ones(3, device="tpu")
