@@ -5,8 +5,10 @@ reports channels-last strides over that value (an *opaque* layout, as torch.comp
 :func:`~tpu_runtime.tensor.wrap_strided`), so ``is_contiguous(memory_format=torch.channels_last)`` and
 ``stride()`` answer as on the CPU for the tensors converted to the format (``.to``, ``.contiguous``,
 ``clone``, ``empty``/``empty_like``/``empty_strided``, ``model.to(memory_format=...)``) and for their
-``detach``/``nn.Parameter``. The results of other ops on them are dense (the CPU's kernels would carry the
-format on), which changes no value.
+``detach``/``nn.Parameter``, and their views report the CPU's layouts too (``x[:, :, 1:]``); ``as_strided``
+on them or their views indexes the storage in channels-last order, writes included (the storage's
+``placed`` layout, :mod:`tpu_runtime.strided`). The results of other ops on them are dense (the CPU's
+kernels would carry the format on), which changes no value.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """``as_strided`` on tpu tensors: views that index their storage, and its bounds check.
 
 A tpu tensor's value is a dense array; ``as_strided`` indexes the storage when the tensor reports its true
-layout there (:mod:`tpu_runtime.layout`), else the tensor's own dense values, and a compiled graph's output
-that reports a layout over a storage it does not hold maps each position back to its element (a copy).
+layout there (:mod:`tpu_runtime.layout`), else the tensor's own dense values. A storage whose value an opaque
+tensor places in another order (channels-last; a compiled graph's output that reports a view's layout over a
+storage it does not hold) is indexed through that placement: the view gathers the element stored at each
+position it reads, and writes through it scatter back.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from converter.lowering.ops.shape import strided_elements
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
 from tpu_runtime.adjusted import _row_route
-from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.cache import CACHE
+from tpu_runtime.plans import custom_plan
+from tpu_runtime.tensor import TpuTensor, view_tensor
 
 aten = torch.ops.aten
 
@@ -25,15 +30,17 @@ def as_strided(func: Any, args: tuple, kwargs: dict) -> Any:
     -> Tensor(a)``: a view that reports its true layout in its storage (:mod:`tpu_runtime.layout`)
     has it index the storage, as on the CPU (AOTAutograd rebuilds a compiled function's output that
     aliases such an input this way), from its own storage offset when none is given; any other
-    tensor reports the dense strides of its own values, which its strides index.
+    tensor reports the dense strides of its own values, which its strides index. A storage whose
+    value is not in storage order (an opaque tensor's: channels-last) is indexed where its elements
+    are placed (:func:`_placed_as_strided`).
 
     Raises:
         RuntimeError: the view reaches past the end of the storage (torch's message, at the call).
     """
     x = args[0]
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
-    if type(x) is TpuTensor and x._opaque:
-        return _opaque_as_strided(x, args[1], args[2], offset)
+    if type(x) is TpuTensor and (x._opaque or x._strides is not None) and x._storage.placed is not None:
+        return _placed_as_strided(x, args[1], args[2], x.storage_offset() if offset is None else offset)
     if type(x) is TpuTensor and x._strides is not None:
         shape, dtype = x._storage.spec
         args = (TpuTensor(x._storage, shape, dtype), args[1], args[2], x._offset if offset is None else offset)
@@ -60,22 +67,43 @@ def _check_bounds(x: Any, size: Any, stride: Any, offset: Any) -> None:
                            f"of size {held * item}")
 
 
-def _opaque_as_strided(x: TpuTensor, size: Any, stride: Any, offset: Any) -> TpuTensor:
-    """``as_strided`` of a compiled graph's output that reports a view's layout over a storage it does not
-    hold (only its own dense values, :func:`~tpu_runtime.tensor.wrap_strided`): each storage position read
-    is mapped back to the element of ``x`` stored there (a copy, not a view).
+def _placed_as_strided(x: TpuTensor, size: Any, stride: Any, offset: Any) -> TpuTensor:
+    """``as_strided`` of a tensor whose storage value is placed in its storage by the layout of an opaque
+    tensor (:attr:`~tpu_runtime.tensor.Storage.placed`: a channels-last tensor, a compiled graph's output
+    that reports a view's layout): a view that gathers the elements stored at the positions it reads, so a
+    write through it reaches them (``cl.as_strided((3,), (1,)).fill_(0)`` zeroes the first three channels
+    of the first pixel, as on the CPU).
 
     Raises:
-        RuntimeError: a position no element of ``x`` holds.
+        RuntimeError: a position no element of the storage's value is placed at (a compiled output holds
+            only the view's elements), or one of the sizes is symbolic.
     """
-    picked = strided_elements(tuple(x.shape), tuple(x.stride()), x.storage_offset(), tuple(int(s) for s in size),
-                              tuple(int(s) for s in stride), x.storage_offset() if offset is None else int(offset))
-    if (picked < 0).any():
-        raise RuntimeError(f"as_strided{list(size), list(stride), offset} of a tpu tensor of shape {list(x.shape)} "
-                           f"and strides {list(x.stride())} reads storage it does not hold (the output of a compiled "
-                           "function): clone() it first")
-    flat = _dispatch._route(aten.view.default, (TpuTensor(x._storage, *x._storage.spec), [-1]), {})
-    return _dispatch._route(aten.index.Tensor, (flat, [torch.from_numpy(picked)]), {})
+    storage = x._storage
+    (shape, dtype), (placed, at) = storage.spec, storage.placed
+    if not all(type(v) is int for v in (*size, *stride, offset)):
+        raise RuntimeError(f"as_strided of a tpu tensor of shape {list(x.shape)} and strides {list(x.stride())} "
+                           "with symbolic sizes is not supported: clone() it first")
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    key = ("placed as_strided", storage.spec, storage.placed, size, stride, offset)
+    plan = _PLANS.get(key)
+    if plan is None:
+        picked = strided_elements(shape, placed, at, size, stride, offset)
+        if (picked < 0).any():
+            raise RuntimeError(f"as_strided{list(size), list(stride), offset} of a tpu tensor of shape "
+                               f"{list(x.shape)} and strides {list(x.stride())} reads storage it does not hold "
+                               "(the output of a compiled function): clone() it first")
+        flat = picked.reshape(-1).astype(np.int32 if picked.size < 2**31 else np.int64)
+
+        def gather(v: Any) -> tuple:
+            return (v.reshape(-1)[flat].reshape(size),)
+
+        plan = _PLANS[key] = custom_plan(key, "as_strided", gather, ((size, dtype),))
+        plan.raw, plan.view, plan.op = gather, True, aten.as_strided.default
+    return view_tensor(storage, (size, dtype), ((plan, 0),), stride, offset)
+
+
+_PLANS: dict[tuple, Any] = {}
+CACHE.on_clear(_PLANS.clear)
 
 
 __all__ = ["as_strided"]

@@ -37,13 +37,16 @@ DEVICE = torch.device("tpu", 0)
 class Storage:
     """The shared value behind a base tensor and all of its views (``spec``: its shape, dtype)."""
 
-    __slots__ = ("value", "version", "spec", "handle", "__weakref__")
+    __slots__ = ("value", "version", "spec", "handle", "placed", "__weakref__")
 
     def __init__(self, value: Any, spec: tuple):
         self.value = value
         self.version = 0
         self.spec = spec
         self.handle = None  # the torch storage object standing for it (see storage_handle)
+        # where the elements of its (dense) value sit in the storage torch sees: ``None``, in order from 0;
+        # else ``(strides, offset)``, the layout an opaque tensor reports (channels-last, compiled outputs)
+        self.placed = None
 
 
 #: Addresses of storage handles: a 64 GiB range each (see storage_handle).
@@ -161,6 +164,7 @@ class TpuTensor(torch.Tensor):
         torch._C.TensorBase.data.__set__(self, new)
         self._storage, self._chain, self._spec = new._storage, new._chain, new._spec
         self._cached, self._seen, self._strides, self._offset = new._cached, new._seen, new._strides, new._offset
+        self._opaque = new._opaque
 
     def backward(self, gradient: Any = None, retain_graph: Any = None, create_graph: bool = False,
                  inputs: Any = None) -> None:
@@ -414,6 +418,7 @@ def opaque_tensor(storage: Storage, spec: tuple, stride: tuple, storage_offset: 
     r = _MAKE(TpuTensor, spec[0], strides=stride, storage_offset=storage_offset, dtype=spec[1], device=DEVICE,
               storage_size=_storage_size(spec[0], spec[1]))
     r._storage, r._spec, r._opaque = storage, spec, True
+    storage.placed = (tuple(stride), storage_offset)
     return r
 
 

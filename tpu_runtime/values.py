@@ -219,7 +219,8 @@ def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTenso
     reports the strides and storage offset the CPU would (:mod:`tpu_runtime.layout`): autograd picks
     its matmul gradient formulas by strides (a linear layer's weight gradient comes out in the
     weight's layout, no transposed copy), AOTAutograd and dynamo rebuild and check input views by
-    them. A view that ends in the storage's own layout (``w.t().t()``) gives the storage itself,
+    them. So do views of an opaque tensor (channels-last: ``x[:, :, 1:]``), from the layout it
+    reports. A view that ends in the storage's own layout (``w.t().t()``) gives the storage itself,
     with no view step to replay. Other views (of a view whose layout is not known) report the dense
     strides of their shape."""
     chain = src._chain
@@ -228,18 +229,19 @@ def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTenso
         if src._strides is None:
             return view_tensor(storage, spec, chain + ((plan, index),))
         key = (plan.uid, index, src._strides, src._offset)
-    elif src._opaque:  # reports a layout its dense value does not have (a compiled graph's output)
-        return view_tensor(storage, spec, ((plan, index),))
+    elif src._opaque:  # reports a layout its dense value does not have (channels-last, a compiled output)
+        key = (plan.uid, index) + storage.placed
     else:
         key = (plan.uid, index)
     layout = _LAYOUTS.get(key, _UNKNOWN)
     if layout is _UNKNOWN:
-        strides, offset = (src._strides, src._offset) if chain else (dense_strides(src._spec[0]), 0)
+        strides, offset = (src._strides, src._offset) if chain else \
+            storage.placed if src._opaque else (dense_strides(src._spec[0]), 0)
         layout = _LAYOUTS[key] = _view_layout(plan, index, src._spec, strides, offset)
     if layout is None:
         return view_tensor(storage, spec, chain + ((plan, index),))
     strides, offset = layout
-    if not offset and spec == storage.spec and strides == dense_strides(spec[0]):
+    if not offset and spec == storage.spec and strides == dense_strides(spec[0]) and storage.placed is None:
         return TpuTensor(storage, spec[0], spec[1])
     return view_tensor(storage, spec, chain + ((plan, index),), strides, offset)
 

@@ -57,3 +57,33 @@ def test_a_channels_last_model_trains_as_on_the_cpu(mode):
                 losses.append(loss.item())
             assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert model[0].weight.stride() == (27, 1, 9, 3)
+
+
+#: Views of a channels-last tensor, each written through.
+_VIEWS = {
+    "as_strided": lambda t: t.as_strided((3,), (1,), 0),  # the first pixel's channels (storage order)
+    "as_strided offset": lambda t: t.as_strided((2, 2), (2, 6), 5),
+    "slice": lambda t: t[:, :, 1:],
+    "select then as_strided": lambda t: t[1].as_strided((4,), (3,)),  # from the view's own storage offset
+    "permute slice": lambda t: t.permute(0, 2, 3, 1)[:, 1:, :, :2],
+    "3d slice": lambda t: t[..., 1:],
+    "3d as_strided": lambda t: t.as_strided((2, 3), (1, 3), 4),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("name", list(_VIEWS))
+def test_views_of_a_channels_last_tensor_report_its_layout_and_write_through(name, mode):
+    if name.startswith("3d"):
+        x = torch.arange(240.0).reshape(2, 3, 2, 4, 5).contiguous(memory_format=torch.channels_last_3d)
+    else:
+        x = torch.arange(120.0).reshape(2, 3, 4, 5).contiguous(memory_format=_CL)
+    want, got = x.clone(), x.to("tpu")
+    with tpu_runtime.set_eager_mode(mode):
+        wv, gv = _VIEWS[name](want), _VIEWS[name](got)
+        assert (gv.stride(), gv.storage_offset()) == (wv.stride(), wv.storage_offset())
+        torch.testing.assert_close(gv.cpu(), wv, rtol=0, atol=0)
+        for v in (wv, gv):
+            v.mul_(-1)  # the write reaches the base, at the elements the CPU's does
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+        torch.testing.assert_close(gv.cpu(), wv, rtol=0, atol=0)
