@@ -14,7 +14,8 @@ zeros (torch leaves them uninitialized). Views taken before a growing ``resize_`
 old storage (in torch they follow the tensor's reallocated storage). A view whose layout in its
 storage is known (a slice, a transpose: :mod:`tpu_runtime.layout`) is laid out again from its storage
 offset, as torch does, within its storage; growing it beyond its storage, or resizing a view whose
-layout is not known (of a dtype view), raises.
+layout is not known (of a dtype view), raises. A channels-last tensor (and its views) reads its storage
+in channels-last order, as torch does.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from tpu_runtime.tensor import TpuTensor, alias, new_tensor
+from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
 from tpu_runtime.values import read
 
 aten = torch.ops.aten
@@ -36,7 +37,7 @@ def rebind(t: TpuTensor, new: TpuTensor) -> TpuTensor:
     torch._C.TensorBase.data.__set__(t, new)  # sizes and strides, in C++
     t._storage, t._chain, t._spec = new._storage, new._chain, new._spec
     t._cached, t._seen = new._cached, new._seen
-    t._prefix, t._strides, t._offset = new._prefix, new._strides, new._offset
+    t._prefix, t._strides, t._offset, t._opaque = new._prefix, new._strides, new._offset, new._opaque
     return t
 
 
@@ -60,6 +61,8 @@ def resize(t: TpuTensor, size: Any) -> TpuTensor:
         raise RuntimeError(f"resize_ of a view of a tpu tensor (shape {list(t.shape)}) to {list(size)} is not "
                            "supported" + (" beyond its storage" if t._strides is not None else "")
                            + ": resize the tensor it views, or make the view contiguous with .clone()")
+    if storage.placed is not None and (t._opaque or t._strides is not None):
+        return rebind(t, _placed_resize(t, size, n, held))
     base = TpuTensor(storage, shape, dtype)  # the whole storage, in order
     if offset + n <= held:
         new = base.reshape(-1)[offset:offset + n].view(size)
@@ -70,6 +73,20 @@ def resize(t: TpuTensor, size: Any) -> TpuTensor:
         grown = torch.cat([base.reshape(-1), torch.zeros(n - held, dtype=dtype, device=t.device)])
         new = new_tensor(read(grown.view(size)), size, dtype)
     return rebind(t, new)
+
+
+def _placed_resize(t: TpuTensor, size: tuple, n: int, held: int) -> TpuTensor:
+    """``t`` (of a storage whose value is placed in another order: channels-last) resized to ``size``: its
+    storage read in storage order from ``t``'s offset, a view through the placement within the storage,
+    else a copy grown with zeros."""
+    from tpu_runtime.strided import _placed_as_strided
+
+    offset = t.storage_offset()
+    if offset + n <= held:
+        return _placed_as_strided(t, size, dense_strides(size), offset)
+    flat = _placed_as_strided(t, (held,), (1,), 0)
+    grown = torch.cat([flat, torch.zeros(offset + n - held, dtype=flat.dtype, device=t.device)])
+    return new_tensor(read(grown[offset:].view(size)), size, flat.dtype)
 
 
 def resize_out(out: TpuTensor, shape: tuple, op: Any) -> None:

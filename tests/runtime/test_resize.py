@@ -135,3 +135,24 @@ def test_negated_and_conjugated_cpu_views_copy_their_values():
     torch._dynamo.reset()
     compiled = torch.compile(lambda t: t * 2 + 1, backend="tpu")
     assert torch.equal(compiled(neg), neg * 2 + 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_resize_of_a_channels_last_tensor_reads_its_storage_in_channels_last_order(mode):
+    x = torch.arange(24.0).reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last)
+    with tpu_runtime.set_eager_mode(mode):
+        results = {}
+        for device in ("cpu", "tpu"):
+            t = x.clone().to(device)
+            t.resize_(2, 6)
+            shrunk = t.cpu().clone()
+            t.mul_(-1)  # a view of the storage: the write stays
+            t.resize_(24)
+            back = t.cpu().clone()
+            t = x.clone().to(device)[:, :, 1:]  # a view (storage offset 8), laid out from its offset
+            t.resize_(4, 4)
+            results[device] = shrunk, back, t.cpu(), t.stride()
+    want, got = results["cpu"], results["tpu"]
+    for w, g in zip(want[:3], got[:3]):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    assert got[3] == want[3]
