@@ -306,7 +306,7 @@ def _empty(func: Any, args: tuple, kwargs: dict) -> Any:
 
 def _to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     x, fmt = args[0], kwargs.get("memory_format")
-    if (fmt is None or fmt is torch.preserve_format) and not (type(x) is TpuTensor and x._opaque):
+    if (fmt is None or fmt is torch.preserve_format) and not (type(x) is TpuTensor and (x._opaque or x._strides)):
         return _copy_to(x, kwargs)
     return memory_format.in_format(_copy_to(x, kwargs), fmt, x)
 

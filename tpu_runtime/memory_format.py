@@ -1,4 +1,4 @@
-"""Channels-last layouts: ``x.to(memory_format=torch.channels_last)`` reports the CPU's strides.
+"""Layouts other than the dense one: channels-last formats and the layouts ``preserve_format`` keeps.
 
 A tpu tensor's value is always the dense array of its shape; a channels-last tensor is one whose wrapper
 reports channels-last strides over that value (an *opaque* layout, as torch.compile's strided outputs:
@@ -6,9 +6,13 @@ reports channels-last strides over that value (an *opaque* layout, as torch.comp
 ``stride()`` answer as on the CPU for the tensors converted to the format (``.to``, ``.contiguous``,
 ``clone``, ``empty``/``empty_like``/``empty_strided``, ``model.to(memory_format=...)``) and for their
 ``detach``/``nn.Parameter``, and their views report the CPU's layouts too (``x[:, :, 1:]``); ``as_strided``
-on them or their views indexes the storage in channels-last order, writes included (the storage's
-``placed`` layout, :mod:`tpu_runtime.strided`). The results of other ops on them are dense (the CPU's
-kernels would carry the format on), which changes no value.
+on them or their views indexes the storage in the order the layout gives, writes included (the storage's
+``placed`` layout, :mod:`tpu_runtime.strided`). ``preserve_format`` (the default of ``.to``, ``.cpu()``,
+``clone`` and the ``*_like`` factories) keeps the source's layout as torch does, whatever the permutation:
+a copy of ``x.permute(0, 2, 3, 1)`` reports the same strides, so permuting it back gives a tensor ``.view()``
+takes, as on the CPU, and ``empty_strided`` with a permuted dense layout reports it (``.to("tpu")`` of a
+permuted CPU tensor allocates so). The results of other ops are dense (the CPU's kernels would carry the
+layout on), which changes no value.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch._prims_common import make_channels_last_2d_strides_for, make_channels_last_3d_strides_for
+from torch._prims_common import (is_non_overlapping_and_dense_or_false, make_channels_last_2d_strides_for,
+                                 make_channels_last_3d_strides_for)
+from torch.utils._python_dispatch import _disable_current_modes
 
 from tpu_runtime.tensor import TpuTensor, dense_strides, opaque_tensor
 
@@ -35,16 +41,39 @@ def channels_last_strides(shape: tuple) -> tuple | None:
 
 def requested(memory_format: Any, shape: tuple, src: Any = None) -> tuple | None:
     """The strides a result of ``shape`` reports for ``memory_format``: channels-last ones for
-    ``channels_last``/``channels_last_3d``, ``src``'s for ``preserve_format`` (or none given) when ``src``
-    reports channels-last strides; ``None``: dense."""
+    ``channels_last``/``channels_last_3d``; for ``preserve_format`` (or none given) those torch's ``empty_like``
+    gives a tensor laid out as ``src`` (its own when it is dense in some order); ``None``: dense."""
     if memory_format in _FORMATS:
         if len(shape) != _FORMATS[memory_format][0]:
             return None
         return channels_last_strides(shape)
-    if memory_format in (None, torch.preserve_format) and type(src) is TpuTensor and src._opaque:
-        strides = channels_last_strides(tuple(src.shape))
-        return strides if strides is not None and tuple(src.stride()) == strides else None
+    if memory_format in (None, torch.preserve_format) and src is not None and tuple(src.shape) == shape:
+        return preserved_strides(shape, tuple(src.stride()))
     return None
+
+
+_PRESERVED: dict[tuple, tuple | None] = {}
+
+
+def preserved_strides(shape: tuple, strides: tuple) -> tuple | None:
+    """The strides ``torch.empty_like`` (``preserve_format``) gives a tensor of ``shape`` laid out with ``strides``
+    when they differ from the dense ones, else ``None``."""
+    key = (shape, strides)
+    if key not in _PRESERVED:
+        dense = dense_strides(shape)
+        if strides == dense:
+            out = None
+        else:
+            with _disable_current_modes(), torch._C._DisableTorchDispatch():
+                meta = torch.empty_strided(shape, strides, device="meta")
+                # (the CPU's empty_like keeps a dense layout's strides as they are, size-1 dimensions' too,
+                # where the meta kernel recomputes those)
+                out = strides if is_non_overlapping_and_dense_or_false(meta) else tuple(torch.empty_like(meta).stride())
+            out = None if out == dense else out
+        if len(_PRESERVED) > 4096:
+            _PRESERVED.clear()
+        _PRESERVED[key] = out
+    return _PRESERVED[key]
 
 
 def with_strides(t: TpuTensor, strides: tuple | None) -> TpuTensor:
@@ -57,9 +86,9 @@ def with_strides(t: TpuTensor, strides: tuple | None) -> TpuTensor:
 def empty_layout(func: Any, args: tuple, kwargs: dict, out: TpuTensor) -> TpuTensor:
     """``out`` (a new ``empty``/``empty_strided`` tensor) reporting the channels-last strides asked for."""
     shape = out._spec[0]
-    if func is torch.ops.aten.empty_strided.default:
-        cl = channels_last_strides(shape)
-        return with_strides(out, cl if cl is not None and tuple(int(s) for s in args[1]) == cl else None)
+    if func is torch.ops.aten.empty_strided.default:  # a layout dense in some order is reported; others: dense
+        strides = tuple(int(s) for s in args[1])
+        return with_strides(out, strides if preserved_strides(shape, strides) == strides else None)
     return with_strides(out, requested(kwargs.get("memory_format"), shape))
 
 
@@ -87,7 +116,8 @@ def like(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
     """``out``, the result of a ``*_like``/``new_*`` op: a ``*_like`` of a channels-last template (or given
     ``memory_format=``) reports that layout, as on the CPU (``new_*`` ones are dense there too)."""
     x = args[0] if args else None
-    if type(out) is TpuTensor and type(x) is TpuTensor and (x._opaque or "memory_format" in kwargs) \
+    if type(out) is TpuTensor and type(x) is TpuTensor and (x._opaque or x._strides is not None
+                                                             or "memory_format" in kwargs) \
             and func._schema.name.endswith("_like"):
         return with_strides(out, requested(kwargs.get("memory_format"), out._spec[0], x))
     return out

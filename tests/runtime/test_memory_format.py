@@ -87,3 +87,29 @@ def test_views_of_a_channels_last_tensor_report_its_layout_and_write_through(nam
             v.mul_(-1)  # the write reaches the base, at the elements the CPU's does
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
         torch.testing.assert_close(gv.cpu(), wv, rtol=0, atol=0)
+
+
+_PRESERVING = {
+    "to_tpu": lambda cpu, tpu: cpu.permute(0, 3, 1, 2).to(tpu.device),
+    "cpu": lambda cpu, tpu: tpu.permute(0, 3, 1, 2).cpu(),
+    "clone": lambda cpu, tpu: tpu.transpose(1, 2).clone(),
+    "empty_like": lambda cpu, tpu: torch.empty_like(tpu.permute(3, 2, 1, 0)).fill_(1.5),
+    "zeros_like": lambda cpu, tpu: torch.zeros_like(tpu.transpose(0, 3)),
+    "to_dtype": lambda cpu, tpu: tpu.permute(0, 2, 3, 1).double(),
+}
+
+
+@pytest.mark.parametrize("name", list(_PRESERVING))
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_preserve_format_keeps_any_dense_layout_as_on_the_cpu(name, mode):
+    # a copy of a permuted tensor reports the permuted strides (it was dense), so permuting it back gives a tensor
+    # .view() takes, as on the CPU (the dense copy refused that view)
+    fn = _PRESERVING[name]
+    base = torch.arange(120.0).view(2, 3, 4, 5)
+    want = fn(base, base.clone())
+    with tpu_runtime.set_eager_mode(mode):
+        got = fn(base, base.to("tpu"))
+        assert got.stride() == want.stride() and got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)
+        order = sorted(range(4), key=lambda d: -want.stride(d))  # the permutation that makes it contiguous again
+        torch.testing.assert_close(got.permute(order).view(-1).cpu(), want.permute(order).view(-1))
