@@ -36,7 +36,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
-from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias, compiling, opaque_tensor
+from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias, compiling, opaque_tensor, view_tensor
 from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
@@ -153,12 +153,16 @@ def payload_stride(t: TpuTensor) -> Any:
 
 def coerce_tangent(t: TpuTensor, expected_meta: Any, expected_type: Any) -> torch.Tensor:
     """``__coerce_same_metadata_as_tangent__``: the gradient ``t`` of a compiled graph's output,
-    as the traced backward expects it. A dense tpu tensor stands for any layout: its alias
-    reports the traced strides through its payload (AOTAutograd would otherwise re-stride it
-    with ``empty_strided`` + ``copy_``); where the graph had a plain tensor, the payload itself."""
+    as the traced backward expects it. A tpu tensor's value stands for any layout: a dense alias
+    of it reports the traced strides through its payload (AOTAutograd would otherwise re-stride it
+    with ``empty_strided`` + ``copy_``, or make a laid-out gradient contiguous, a copy that drops
+    the payload's layout); where the graph had a plain tensor, the payload itself."""
     if expected_type is not None and expected_type is not TpuTensor:
         return TpuPayload(t)
-    r = alias(t)
+    if t._opaque or t._strides is not None:  # (a laid-out gradient: ``y.pow(2)`` of a strided output ``y``)
+        r = view_tensor(t._storage, t._spec, t._chain) if t._chain else TpuTensor(t._storage, *t._spec)
+    else:
+        r = alias(t)
     if expected_meta is not None:
         r._payload_stride = expected_meta if type(expected_meta) is TracedLayout else tuple(expected_meta)
     return r

@@ -24,6 +24,7 @@ from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import _CURRENT as _MODE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef
+from tpu_runtime.memory_format import laid_out
 from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, rebuild
 from tpu_runtime.tensor import TpuTensor, wrap
 from tpu_runtime.values import convert_plan, host_operand, make_view, read, write
@@ -90,6 +91,9 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
             check_cast(specs[0][1], into._spec[1])
         assign_value(into, res[0], specs[0])
         return into
+    for x in ins:
+        if type(x) is TpuTensor and (x._strides is not None or x._opaque):  # (a view, or a laid-out tensor)
+            return laid_out(plan, ins, res)
     if len(specs) == 1 and type(plan.structure) is _Slot:
         return wrap(res[0], specs[0])
     return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])

@@ -11,8 +11,10 @@ on them or their views indexes the storage in the order the layout gives, writes
 ``clone`` and the ``*_like`` factories) keeps the source's layout as torch does, whatever the permutation:
 a copy of ``x.permute(0, 2, 3, 1)`` reports the same strides, so permuting it back gives a tensor ``.view()``
 takes, as on the CPU, and ``empty_strided`` with a permuted dense layout reports it (``.to("tpu")`` of a
-permuted CPU tensor allocates so). The results of other ops are dense (the CPU's kernels would carry the
-layout on), which changes no value.
+permuted CPU tensor allocates so). The results of ops on laid-out tensors report the layout torch's meta
+kernel gives them for the inputs' layouts (:func:`laid_out`: an elementwise op follows its inputs, so
+``(x.t() * 2).t().view(-1)`` works as on the CPU), a convolution's the channels-last format of its input or
+weight, and ``new_empty_strided`` (autograd lays a gradient out as its leaf with it) the strides it is given.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from torch._prims_common import (is_non_overlapping_and_dense_or_false, make_cha
                                  make_channels_last_3d_strides_for)
 from torch.utils._python_dispatch import _disable_current_modes
 
-from tpu_runtime.tensor import TpuTensor, dense_strides, opaque_tensor
+from torch.utils._pytree import tree_leaves
+
+from tpu_runtime.cache import CACHE
+from tpu_runtime.plans import META_FUNCTIONS, OpPlan, _fill, _Slot, rebuild
+from tpu_runtime.tensor import TpuTensor, dense_strides, opaque_tensor, wrap, wrap_strided
 
 _FORMATS = {torch.channels_last: (4, make_channels_last_2d_strides_for),
             torch.channels_last_3d: (5, make_channels_last_3d_strides_for)}
@@ -76,6 +82,64 @@ def preserved_strides(shape: tuple, strides: tuple) -> tuple | None:
     return _PRESERVED[key]
 
 
+#: (plan uid, each tensor input's strides or None) → each output's strides (``None``: dense).
+_OUTPUTS: dict[tuple, tuple] = {}
+CACHE.on_clear(_OUTPUTS.clear)
+
+
+def laid_out(plan: OpPlan, ins: list, values: tuple) -> Any:
+    """The op's result: ``values`` wrapped, each reporting the strides torch gives that output when its inputs
+    are laid out as ``ins`` report (an elementwise op on ``x.t()`` is laid out as ``x.t()``, so
+    ``(x.t() * 2).t().view(-1)`` works as on the CPU); from the op's meta kernel, once per input layouts."""
+    key = (plan.uid,) + tuple(tuple(x.stride()) if type(x) is TpuTensor and (x._strides is not None or x._opaque)
+                              else None for x in ins)
+    strides = _OUTPUTS.get(key)
+    if strides is None:
+        if len(_OUTPUTS) > 8192:
+            _OUTPUTS.clear()
+        strides = _OUTPUTS[key] = _output_strides(plan, ins)
+    outs = [wrap(v, spec) if st is None else wrap_strided(v, spec, st, 0)
+            for v, spec, st in zip(values, plan.out_specs, strides)]
+    return outs[0] if type(plan.structure) is _Slot else rebuild(plan, outs)
+
+
+def _output_strides(plan: OpPlan, ins: list) -> tuple:
+    """Each output's strides as the op's meta kernel lays it out for inputs laid out as ``ins`` (``None``: dense,
+    or not a layout dense in some order)."""
+    dense = (None,) * len(plan.out_specs)
+    targs, tkwargs = plan.extra.get("targs"), plan.extra.get("tkwargs", {})
+    if targs is None or plan.random:
+        return dense
+    metas = [torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+             if isinstance(x, torch.Tensor) else x for x in ins]
+    fn = META_FUNCTIONS.get(plan.op, plan.op)
+    try:
+        with _disable_current_modes(), torch._C._DisableTorchDispatch():
+            out = fn(*_fill(targs, metas), **_fill(tkwargs, metas))
+    except Exception:  # noqa: BLE001 (a meta kernel that does not take these layouts: dense, as before)
+        return dense
+    leaves = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if len(leaves) != len(plan.out_specs):
+        return dense
+    if plan.op is torch.ops.aten.convolution.default:
+        return (_convolution_format(leaves[0], *_fill(targs[:2], metas)),)
+    strides = []
+    for t, (shape, _) in zip(leaves, plan.out_specs):
+        st = tuple(t.stride())
+        keep = tuple(t.shape) == shape and st != dense_strides(shape) and is_non_overlapping_and_dense_or_false(t)
+        strides.append(st if keep else None)
+    return tuple(strides)
+
+
+def _convolution_format(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
+    """A convolution's output layout: channels-last when its input or weight is (the CPU's kernels choose the
+    format so; the meta kernel answers dense)."""
+    for fmt, (rank, _) in _FORMATS.items():
+        if out.dim() == rank and any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous() for t in (x, w)):
+            return channels_last_strides(tuple(out.shape))
+    return None
+
+
 def with_strides(t: TpuTensor, strides: tuple | None) -> TpuTensor:
     """``t`` itself when ``strides`` is ``None``, else a tensor sharing its storage that reports ``strides``."""
     if strides is None or t._chain or t._strides is not None:
@@ -113,9 +177,13 @@ def in_format(out: Any, fmt: Any, src: TpuTensor) -> Any:
 
 
 def like(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
-    """``out``, the result of a ``*_like``/``new_*`` op: a ``*_like`` of a channels-last template (or given
-    ``memory_format=``) reports that layout, as on the CPU (``new_*`` ones are dense there too)."""
+    """``out``, the result of a ``*_like``/``new_*`` op: a ``*_like`` of a laid-out template (or given
+    ``memory_format=``) reports that layout, as on the CPU, and ``new_empty_strided`` the strides it is given
+    when they are dense in some order (other ``new_*`` ones are dense there too)."""
     x = args[0] if args else None
+    if func is torch.ops.aten.new_empty_strided.default and type(out) is TpuTensor:  # (autograd's gradient
+        shape, strides = out._spec[0], tuple(int(s) for s in args[2])      # layout: the parameter's)
+        return with_strides(out, strides if preserved_strides(shape, strides) == strides else None)
     if type(out) is TpuTensor and type(x) is TpuTensor and (x._opaque or x._strides is not None
                                                              or "memory_format" in kwargs) \
             and func._schema.name.endswith("_like"):

@@ -113,3 +113,35 @@ def test_preserve_format_keeps_any_dense_layout_as_on_the_cpu(name, mode):
         torch.testing.assert_close(got.cpu(), want)
         order = sorted(range(4), key=lambda d: -want.stride(d))  # the permutation that makes it contiguous again
         torch.testing.assert_close(got.permute(order).view(-1).cpu(), want.permute(order).view(-1))
+
+
+#: Ops on laid-out tensors whose results torch lays out as their inputs.
+_FOLLOWING = {
+    "mul of a transpose": lambda t: t.transpose(0, 3) * 2,
+    "add of two permutes": lambda t: t.permute(0, 2, 3, 1) + t.permute(0, 2, 3, 1),
+    "gelu of a permute": lambda t: torch.nn.functional.gelu(t.permute(3, 1, 2, 0)),
+    "where of a channels-last": lambda t: torch.where(t.contiguous(memory_format=_CL) > 0, t, 0.0),
+    "conv2d of a channels-last": lambda t: torch.nn.functional.conv2d(t.contiguous(memory_format=_CL),
+                                                                      torch.ones(2, 3, 2, 2, device=t.device)),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("name", list(_FOLLOWING))
+def test_results_of_ops_on_laid_out_tensors_are_laid_out_as_on_the_cpu(name, mode):
+    # (x.t() * 2).t().view(-1) works on the CPU: the product is laid out as x.t(); it raised when results were dense
+    x = torch.randn(2, 3, 4, 5)
+    want = _FOLLOWING[name](x)
+    with tpu_runtime.set_eager_mode(mode):
+        got = _FOLLOWING[name](x.to("tpu"))
+        assert got.stride() == want.stride()
+        order = sorted(range(4), key=lambda d: -want.stride(d))  # the permutation that makes it contiguous
+        torch.testing.assert_close(got.permute(order).view(-1).cpu(), want.permute(order).view(-1))
+
+
+def test_gradients_take_the_layout_of_their_leaf():
+    # AccumulateGrad lays a gradient out as its leaf (new_empty_strided with the leaf's strides), as on the CPU
+    x = torch.randn(2, 3, 4, 5).permute(0, 2, 3, 1)
+    for leaf in (x.clone().requires_grad_(), x.to("tpu").requires_grad_()):
+        leaf.to(torch.float64).sum().backward()
+        assert leaf.grad.stride() == x.stride()
