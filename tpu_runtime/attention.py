@@ -155,6 +155,8 @@ def _query_layout(q: torch.Tensor, shape: tuple) -> tuple:
 #: Special routes of :mod:`tpu_runtime.dispatch`: ``_fused_sdp_choice`` (asked by torch's composite: its math
 #: decomposition) and the fused op.
 HANDLERS: dict[Any, Callable] = {
+    # reached here (below the autograd keys) in inference mode, which skips them
+    aten.scaled_dot_product_attention.default: lambda func, args, kwargs: sdpa(*args, **kwargs),
     aten._fused_sdp_choice.default: lambda func, args, kwargs: int(SDPBackend.MATH),
     aten._scaled_dot_product_fused_attention_overrideable.default: fused_attention,
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: fused_attention_backward,

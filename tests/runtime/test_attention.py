@@ -142,3 +142,18 @@ def test_sdpa_gradients_are_laid_out_as_on_the_cpu():
         grads[d] = torch.autograd.grad(out.sum(), (q, k, v))
     for got, want in zip(grads["tpu"], grads["cpu"]):
         assert got.stride() == want.stride()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_sdpa_in_inference_mode_takes_the_fused_op_and_the_cpu_layout(mode):
+    # inference mode skips the autograd keys: the call reaches the tensors' own dispatch, which takes the fused op
+    # too (it ran torch's composite there, whose dense output refused the usual .view())
+    x = torch.randn(B, L, H * E, generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        want = F.scaled_dot_product_attention(_heads(x, L), _heads(x, L), _heads(x, L), is_causal=True)
+        with tpu_runtime.set_eager_mode(mode):
+            t = x.to("tpu")
+            got = F.scaled_dot_product_attention(_heads(t, L), _heads(t, L), _heads(t, L), is_causal=True)
+            assert got.stride() == want.stride() == (L * H * E, E, H * E, 1)
+            torch.testing.assert_close(got.transpose(1, 2).view(B, L, H * E).cpu(),
+                                       want.transpose(1, 2).view(B, L, H * E), rtol=1e-5, atol=1e-6)
