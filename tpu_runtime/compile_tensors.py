@@ -221,12 +221,26 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             return x
         return tracing_tensor(x, None, *strided) if strided is not None else tracing_tensor(x)
 
+    _follow_resizes(args, kwargs)
     wrapped = tree_map(wrap, out)
     if layout[0]:
         for w in tree_leaves(wrapped):
             if type(w) is TpuTensor:
                 w._traced_view = True
     return return_and_correct_aliasing(func, args, kwargs, wrapped)
+
+
+def _follow_resizes(args: tuple, kwargs: dict) -> None:
+    """Give each tracing tensor argument whose fake the op resized (``resize_``, an ``out=`` tensor of another
+    size) its fake's sizes, as eager ``resize_`` does (:func:`tpu_runtime.resize.rebind`): AOTAutograd then sees
+    the input's metadata mutation and replays it on the concrete input after the graph (a copy into the old
+    size failed)."""
+    for x in tree_leaves((args, kwargs)):
+        if type(x) is TpuTensor and x._fake is not None and x._fake.shape != x.shape:
+            fake = x._fake
+            with torch._C._DisableTorchDispatch():
+                torch._C.TensorBase.data.__set__(x, tracing_tensor(fake))
+            x._fake, x._spec = fake, (tuple(fake.shape), fake.dtype)
 
 
 def replay_view(view: Any, new_base: Any, symint_visitor_fn: Any, tensor_visitor_fn: Any) -> Any:

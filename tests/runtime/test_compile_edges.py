@@ -103,3 +103,33 @@ def test_compiled_outputs_viewing_one_tensor_stay_aliased(fn, device):
         assert g.device.type == device and g.shape == e.shape and g.stride() == e.stride()
         torch.testing.assert_close(g.detach().cpu(), e.detach())
     torch.testing.assert_close(grad.cpu(), want_grad)
+
+
+def _add_out(a, out):
+    torch.add(a, 1, out=out)
+    return out * 2
+
+
+def _resize_then_copy(a, b):
+    b.resize_(2, 3)
+    b.copy_(a.view(2, 3))
+    return b.sum(0)
+
+
+@pytest.mark.parametrize("case", ["out_of_no_elements", "resize_"])
+def test_compiled_functions_resize_tpu_inputs_as_on_the_cpu(case):
+    # the traced input takes its fake's new sizes: AOTAutograd replays the metadata change on the input (it copied
+    # the result into the old size, which raised)
+    fn, other = {"out_of_no_elements": (_add_out, lambda d: torch.empty(0, device=d)),
+                 "resize_": (_resize_then_copy, lambda d: torch.zeros(4, device=d))}[case]
+    results = {}
+    for device in ("cpu", "tpu"):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="tpu") if device == "tpu" else fn
+        a, b = torch.arange(6.0).to(device), other(device)
+        first, again = compiled(a, b), compiled(a, other(device))  # (the second call runs the cached graph)
+        results[device] = tuple(b.shape), b.cpu(), first.cpu(), again.cpu()
+    want, got = results["cpu"], results["tpu"]
+    assert got[0] == want[0]
+    for w, g in zip(want[1:], got[1:]):
+        torch.testing.assert_close(g, w)
