@@ -144,3 +144,17 @@ def test_safetensors_and_hugging_face_save_pretrained_of_tpu_models(tmp_path):
     for (name, want), got in zip(model.state_dict().items(), again.state_dict().values()):
         assert torch.equal(got, want.cpu()), name
     assert again.lm_head.weight.data_ptr() == again.transformer.wte.weight.data_ptr()
+
+
+@pytest.mark.parametrize("weights_only", [False, True])
+@pytest.mark.parametrize("map_location", [None, "cpu"])
+def test_a_saved_tpu_tensor_keeps_the_attributes_its_user_set(weights_only, map_location):
+    # as torch saves a plain tensor with attributes (_rebuild_from_type_v2); they were dropped
+    t = torch.arange(4.0).to("tpu")
+    t.note = "kept"
+    buf = io.BytesIO()
+    torch.save({"t": t}, buf)
+    buf.seek(0)
+    back = torch.load(buf, weights_only=weights_only, map_location=map_location)["t"]
+    assert back.note == "kept" and back.device.type == (map_location or "tpu")
+    torch.testing.assert_close(back.cpu(), torch.arange(4.0))
