@@ -205,6 +205,9 @@ def register() -> None:
     from tpu_runtime.attention import sdpa
 
     lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
+    from tpu_runtime.bounds import one_hot
+
+    lib.impl("one_hot", one_hot, "AutogradPrivateUse1")
     _STATE["library"] = lib
     # ``csr.to("tpu")`` is built by torch's C++ from tpu components and never reaches a tpu kernel: the
     # first op that reaches the device says why it cannot run (instead of torch's layout-check messages)

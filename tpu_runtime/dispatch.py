@@ -37,7 +37,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 
 from converter.lowering import registry
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
-from tpu_runtime import adjusted, attention, index_checks, serialization, strided, view_cache
+from tpu_runtime import adjusted, attention, bounds, index_checks, serialization, strided, view_cache
 from tpu_runtime import inplace
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
@@ -69,6 +69,8 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return out
     token = swap_on()
     try:
+        if id(func) in _BOUNDED:  # an index argument: checked first (tpu_runtime.bounds)
+            bounds.check(func, args, kwargs)
         if func.is_view and args and isinstance(args[0], torch.Tensor):
             return _view(func, args, kwargs)
         return _route(func, args, kwargs)
@@ -81,6 +83,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 _INFERENCE = torch.is_inference_mode_enabled
+_BOUNDED = bounds.CHECKED_IDS
 
 
 def _view(func: Any, args: tuple, kwargs: dict) -> Any:

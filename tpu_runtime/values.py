@@ -26,6 +26,8 @@ import torch
 from converter.lowering.dtypes import numpy_to_tensor, tensor_to_numpy, to_jax_dtype, to_torch_dtype
 from converter.lowering.ops.convert import lower_view_dtype
 from tpu_runtime._x64 import x64
+from tpu_runtime.bounds import _PENDING as _PENDING_CHECKS
+from tpu_runtime.bounds import raise_pending
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef, concrete
@@ -128,8 +130,12 @@ def _overlap(t: TpuTensor) -> Any:
 
 
 def materialize(t: TpuTensor) -> jax.Array:
-    """``t``'s concrete value (a sync point in fused mode)."""
-    return concrete(read(t))
+    """``t``'s concrete value (a sync point in fused mode, where the index checks waiting for one raise:
+    :mod:`tpu_runtime.bounds`)."""
+    v = concrete(read(t))
+    if _PENDING_CHECKS:
+        raise_pending()
+    return v
 
 
 def _chain_key(chain: tuple) -> tuple:

@@ -87,11 +87,15 @@ def _switch(new: Any) -> None:
 
 
 def sync() -> None:
-    """A sync point: run everything pending (fused graph) and wait for the device."""
+    """A sync point: run everything pending (fused graph) and wait for the device; an index found out of range
+    since the last one raises (:mod:`tpu_runtime.bounds`)."""
     import jax
+
+    from tpu_runtime.bounds import raise_pending
 
     GRAPH.flush()
     jax.block_until_ready(jax.live_arrays())
+    raise_pending()
 
 
 def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -1,0 +1,71 @@
+"""Out-of-range indices on the tpu device raise the CPU's error (XLA would clamp the read or drop the write)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpu_runtime
+
+_X = torch.arange(10.0).view(5, 2)
+
+#: name → fn(index device, tensor device), run to a sync point (``.cpu()``).
+_CASES = {
+    "getitem": lambda i, d: _X.to(d)[torch.tensor([7], device=i)].cpu(),
+    "getitem second index": lambda i, d: _X.to(d)[torch.tensor([1], device=i), torch.tensor([-3], device=i)].cpu(),
+    "setitem": lambda i, d: _X.to(d).index_put_((torch.tensor([9], device=i),), torch.tensor(1.0, device=d)).cpu(),
+    "index_select": lambda i, d: _X.to(d).index_select(0, torch.tensor([5], device=i)).cpu(),
+    "gather": lambda i, d: _X.to(d).gather(1, torch.tensor([[2]], device=i)).cpu(),
+    "scatter_": lambda i, d: torch.zeros(5, device=d).scatter_(0, torch.tensor([-1], device=i), 1.0).cpu(),
+    "scatter_add": lambda i, d: torch.zeros(5, device=d).scatter_add(0, torch.tensor([6], device=i),
+                                                                      torch.ones(1, device=d)).cpu(),
+    "embedding": lambda i, d: F.embedding(torch.tensor([[0, 5]], device=i), _X.to(d)).cpu(),
+    "one_hot": lambda i, d: F.one_hot(torch.tensor([1, 3], device=i), 3).cpu(),
+    "one_hot negative": lambda i, d: F.one_hot(torch.tensor([1, -1], device=i), 3).cpu(),
+    "cross_entropy": lambda i, d: F.cross_entropy(_X.to(d), torch.tensor([0, 1, 2, 1, 4], device=i)).cpu(),
+}
+
+
+def _cpu_error(name):
+    with pytest.raises((IndexError, RuntimeError)) as info:
+        _CASES[name]("cpu", "cpu")
+    return info.type, str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+@pytest.mark.parametrize("name", list(_CASES))
+def test_an_index_out_of_range_raises_the_cpus_error(name, mode):
+    kind, message = _cpu_error(name)
+    with tpu_runtime.set_eager_mode(mode):
+        for index_device in ("tpu", "cpu"):
+            if name in ("embedding", "cross_entropy", "scatter_add", "gather", "scatter_") and index_device == "cpu":
+                continue  # (these take no CPU index next to tpu tensors: a device mix, as on CUDA)
+            with pytest.raises(kind) as info:
+                _CASES[name](index_device, "tpu")
+            assert str(info.value) == message
+            if mode != "debug" and index_device == "tpu":  # found at the sync point: the note names the call
+                assert "test_bounds.py" in " ".join(info.value.__notes__)
+        tpu_runtime.sync()  # nothing left pending
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_indices_in_range_negative_ones_and_ignored_targets_pass(mode):
+    with tpu_runtime.set_eager_mode(mode):
+        x = _X.to("tpu")
+        torch.testing.assert_close(x[torch.tensor([-1, 0], device="tpu")].cpu(), _X[torch.tensor([-1, 0])])
+        target = torch.tensor([0, -100, 1, 1, -100])
+        got = F.cross_entropy(x, target.to("tpu"), ignore_index=-100)
+        torch.testing.assert_close(got.cpu(), F.cross_entropy(_X, target, ignore_index=-100))
+        tpu_runtime.sync()
+
+
+def test_the_first_bad_call_raises_once_and_later_syncs_pass():
+    with tpu_runtime.set_eager_mode("strict"):
+        x = _X.to("tpu")
+        y = x[torch.tensor([8], device="tpu")]
+        z = x[torch.tensor([9], device="tpu")]
+        with pytest.raises(IndexError, match="index 8 is out of bounds"):
+            z.cpu()
+        torch.testing.assert_close(x.cpu(), _X)  # the later check was dropped with the first: no second raise
+        del y

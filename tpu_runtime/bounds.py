@@ -1,0 +1,218 @@
+"""Out-of-range indices: the CPU's ``IndexError``/``RuntimeError`` instead of XLA's clamped reads and dropped writes.
+
+XLA clamps a gather's out-of-range index and drops a scatter's, so ``x[idx]``, ``index_select``, ``gather``,
+``scatter*``, ``embedding``, ``one_hot`` and ``nll_loss``'s targets with a bad index gave a wrong value silently. Each such
+call is checked here first, as its CPU kernel checks it, with its message:
+
+* an index on the CPU (``x[torch.tensor([7])]``): at once, on the host;
+* in debug eager mode: at once (a sync, as every debug op);
+* an index on the device in strict and fused eager: a small check that runs with the op (an executable in strict,
+  a node of the graph in fused) finds whether an index is out of range and the first one; the error is raised at
+  the next sync point (``.cpu()``, ``.item()``, ``print``, ``tpu_runtime.sync()``), as CUDA reports a device-side
+  assert, naming the op and the user's line that called it. Only the flags are read then: no extra sync.
+
+Compiled graphs (``torch.compile``) are not checked (their gathers clamp, as XLA's do).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from converter.errors import caller_location
+from tpu_runtime._x64 import x64
+from tpu_runtime.cache import CACHE
+from tpu_runtime.tensor import TpuTensor
+
+aten = torch.ops.aten
+
+#: A check of one index tensor: ``(index, lowest allowed, size (None: no upper bound), error type,
+#: message(first bad index)[, a value always allowed])``.
+Check = tuple
+
+
+def _dim_message(dim: int, size: int) -> Callable[[int], str]:
+    return lambda v: f"index {v} is out of bounds for dimension {dim} with size {size}"
+
+
+def _range_message(v: int) -> str:
+    return "index out of range in self"
+
+
+def _target_message(v: int) -> str:
+    return f"Target {v} is out of bounds."
+
+
+def _indexing(a: dict) -> list[Check]:
+    """``index.Tensor``/``index_put``: each integer index of ``indices`` against its dimension (negative ones
+    count from the end); the CPU names the index's position among the tensor indices."""
+    checks, k = [], 0
+    for dim, idx in enumerate(a["indices"]):
+        if idx is None:
+            continue
+        if idx.dtype not in (torch.bool, torch.uint8):
+            n = a["self"].shape[dim]
+            checks.append((idx, -n, n, IndexError, _dim_message(k, n)))
+        k += 1
+    return checks
+
+
+def _along(error: type, message: Callable[[int, int], Callable[[int], str]]) -> Callable[[dict], list[Check]]:
+    """A check of ``index`` against ``self.size(dim)``, no negative index."""
+    def checks(a: dict) -> list[Check]:
+        x, dim = a["self"], a["dim"]
+        if x.dim() == 0:
+            return []
+        n = x.shape[dim]
+        return [(a["index"], 0, n, error, message(dim % x.dim(), n))]
+    return checks
+
+
+def _embedding(a: dict) -> list[Check]:
+    return [(a["indices"], 0, a["weight"].shape[0], IndexError, _range_message)]
+
+
+def _nll(a: dict) -> list[Check]:
+    x, target = a["self"], a["target"]
+    classes = x.shape[0] if x.dim() == 1 else x.shape[1]
+    return [(target, 0, classes, IndexError, _target_message, a["ignore_index"])]
+
+
+def _one_hot(a: dict) -> list[Check]:
+    n = a.get("num_classes", -1)  # (-1: the class count is the largest value, nothing is out of range above)
+    return [(a["self"], 0, n if n >= 0 else None, RuntimeError, _class_message)]
+
+
+def _class_message(v: int) -> str:
+    return "Class values must be non-negative." if v < 0 else "Class values must be smaller than num_classes."
+
+
+_INDEX_SELECT = _along(IndexError, lambda dim, n: _range_message)
+_ALONG = _along(RuntimeError, _dim_message)
+
+#: op → the checks of its index arguments, given the call's arguments by name.
+CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
+    aten.index.Tensor: _indexing,
+    aten.index_put.default: _indexing,
+    aten.index_put_.default: _indexing,
+    aten._index_put_impl_.default: _indexing,
+    aten.index_select.default: _INDEX_SELECT,
+    aten.gather.default: _ALONG,
+    aten.embedding.default: _embedding,
+    aten.nll_loss_forward.default: _nll,
+    aten.nll_loss2d_forward.default: _nll,
+    aten.one_hot.default: _one_hot,
+    **{op: _ALONG for op in (aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce,
+                             aten.scatter_.src, aten.scatter_.value, aten.scatter_.reduce, aten.scatter_.value_reduce,
+                             aten.scatter_add.default, aten.scatter_add_.default, aten.scatter_reduce.two,
+                             aten.scatter_reduce_.two)},
+}
+#: ``id`` of each checked op (the dispatcher's per-op test: an op overload hashes by a python call).
+CHECKED_IDS = frozenset(id(op) for op in CHECKS)
+
+#: Checks waiting for the next sync point: ``(flags, error type, message, op, where)``.
+_PENDING: list[tuple] = []
+#: Pending checks past this many are read at once (a loop that never syncs keeps no unbounded list).
+_MAX_PENDING = 256
+
+
+def check(func: Any, args: tuple, kwargs: dict) -> None:
+    """Check the index arguments of ``func(*args, **kwargs)`` (see the module docstring).
+
+    Raises:
+        IndexError, RuntimeError: an index out of range on the CPU or in debug mode (the CPU's message).
+    """
+    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    for c in CHECKS[func](named):
+        idx, low, size, error, message = c[:5]
+        ignore = c[5] if len(c) > 5 else None
+        if not isinstance(idx, torch.Tensor) or idx.numel() == 0 or idx.is_floating_point():
+            continue
+        if type(idx) is not TpuTensor or idx._fake is not None:
+            if type(idx) is TpuTensor or idx.device.type != "cpu":
+                continue  # (a traced tensor: torch.compile's graphs are not checked)
+            bad, first = _host_flags(idx.numpy(force=True), low, size, ignore)
+            if bad:
+                raise error(message(first))
+            continue
+        from tpu_runtime.eager import executor
+        from tpu_runtime.values import read
+
+        ex = executor()
+        flags = ex.run(_flags_plan(idx._spec, low, size, ignore), [read(idx)])
+        if ex.name == "debug":
+            bad, first = (np.asarray(f).item() for f in flags)
+            if bad:
+                raise error(message(first))
+            continue
+        _PENDING.append((flags, error, message, func, caller_location()))
+        if len(_PENDING) > _MAX_PENDING:
+            raise_pending()
+
+
+def one_hot(self: Any, num_classes: int = -1) -> Any:
+    """``aten::one_hot(Tensor self, int num_classes=-1) -> Tensor`` for tpu tensors (registered at the
+    AutogradPrivateUse1 key: torch's composite skips its range checks on this device, and decomposes before
+    the dispatcher sees the call): the values are checked, then torch's composite runs."""
+    with x64():
+        check(aten.one_hot.default, (self, num_classes), {})
+    return aten.one_hot.default.decompose(self, num_classes)
+
+
+def raise_pending() -> None:
+    """At a sync point: raise the error of the first pending check that found an index out of range (the rest
+    are dropped, as a device-side assert stops everything after it); else forget them.
+
+    Raises:
+        IndexError, RuntimeError: the CPU's message, with the op and the user's line that called it.
+    """
+    if not _PENDING:
+        return
+    from tpu_runtime.eager.fused import concrete
+
+    pending = list(_PENDING)
+    _PENDING.clear()
+    for flags, error, message, func, where in pending:
+        bad, first = (np.asarray(concrete(f)).item() for f in flags)
+        if bad:
+            e = error(message(first))
+            e.add_note(f"(an index of {func} at {where}, found out of range at this sync point: the device "
+                       "clamped the read or dropped the write)")
+            raise e
+
+
+def _host_flags(idx: np.ndarray, low: int, size: int | None, ignore: Any) -> tuple[bool, int]:
+    out = idx < low if size is None else (idx < low) | (idx >= size)
+    if ignore is not None:
+        out &= idx != ignore
+    if not out.any():
+        return False, 0
+    return True, int(idx.reshape(-1)[np.argmax(out.reshape(-1))])
+
+
+_PLANS: dict[tuple, Any] = {}
+CACHE.on_clear(_PLANS.clear)
+
+
+def _flags_plan(spec: tuple, low: int, size: int, ignore: Any) -> Any:
+    """The plan computing ``(any index out of [low, size), the first such index)`` of an index of ``spec``."""
+    from tpu_runtime.plans import custom_plan
+
+    key = ("index bounds", spec, low, size, ignore)
+    plan = _PLANS.get(key)
+    if plan is None:
+        def flags(idx: Any) -> tuple:
+            out = idx < low if size is None else (idx < low) | (idx >= size)
+            if ignore is not None:
+                out = out & (idx != ignore)
+            flat = out.reshape(-1)
+            return jnp.any(flat), idx.reshape(-1)[jnp.argmax(flat)]
+
+        plan = _PLANS[key] = custom_plan(key, "index bounds", flags, (((), torch.bool), ((), spec[1])))
+    return plan
+
+
+__all__ = ["CHECKS", "CHECKED_IDS", "check", "one_hot", "raise_pending"]
