@@ -44,7 +44,7 @@ from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.device import HOST_FACTORIES, aten_overload, check_index
 from tpu_runtime.eager import executor
-from tpu_runtime.execute import _PLANS, _execute, _run, run_op
+from tpu_runtime.execute import _PLANS, _execute, _run, execute_following, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, empty_results, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
@@ -279,7 +279,7 @@ def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int
     if plan is _UNTRACED:
         plan = _PLANS[key] = traced_plan(func, key, args, kwargs, decomp)
     if plan is not None:
-        return _execute(plan, ins)
+        return execute_following(plan, ins)
     try:
         out = decomp(*args, **kwargs)
     except ZeroDivisionError:  # python arithmetic on an empty input's numel (mse_loss_backward's mean)

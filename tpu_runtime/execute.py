@@ -183,6 +183,15 @@ def _execute(plan: OpPlan, ins: list) -> Any:
     return rebuild(plan, [wrap(v, spec) for v, spec in zip(res, specs)])
 
 
+def execute_following(plan: OpPlan, ins: list) -> Any:
+    """:func:`_execute` for a whole op (a traced decomposition, a foreach op): with a view or laid-out input, its
+    outputs are laid out as torch lays them out (:func:`~tpu_runtime.memory_format.laid_out`)."""
+    for x in ins:
+        if type(x) is TpuTensor and (x._strides is not None or x._opaque):
+            return laid_out(plan, ins, executor().run(plan, _values(plan, ins)))
+    return _execute(plan, ins)
+
+
 _SCALARS: dict[float, Any] = {}
 
 

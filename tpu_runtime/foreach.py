@@ -61,7 +61,7 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
     Returns ``None`` for the in-place variants (their schema returns nothing) and the
     list of per-element results otherwise.
     """
-    from tpu_runtime.execute import _PLANS, _execute
+    from tpu_runtime.execute import _PLANS, execute_following
     from tpu_runtime.plans import build_plan, flatten
 
     name = func._schema.name.split("::_foreach_", 1)[1]
@@ -82,7 +82,7 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
             _PLANS[key] = plan
         if plan is not None:
             if functional is func:
-                return _execute(plan, ins)
+                return execute_following(plan, ins)
             if not _overlapping(args):
                 _write_each(plan, ins, args[0])
                 _increment_versions(args[0])

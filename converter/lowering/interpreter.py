@@ -297,7 +297,8 @@ def conform(result: Any, meta: Any, node: Any = None) -> Any:
     """Cast a lowering's result to the dtype torch.export recorded; check its shape.
 
     Torch decides result dtypes (type promotion); casting here keeps every
-    lowering honest to torch semantics. A shape mismatch is a lowering bug.
+    lowering honest to torch semantics. A shape mismatch is a lowering bug, except
+    where torch's result is empty: that empty result is given.
     """
     if isinstance(meta, torch.Tensor) and hasattr(result, "dtype"):
         want = to_jax_dtype(meta.dtype)
@@ -306,6 +307,10 @@ def conform(result: Any, meta: Any, node: Any = None) -> Any:
         if len(result.shape) != meta.dim() or any(
             isinstance(m, int) and isinstance(r, int) and m != r for m, r in zip(meta.shape, result.shape)
         ):
+            if all(isinstance(m, int) for m in meta.shape) and 0 in meta.shape:
+                # an empty result has no value to get wrong (a convolution over zero input channels: torch
+                # answers an empty tensor of its own shape)
+                return jnp.zeros(tuple(meta.shape), want)
             raise LoweringError(getattr(node, "target", "?"), source_location(node),
                                 f"lowering produced shape {tuple(result.shape)}, torch expects {tuple(meta.shape)}")
         return result

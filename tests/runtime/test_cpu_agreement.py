@@ -220,3 +220,11 @@ def test_interpolate_to_an_empty_size_raises_as_on_the_cpu(mode, shape, size):
     with pytest.raises(RuntimeError, match="Input and output sizes should be greater than 0") as tpu:
         torch.nn.functional.interpolate(x.to("tpu"), size=size, mode=mode)
     assert str(tpu.value).split("\n")[0] == str(cpu.value).split("\n")[0]
+
+
+def test_a_convolution_over_zero_input_channels_gives_torchs_empty_result():
+    # torch answers an empty tensor of its own shape; the lowering's non-empty one was refused as a shape mismatch
+    x, w = torch.randn(2, 0, 3, 3), torch.ones(2, 0, 1, 1)
+    want = torch.nn.functional.conv2d(x, w)
+    got = torch.nn.functional.conv2d(x.to("tpu"), w.to("tpu"))
+    assert got.shape == want.shape == (2, 0, 3, 3)

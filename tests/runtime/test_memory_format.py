@@ -123,6 +123,14 @@ _FOLLOWING = {
     "where of a channels-last": lambda t: torch.where(t.contiguous(memory_format=_CL) > 0, t, 0.0),
     "conv2d of a channels-last": lambda t: torch.nn.functional.conv2d(t.contiguous(memory_format=_CL),
                                                                       torch.ones(2, 3, 2, 2, device=t.device)),
+    # decompositions traced into one plan, and foreach ops
+    "bilinear of a channels-last": lambda t: torch.nn.functional.interpolate(
+        t.contiguous(memory_format=_CL), scale_factor=2, mode="bilinear"),
+    "pixel_unshuffle of a channels-last": lambda t: torch.nn.functional.pixel_unshuffle(
+        t[:, :, :, :4].contiguous(memory_format=_CL), 2),
+    "batch_norm of a channels-last": lambda t: torch.nn.functional.batch_norm(
+        t.contiguous(memory_format=_CL), None, None, training=True),
+    "foreach of a channels-last": lambda t: torch._foreach_mul([t.contiguous(memory_format=_CL)], 2.0)[0],
 }
 
 
