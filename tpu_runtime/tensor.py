@@ -231,13 +231,16 @@ class TpuTensor(torch.Tensor):
                                "https://github.com/pytorch/pytorch/pull/103001")
         if id(self) in memo:
             return memo[id(self)]
-        with torch.no_grad():
-            new = self.clone()
-        new.requires_grad_(self.requires_grad)
-        memo[id(self)] = new
         if getattr(self, "_is_param", False):
+            with torch.no_grad():
+                new = self.clone()
+            new.requires_grad_(self.requires_grad)
+            memo[id(self)] = new
             new._is_param = True
             return new
+        new = _copied_storage_alias(self, memo)
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
         for name, value in _user_state(self).items():
@@ -443,6 +446,23 @@ def alias(t: TpuTensor) -> TpuTensor:
     r._spec = spec
     if t._chain:
         r._chain, r._cached, r._seen, r._prefix = t._chain, t._cached, t._seen, t._prefix
+    return r
+
+
+def _copied_storage_alias(t: TpuTensor, memo: dict) -> TpuTensor:
+    """``t`` over a copy of its storage, made once per storage in a ``deepcopy`` (``memo``): tensors that share
+    a storage (a tensor and its views) share the copy, as torch's deepcopy of CPU tensors keeps them."""
+    key = ("tpu storage", id(t._storage))
+    storage = memo.get(key)
+    if storage is None:
+        shape, dtype = t._storage.spec
+        with torch.no_grad():
+            storage = TpuTensor(t._storage, shape, dtype).clone()._storage
+        storage.placed = t._storage.placed
+        memo[key] = storage
+        memo.setdefault(id(memo), []).append(t._storage)  # (as copy's _keep_alive: the id stays this storage's)
+    r = alias(t)
+    r._storage, r._cached, r._seen = storage, None, -1
     return r
 
 

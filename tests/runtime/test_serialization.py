@@ -158,3 +158,19 @@ def test_a_saved_tpu_tensor_keeps_the_attributes_its_user_set(weights_only, map_
     back = torch.load(buf, weights_only=weights_only, map_location=map_location)["t"]
     assert back.note == "kept" and back.device.type == (map_location or "tpu")
     torch.testing.assert_close(back.cpu(), torch.arange(4.0))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_deepcopy_keeps_a_view_sharing_its_base_storage(channels_last):
+    # as torch's deepcopy of CPU tensors (one copy per storage): a write through the copied view reaches the
+    # copied base (they were two separate copies)
+    x = torch.zeros(2, 3, 2, 2)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    results = []
+    for t in (x.clone(), x.to("tpu")):
+        copied = copy.deepcopy({"x": t, "v": t[:, 1:]})
+        copied["v"].fill_(3.0)
+        assert (copied["v"].stride(), copied["v"].storage_offset()) == (t[:, 1:].stride(), t[:, 1:].storage_offset())
+        results.append((copied["x"].sum().item(), t.sum().item()))
+    assert results[1] == results[0] == (48.0, 0.0)
