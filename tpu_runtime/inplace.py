@@ -18,7 +18,7 @@ from tpu_runtime import dynamic, resize
 from tpu_runtime.eager import executor
 from tpu_runtime.execute import NOT_IN_PLACE, _run, assign_value, check_cast, run_writing
 from tpu_runtime.plans import ShapeInferenceError
-from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.tensor import TpuTensor, opaque_tensor
 from tpu_runtime.values import read, to_cpu, write
 
 aten = torch.ops.aten
@@ -207,7 +207,10 @@ def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict) -> 
         if not isinstance(o, TpuTensor):
             o.copy_(to_cpu(r))
         else:
-            if o._spec[0] != r._spec[0]:
+            resized = o._spec[0] != r._spec[0]
+            if resized:
                 resize.resize_out(o, r._spec[0], functional)
             assign(o, r)
+            if resized and type(r) is TpuTensor and r._opaque and not o._chain:  # (a fresh storage: it takes the
+                resize.rebind(o, opaque_tensor(o._storage, o._spec, tuple(r.stride())))  # result's layout, as torch)
     return outs[0] if len(outs) == 1 else tuple(outs)

@@ -153,3 +153,15 @@ def test_gradients_take_the_layout_of_their_leaf():
     for leaf in (x.clone().requires_grad_(), x.to("tpu").requires_grad_()):
         leaf.to(torch.float64).sum().backward()
         assert leaf.grad.stride() == x.stride()
+
+
+def test_an_out_tensor_resized_by_the_op_takes_the_results_layout():
+    # torch lays a resized out= tensor out as the result (an out of the right shape keeps its own layout)
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=_CL)
+    for device in ("cpu", "tpu"):
+        b, out, same = x.to(device), torch.empty(0, device=device), torch.empty(2, 3, 4, 5, device=device)
+        torch.add(b, 1, out=out)
+        torch.add(b, 1, out=same)
+        assert out.stride() == (60, 1, 15, 3) and same.stride() == (60, 20, 5, 1)
+        out.as_strided((3,), (1,), 0).fill_(-7.0)  # the first pixel's channels, in storage order
+        assert (out.cpu() == -7.0).nonzero().tolist() == [[0, c, 0, 0] for c in range(3)]
