@@ -1,7 +1,8 @@
 """Out-of-range indices: the CPU's ``IndexError``/``RuntimeError`` instead of XLA's clamped reads and dropped writes.
 
 XLA clamps a gather's out-of-range index and drops a scatter's, so ``x[idx]``, ``index_select``, ``gather``,
-``scatter*``, ``embedding``, ``one_hot`` and ``nll_loss``'s targets with a bad index gave a wrong value silently. Each such
+``scatter*``, ``index_add``/``index_copy``/``index_fill``/``index_reduce``, ``take``/``put``, ``embedding``,
+``one_hot`` and ``nll_loss``'s targets with a bad index gave a wrong value silently. Each such
 call is checked here first, as its CPU kernel checks it, with its message:
 
 * an index on the CPU (``x[torch.tensor([7])]``): at once, on the host;
@@ -48,15 +49,20 @@ def _target_message(v: int) -> str:
 
 def _indexing(a: dict) -> list[Check]:
     """``index.Tensor``/``index_put``: each integer index of ``indices`` against its dimension (negative ones
-    count from the end); the CPU names the index's position among the tensor indices."""
-    checks, k = [], 0
-    for dim, idx in enumerate(a["indices"]):
+    count from the end; a k-d mask takes k dimensions); the CPU names the index's position among the tensor
+    indices, a mask counting as its k index tensors."""
+    checks, dim, k = [], 0, 0
+    for idx in a["indices"]:
         if idx is None:
+            dim += 1
             continue
-        if idx.dtype not in (torch.bool, torch.uint8):
-            n = a["self"].shape[dim]
-            checks.append((idx, -n, n, IndexError, _dim_message(k, n)))
-        k += 1
+        if idx.dtype in (torch.bool, torch.uint8):
+            dim, k = dim + max(idx.dim(), 1), k + max(idx.dim(), 1)
+            continue
+        n = a["self"].shape[dim]
+        message = _dim_message(k, n) if n else (lambda v: "index is out of bounds for dimension with size 0")
+        checks.append((idx, -n, n, IndexError, message))
+        dim, k = dim + 1, k + 1
     return checks
 
 
@@ -64,8 +70,8 @@ def _along(error: type, message: Callable[[int, int], Callable[[int], str]]) -> 
     """A check of ``index`` against ``self.size(dim)``, no negative index."""
     def checks(a: dict) -> list[Check]:
         x, dim = a["self"], a["dim"]
-        if x.dim() == 0:
-            return []
+        if x.dim() == 0:  # (one element: index 0 only)
+            return [(a["index"], 0, 1, error, message(0, 1))]
         n = x.shape[dim]
         return [(a["index"], 0, n, error, message(dim % x.dim(), n))]
     return checks
@@ -90,7 +96,36 @@ def _class_message(v: int) -> str:
     return "Class values must be non-negative." if v < 0 else "Class values must be smaller than num_classes."
 
 
-_INDEX_SELECT = _along(IndexError, lambda dim, n: _range_message)
+def _index_select(a: dict) -> list[Check]:
+    """``index_select``: the CPU's message and error type differ off dimension 0 of a tensor of several."""
+    x = a["self"]
+    if x.dim() > 1 and a["dim"] % x.dim():
+        n = x.shape[a["dim"]]
+        return [(a["index"], 0, n, RuntimeError, lambda v: f"INDICES element is out of DATA bounds, id={v} "
+                                                           f"axis_dim={n}")]
+    return _along(IndexError, lambda dim, n: _range_message)(a)
+
+
+def _flat(a: dict) -> list[Check]:
+    """``take``/``put``: flat indices, negative ones counting from the end."""
+    n = a["self"].numel()
+    return [(a["index"], -n, n, IndexError,
+             lambda v: f"out of range: tried to access index {v} on a tensor of {n} elements.")]
+
+
+def _index_dim(error: type, prefix: str = "", negative: bool = False) -> Callable[[dict], list[Check]]:
+    """``index_add``/``index_copy``/``index_fill``: ``index`` against ``self.size(dim)`` (``negative``: from the
+    end too, as ``index_fill``)."""
+    def checks(a: dict) -> list[Check]:
+        x, dim = a["self"], a["dim"]
+        n = x.shape[dim] if x.dim() else 1
+        d = dim % x.dim() if x.dim() else 0
+        return [(a["index"], -n if negative else 0, n, error,
+                 lambda v: f"{prefix}index {v} is out of bounds for dimension {d} with size {n}")]
+    return checks
+
+
+_INDEX_SELECT = _index_select
 _ALONG = _along(RuntimeError, _dim_message)
 
 #: op → the checks of its index arguments, given the call's arguments by name.
@@ -105,6 +140,19 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
     aten.nll_loss_forward.default: _nll,
     aten.nll_loss2d_forward.default: _nll,
     aten.one_hot.default: _one_hot,
+    aten.take.default: _flat,
+    aten.put.default: _flat,
+    aten.put_.default: _flat,
+    aten.index_add.default: _index_dim(RuntimeError),
+    aten.index_add_.default: _index_dim(RuntimeError),
+    aten.index_copy.default: _index_dim(IndexError, "index_copy_(): "),
+    aten.index_copy_.default: _index_dim(IndexError, "index_copy_(): "),
+    aten.index_fill.int_Scalar: _index_dim(IndexError, negative=True),
+    aten.index_fill_.int_Scalar: _index_dim(IndexError, negative=True),
+    aten.index_fill.int_Tensor: _index_dim(IndexError, negative=True),
+    aten.index_fill_.int_Tensor: _index_dim(IndexError, negative=True),
+    aten.index_reduce.default: _along(IndexError, lambda dim, n: _range_message),
+    aten.index_reduce_.default: _along(IndexError, lambda dim, n: _range_message),
     **{op: _ALONG for op in (aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce,
                              aten.scatter_.src, aten.scatter_.value, aten.scatter_.reduce, aten.scatter_.value_reduce,
                              aten.scatter_add.default, aten.scatter_add_.default, aten.scatter_reduce.two,
@@ -126,11 +174,17 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
         IndexError, RuntimeError: an index out of range on the CPU or in debug mode (the CPU's message).
     """
     named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
-    for c in CHECKS[func](named):
+    try:
+        checks = CHECKS[func](named)
+    except (IndexError, RuntimeError, TypeError, KeyError):  # a bad call (a dim out of range): the op says so
+        return
+    for c in checks:
         idx, low, size, error, message = c[:5]
         ignore = c[5] if len(c) > 5 else None
         if not isinstance(idx, torch.Tensor) or idx.numel() == 0 or idx.is_floating_point():
             continue
+        if size == 0 and ignore is None:  # every index is out of range (the op itself would fail otherwise)
+            raise error(message(int(idx.reshape(-1)[0].item())))
         if type(idx) is not TpuTensor or idx._fake is not None:
             if type(idx) is TpuTensor or idx.device.type != "cpu":
                 continue  # (a traced tensor: torch.compile's graphs are not checked)
@@ -157,9 +211,19 @@ def one_hot(self: Any, num_classes: int = -1) -> Any:
     """``aten::one_hot(Tensor self, int num_classes=-1) -> Tensor`` for tpu tensors (registered at the
     AutogradPrivateUse1 key: torch's composite skips its range checks on this device, and decomposes before
     the dispatcher sees the call): the values are checked, then torch's composite runs."""
+    if self.dtype != torch.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if self.numel() == 0 and num_classes < 0:
+        raise RuntimeError("Can not infer total number of classes from empty tensor.")
     with x64():
         check(aten.one_hot.default, (self, num_classes), {})
     return aten.one_hot.default.decompose(self, num_classes)
+
+
+def drop_since(mark: int) -> None:
+    """Forget the checks queued after the first ``mark``: their op failed for another reason (its own error
+    is the one to see)."""
+    del _PENDING[mark:]
 
 
 def raise_pending() -> None:
@@ -215,4 +279,4 @@ def _flags_plan(spec: tuple, low: int, size: int, ignore: Any) -> Any:
     return plan
 
 
-__all__ = ["CHECKS", "CHECKED_IDS", "check", "one_hot", "raise_pending"]
+__all__ = ["CHECKS", "CHECKED_IDS", "check", "drop_since", "one_hot", "raise_pending"]

@@ -69,8 +69,14 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return out
     token = swap_on()
     try:
-        if id(func) in _BOUNDED:  # an index argument: checked first (tpu_runtime.bounds)
+        if id(func) in _BOUNDED:  # an index argument: checked first (tpu_runtime.bounds; no view op)
+            mark = len(bounds._PENDING)
             bounds.check(func, args, kwargs)
+            try:
+                return _route(func, args, kwargs)
+            except BaseException:
+                bounds.drop_since(mark)  # (the op's own error is the one to see)
+                raise
         if func.is_view and args and isinstance(args[0], torch.Tensor):
             return _view(func, args, kwargs)
         return _route(func, args, kwargs)
