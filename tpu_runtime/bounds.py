@@ -66,14 +66,14 @@ def _indexing(a: dict) -> list[Check]:
     return checks
 
 
-def _along(error: type, message: Callable[[int, int], Callable[[int], str]]) -> Callable[[dict], list[Check]]:
-    """A check of ``index`` against ``self.size(dim)``, no negative index."""
+def _along(error: type, message: Callable[[int, int], Callable[[int], str]],
+           negative: bool = False) -> Callable[[dict], list[Check]]:
+    """A check of ``index`` against ``self.size(dim)`` (a 0-d ``self``: one element), no negative index unless
+    ``negative`` (then counting from the end, as ``index_fill``); ``message(dim, size)`` gives the message."""
     def checks(a: dict) -> list[Check]:
         x, dim = a["self"], a["dim"]
-        if x.dim() == 0:  # (one element: index 0 only)
-            return [(a["index"], 0, 1, error, message(0, 1))]
-        n = x.shape[dim]
-        return [(a["index"], 0, n, error, message(dim % x.dim(), n))]
+        n, d = (x.shape[dim], dim % x.dim()) if x.dim() else (1, 0)
+        return [(a["index"], -n if negative else 0, n, error, message(d, n))]
     return checks
 
 
@@ -103,7 +103,7 @@ def _index_select(a: dict) -> list[Check]:
         n = x.shape[a["dim"]]
         return [(a["index"], 0, n, RuntimeError, lambda v: f"INDICES element is out of DATA bounds, id={v} "
                                                            f"axis_dim={n}")]
-    return _along(IndexError, lambda dim, n: _range_message)(a)
+    return _RANGE(a)
 
 
 def _flat(a: dict) -> list[Check]:
@@ -113,20 +113,14 @@ def _flat(a: dict) -> list[Check]:
              lambda v: f"out of range: tried to access index {v} on a tensor of {n} elements.")]
 
 
-def _index_dim(error: type, prefix: str = "", negative: bool = False) -> Callable[[dict], list[Check]]:
-    """``index_add``/``index_copy``/``index_fill``: ``index`` against ``self.size(dim)`` (``negative``: from the
-    end too, as ``index_fill``)."""
-    def checks(a: dict) -> list[Check]:
-        x, dim = a["self"], a["dim"]
-        n = x.shape[dim] if x.dim() else 1
-        d = dim % x.dim() if x.dim() else 0
-        return [(a["index"], -n if negative else 0, n, error,
-                 lambda v: f"{prefix}index {v} is out of bounds for dimension {d} with size {n}")]
-    return checks
+def _index_copy_message(dim: int, size: int) -> Callable[[int], str]:
+    return lambda v: "index_copy_(): " + _dim_message(dim, size)(v)
 
 
-_INDEX_SELECT = _index_select
 _ALONG = _along(RuntimeError, _dim_message)
+_RANGE = _along(IndexError, lambda dim, n: _range_message)
+_INDEX_COPY = _along(IndexError, _index_copy_message)
+_INDEX_FILL = _along(IndexError, _dim_message, negative=True)
 
 #: op → the checks of its index arguments, given the call's arguments by name.
 CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
@@ -134,7 +128,7 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
     aten.index_put.default: _indexing,
     aten.index_put_.default: _indexing,
     aten._index_put_impl_.default: _indexing,
-    aten.index_select.default: _INDEX_SELECT,
+    aten.index_select.default: _index_select,
     aten.gather.default: _ALONG,
     aten.embedding.default: _embedding,
     aten.nll_loss_forward.default: _nll,
@@ -143,16 +137,16 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
     aten.take.default: _flat,
     aten.put.default: _flat,
     aten.put_.default: _flat,
-    aten.index_add.default: _index_dim(RuntimeError),
-    aten.index_add_.default: _index_dim(RuntimeError),
-    aten.index_copy.default: _index_dim(IndexError, "index_copy_(): "),
-    aten.index_copy_.default: _index_dim(IndexError, "index_copy_(): "),
-    aten.index_fill.int_Scalar: _index_dim(IndexError, negative=True),
-    aten.index_fill_.int_Scalar: _index_dim(IndexError, negative=True),
-    aten.index_fill.int_Tensor: _index_dim(IndexError, negative=True),
-    aten.index_fill_.int_Tensor: _index_dim(IndexError, negative=True),
-    aten.index_reduce.default: _along(IndexError, lambda dim, n: _range_message),
-    aten.index_reduce_.default: _along(IndexError, lambda dim, n: _range_message),
+    aten.index_add.default: _ALONG,
+    aten.index_add_.default: _ALONG,
+    aten.index_copy.default: _INDEX_COPY,
+    aten.index_copy_.default: _INDEX_COPY,
+    aten.index_fill.int_Scalar: _INDEX_FILL,
+    aten.index_fill_.int_Scalar: _INDEX_FILL,
+    aten.index_fill.int_Tensor: _INDEX_FILL,
+    aten.index_fill_.int_Tensor: _INDEX_FILL,
+    aten.index_reduce.default: _RANGE,
+    aten.index_reduce_.default: _RANGE,
     **{op: _ALONG for op in (aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce,
                              aten.scatter_.src, aten.scatter_.value, aten.scatter_.reduce, aten.scatter_.value_reduce,
                              aten.scatter_add.default, aten.scatter_add_.default, aten.scatter_reduce.two,

@@ -25,7 +25,6 @@ import torch
 from torch._prims_common import (is_non_overlapping_and_dense_or_false, make_channels_last_2d_strides_for,
                                  make_channels_last_3d_strides_for)
 from torch.utils._python_dispatch import _disable_current_modes
-
 from torch.utils._pytree import tree_leaves
 
 from tpu_runtime.cache import CACHE
