@@ -65,11 +65,21 @@ def caller_location() -> SourceLocation:
     user's line that issued the op, or the ``backward()`` call a gradient op came from)."""
     frame = sys._getframe(1)
     while frame is not None:
-        file = frame.f_code.co_filename
-        if not any(s in file for s in _INTERNAL):
-            return SourceLocation(file, frame.f_lineno, frame.f_code.co_name)
+        code = frame.f_code
+        internal = _INTERNAL_CODE.get(code)
+        if internal is None:
+            if len(_INTERNAL_CODE) > 65536:
+                _INTERNAL_CODE.clear()
+            internal = _INTERNAL_CODE[code] = any(s in code.co_filename for s in _INTERNAL)
+        if not internal:
+            return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return SourceLocation()
+
+
+#: code object → whether its file is internal (torch, tpu-export…): eager ops look up the user's frame per
+#: checked op, so each frame's answer is worked out once.
+_INTERNAL_CODE: dict = {}
 
 
 class ConversionError(Exception):

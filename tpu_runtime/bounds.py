@@ -190,9 +190,9 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
         from tpu_runtime.values import read
 
         ex = executor()
-        flags = ex.run(_flags_plan(idx._spec, low, size, ignore), [read(idx)])
+        flags = ex.run(_flags_plan(idx._spec, low, size, ignore), [read(idx)])[0]
         if ex.name == "debug":
-            bad, first = (np.asarray(f).item() for f in flags)
+            bad, first = np.asarray(flags).tolist()
             if bad:
                 raise error(message(first))
             continue
@@ -234,7 +234,7 @@ def raise_pending() -> None:
     pending = list(_PENDING)
     _PENDING.clear()
     for flags, error, message, func, where in pending:
-        bad, first = (np.asarray(concrete(f)).item() for f in flags)
+        bad, first = np.asarray(concrete(flags)).tolist()
         if bad:
             e = error(message(first))
             e.add_note(f"(an index of {func} at {where}, found out of range at this sync point: the device "
@@ -256,7 +256,8 @@ CACHE.on_clear(_PLANS.clear)
 
 
 def _flags_plan(spec: tuple, low: int, size: int, ignore: Any) -> Any:
-    """The plan computing ``(any index out of [low, size), the first such index)`` of an index of ``spec``."""
+    """The plan computing ``[any index out of [low, size), the first such index]`` (one int64 array: one output
+    of a fused graph per check) of an index of ``spec``."""
     from tpu_runtime.plans import custom_plan
 
     key = ("index bounds", spec, low, size, ignore)
@@ -267,9 +268,9 @@ def _flags_plan(spec: tuple, low: int, size: int, ignore: Any) -> Any:
             if ignore is not None:
                 out = out & (idx != ignore)
             flat = out.reshape(-1)
-            return jnp.any(flat), idx.reshape(-1)[jnp.argmax(flat)]
+            return (jnp.stack([jnp.any(flat).astype(jnp.int64), idx.reshape(-1)[jnp.argmax(flat)].astype(jnp.int64)]),)
 
-        plan = _PLANS[key] = custom_plan(key, "index bounds", flags, (((), torch.bool), ((), spec[1])))
+        plan = _PLANS[key] = custom_plan(key, "index bounds", flags, (((2,), torch.int64),))
     return plan
 
 

@@ -65,6 +65,8 @@ _UNTRACED = object()
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run one ATen call whose tensors are on the tpu device (the ``__torch_dispatch__`` body)."""
+    if func is _DETACH and type(x := args[0]) is TpuTensor and x.is_inference() is _INFERENCE():
+        return alias(x)  # (autograd detaches every gradient it accumulates: no route, key or recipe needed)
     if func.is_view and (out := view_cache.lookup(func, args, kwargs)) is not None:  # (a view seen before)
         return out
     token = swap_on()
@@ -90,6 +92,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
 _INFERENCE = torch.is_inference_mode_enabled
 _BOUNDED = bounds.CHECKED_IDS
+_DETACH = aten.detach.default
 
 
 def _view(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -397,7 +400,9 @@ def _transpose(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _reshape_view(func: Any, args: tuple, kwargs: dict) -> Any:
-    return _route(aten.view.default, (args[0], list(args[1])), {})
+    view_args = (args[0], list(args[1]))  # (a view op's fast path too: autograd reshapes many gradients so)
+    out = view_cache.lookup(aten.view.default, view_args, {})
+    return out if out is not None else _view(aten.view.default, view_args, {})
 
 
 def _squeeze(func: Any, args: tuple, kwargs: dict) -> Any:

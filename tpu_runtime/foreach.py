@@ -122,8 +122,14 @@ def _write_each(plan: Any, ins: list, dsts: Any) -> None:
     and state tensor this way)."""
     from tpu_runtime.eager import executor
     from tpu_runtime.execute import _values, assign_value
+    from tpu_runtime.tensor import TpuTensor
 
     ex = executor()
+    record_writes = getattr(ex, "record_writes", None)
+    if record_writes is not None and all(type(d) is TpuTensor and not d._chain and d._spec == spec
+                                         for d, spec in zip(dsts, plan.out_specs)):
+        record_writes(plan, _values(plan, ins), dsts)
+        return
     run_into = getattr(ex, "run_into", None)
     values = _values(plan, ins)
     results = ex.run(plan, values) if run_into is None else run_into(plan, values, dsts)

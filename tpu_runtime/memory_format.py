@@ -156,10 +156,22 @@ def empty_layout(func: Any, args: tuple, kwargs: dict, out: TpuTensor) -> TpuTen
 
 
 def clone(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
-    """``clone``: the copy, reporting the channels-last strides its ``memory_format`` asks for (or preserves)."""
-    from tpu_runtime.execute import run_op
+    """``clone``: the copy, reporting the channels-last strides its ``memory_format`` asks for (or preserves).
 
-    out = run_op(func, args, {k: v for k, v in kwargs.items() if k != "memory_format"})
+    A tpu tensor's value is an immutable array (a write gives its storage a new one), so the copy is a new
+    storage holding the source's value as it reads now: no device work, where a copy op cost one executable in
+    strict eager and one node in fused (``x.t().contiguous()`` read the view, then copied it). An in-place write
+    into either side leaves the other as it was: it replaces one storage's value, and an array that two storages
+    hold is never donated (:func:`tpu_runtime.eager.strict.run_into`, :func:`tpu_runtime.eager.fused._donation`
+    count references)."""
+    from tpu_runtime.execute import run_op
+    from tpu_runtime.values import read
+
+    x = args[0] if args else None
+    if type(x) is TpuTensor and x._fake is None and len(args) == 1 and kwargs.keys() <= {"memory_format"}:
+        out = wrap(read(x), x._spec)
+    else:
+        out = run_op(func, args, {k: v for k, v in kwargs.items() if k != "memory_format"})
     return with_strides(out, requested(kwargs.get("memory_format"), out._spec[0], args[0]))
 
 

@@ -255,6 +255,34 @@ def test_strict_in_place_ops_donate_the_buffer_nothing_else_holds(monkeypatch):
     assert small.cpu().tolist() == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_clone_keeps_its_value_when_either_side_is_written(mode):
+    # a clone holds its source's array (immutable: no copy is made); a write into either side replaces that
+    # side's value only, and an array two tensors hold is never donated (large enough to be tried)
+    cpu = torch.randn(131, 257)
+    with tpu_runtime.set_eager_mode(mode):
+        x = cpu.to("tpu")
+        c, v, w = x.clone(), x.t().clone(), x.t().contiguous()  # (v, w: a view's value, copied)
+        x.mul_(2)
+        c.add_(1)
+        pending = x.clone()  # (fused: x's value is still pending here)
+        x.sub_(cpu.to("tpu"))
+        p = torch.nn.Parameter(cpu.to("tpu"))
+        before = p.detach().clone()
+        opt = torch.optim.AdamW([p], lr=0.1)
+        for _ in range(2):
+            p.grad = torch.ones_like(p)
+            opt.step()
+        assert v.stride() == (1, 257) and w.stride() == (131, 1)  # (as the CPU's)
+    torch.testing.assert_close(x.cpu(), cpu)
+    torch.testing.assert_close(c.cpu(), cpu + 1)
+    torch.testing.assert_close(v.cpu(), cpu.t())
+    torch.testing.assert_close(w.cpu(), cpu.t())
+    torch.testing.assert_close(pending.cpu(), cpu * 2)
+    torch.testing.assert_close(before.cpu(), cpu)
+    assert not torch.allclose(p.detach().cpu(), cpu)
+
+
 class _Losses(list):
     held = held_value = None
 

@@ -48,7 +48,9 @@ def test_views_in_inference_mode_take_the_route():
     with torch.inference_mode():
         y = torch.randn(3, 4).to("tpu")
         assert y.t().is_inference() and not x.t().is_inference()
+        assert y.detach().is_inference() and not x.detach().is_inference()
     assert y.t().is_inference() and not x.t().is_inference()
+    assert y.detach().is_inference() and not x.detach().is_inference()
 
 
 def test_recipes_are_remembered_for_plain_views_only():

@@ -185,6 +185,35 @@ class FusedGraph:
                 self.flush()
             return outs
 
+    def record_writes(self, plan: Any, values: list, dsts: Any) -> None:
+        """:meth:`record` for an in-place op over a list (a foreach op): its ``i``-th output becomes the value
+        of ``dsts[i]``, a base tensor of that output's shape and dtype (the caller checked), as
+        :func:`~tpu_runtime.values.write` would make it, in one loop (an optimizer's foreach step writes every
+        parameter and moment this way: per element, one write and one replaced-leaf note, no calls)."""
+        with self._lock:
+            outs = self.record(plan, values)
+            if outs and outs[0].concrete is not None:  # (the size limit ran the graph: plain writes)
+                for dst, r in zip(dsts, outs):
+                    s = dst._storage
+                    s.value = r.concrete
+                    s.version += 1
+                return
+            leaf_ids, replaces = self._leaf_ids, self.replaces
+            for dst, r in zip(dsts, outs):
+                s = dst._storage
+                old = s.value
+                t = type(old)
+                if t is _ARRAY:
+                    leaf = leaf_ids.get(id(old))
+                elif t is LazyRef and old.graph is self and old.concrete is None:
+                    leaf = replaces.pop((old.node, old.idx), None)
+                else:
+                    leaf = None
+                if leaf is not None:
+                    replaces[(r.node, r.idx)] = leaf
+                s.value = r
+                s.version += 1
+
     def _leaf(self, v: Any) -> int:
         if type(v) is _ARRAY or (hasattr(v, "shape") and hasattr(v, "devices")):  # a jax.Array: one leaf per array
             i = self._leaf_ids.get(id(v))
@@ -393,6 +422,8 @@ class FusedExecutor:
         #: ``run(plan, values)``: record ``plan`` on ``values``; returns LazyRefs (bound
         #: straight to :meth:`FusedGraph.record`: one call less per op).
         self.run = GRAPH.record
+        #: ``record_writes(plan, values, dsts)``: :meth:`FusedGraph.record_writes`.
+        self.record_writes = GRAPH.record_writes
 
     def sync(self) -> None:
         """Run the pending graph."""
