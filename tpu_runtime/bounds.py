@@ -2,7 +2,8 @@
 
 XLA clamps a gather's out-of-range index and drops a scatter's, so ``x[idx]``, ``index_select``, ``gather``,
 ``scatter*``, ``index_add``/``index_copy``/``index_fill``/``index_reduce``, ``take``/``put``, ``embedding``,
-``one_hot`` and ``nll_loss``'s targets with a bad index gave a wrong value silently. Each such
+``embedding_bag`` (its indices, and its offsets' first and last), ``one_hot`` and ``nll_loss``'s targets with a
+bad index gave a wrong value silently. Each such
 call is checked here first, as its CPU kernel checks it, with its message:
 
 * an index on the CPU (``x[torch.tensor([7])]``): at once, on the host;
@@ -31,19 +32,22 @@ from tpu_runtime.tensor import TpuTensor
 aten = torch.ops.aten
 
 #: A check of one index tensor: ``(index, lowest allowed, size (None: no upper bound), error type,
-#: message(first bad index)[, a value always allowed])``.
+#: message(first bad value, its position)[, a value always allowed (or None)[, the part checked: (start, stop) of
+#: the flattened index]])``.
 Check = tuple
+#: ``message(value, position)`` of a check: the CPU's error message for the first index out of range.
+Message = Callable[[int, int], str]
 
 
-def _dim_message(dim: int, size: int) -> Callable[[int], str]:
-    return lambda v: f"index {v} is out of bounds for dimension {dim} with size {size}"
+def _dim_message(dim: int, size: int) -> Message:
+    return lambda v, i: f"index {v} is out of bounds for dimension {dim} with size {size}"
 
 
-def _range_message(v: int) -> str:
+def _range_message(v: int, i: int) -> str:
     return "index out of range in self"
 
 
-def _target_message(v: int) -> str:
+def _target_message(v: int, i: int) -> str:
     return f"Target {v} is out of bounds."
 
 
@@ -60,13 +64,13 @@ def _indexing(a: dict) -> list[Check]:
             dim, k = dim + max(idx.dim(), 1), k + max(idx.dim(), 1)
             continue
         n = a["self"].shape[dim]
-        message = _dim_message(k, n) if n else (lambda v: "index is out of bounds for dimension with size 0")
+        message = _dim_message(k, n) if n else (lambda v, i: "index is out of bounds for dimension with size 0")
         checks.append((idx, -n, n, IndexError, message))
         dim, k = dim + 1, k + 1
     return checks
 
 
-def _along(error: type, message: Callable[[int, int], Callable[[int], str]],
+def _along(error: type, message: Callable[[int, int], Message],
            negative: bool = False) -> Callable[[dict], list[Check]]:
     """A check of ``index`` against ``self.size(dim)`` (a 0-d ``self``: one element), no negative index unless
     ``negative`` (then counting from the end, as ``index_fill``); ``message(dim, size)`` gives the message."""
@@ -81,6 +85,26 @@ def _embedding(a: dict) -> list[Check]:
     return [(a["indices"], 0, a["weight"].shape[0], IndexError, _range_message)]
 
 
+def _embedding_bag(a: dict) -> list[Check]:
+    """``_embedding_bag``/``_embedding_bag_forward_only``: the offsets' first (0) and last (at most the number of
+    indices), then each index, with the CPU's messages (a ``max`` bag's kernel words it differently)."""
+    indices, offsets, n = a["indices"], a["offsets"], a["weight"].shape[0]
+    length = indices.numel()
+    checks = []
+    if offsets.dim() == 1 and indices.dim() == 1:
+        kind = {torch.int64: "Long", torch.int32: "Int"}.get(offsets.dtype, "")
+        checks += [(offsets, 0, 1, RuntimeError, lambda v, i: "offsets[0] has to be 0, i.e., the first sequence in "
+                    f"the mini-batch has to start from position 0. However, got {v}\n[ torch.{kind}Tensor{{}} ]",
+                    None, (0, 1)),
+                   (offsets, None, length + 1, RuntimeError, lambda v, i: "offsets[-1] can not be greater than "
+                    f"input's length {length} but got offsets[-1] of {v}", None, (-1, None))]
+    if a.get("mode", 0) == 2:
+        message = lambda v, i: f"embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be {v}"  # noqa: E731
+    else:
+        message = lambda v, i: f"Index {i} of input takes value {v} which is not in the valid range [0, {n})"  # noqa: E731
+    return checks + [(indices, 0, n, RuntimeError, message)]
+
+
 def _nll(a: dict) -> list[Check]:
     x, target = a["self"], a["target"]
     classes = x.shape[0] if x.dim() == 1 else x.shape[1]
@@ -92,7 +116,7 @@ def _one_hot(a: dict) -> list[Check]:
     return [(a["self"], 0, n if n >= 0 else None, RuntimeError, _class_message)]
 
 
-def _class_message(v: int) -> str:
+def _class_message(v: int, i: int) -> str:
     return "Class values must be non-negative." if v < 0 else "Class values must be smaller than num_classes."
 
 
@@ -101,7 +125,7 @@ def _index_select(a: dict) -> list[Check]:
     x = a["self"]
     if x.dim() > 1 and a["dim"] % x.dim():
         n = x.shape[a["dim"]]
-        return [(a["index"], 0, n, RuntimeError, lambda v: f"INDICES element is out of DATA bounds, id={v} "
+        return [(a["index"], 0, n, RuntimeError, lambda v, i: f"INDICES element is out of DATA bounds, id={v} "
                                                            f"axis_dim={n}")]
     return _RANGE(a)
 
@@ -110,11 +134,11 @@ def _flat(a: dict) -> list[Check]:
     """``take``/``put``: flat indices, negative ones counting from the end."""
     n = a["self"].numel()
     return [(a["index"], -n, n, IndexError,
-             lambda v: f"out of range: tried to access index {v} on a tensor of {n} elements.")]
+             lambda v, i: f"out of range: tried to access index {v} on a tensor of {n} elements.")]
 
 
-def _index_copy_message(dim: int, size: int) -> Callable[[int], str]:
-    return lambda v: "index_copy_(): " + _dim_message(dim, size)(v)
+def _index_copy_message(dim: int, size: int) -> Message:
+    return lambda v, i: "index_copy_(): " + _dim_message(dim, size)(v, i)
 
 
 _ALONG = _along(RuntimeError, _dim_message)
@@ -131,6 +155,8 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
     aten.index_select.default: _index_select,
     aten.gather.default: _ALONG,
     aten.embedding.default: _embedding,
+    aten._embedding_bag.default: _embedding_bag,
+    aten._embedding_bag_forward_only.default: _embedding_bag,
     aten.nll_loss_forward.default: _nll,
     aten.nll_loss2d_forward.default: _nll,
     aten.one_hot.default: _one_hot,
@@ -175,26 +201,27 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
     for c in checks:
         idx, low, size, error, message = c[:5]
         ignore = c[5] if len(c) > 5 else None
+        part = c[6] if len(c) > 6 else None
         if not isinstance(idx, torch.Tensor) or idx.numel() == 0 or idx.is_floating_point():
             continue
         if size == 0 and ignore is None:  # every index is out of range (the op itself would fail otherwise)
-            raise error(message(int(idx.reshape(-1)[0].item())))
+            raise error(message(int(idx.reshape(-1)[0].item()), 0))
         if type(idx) is not TpuTensor or idx._fake is not None:
             if type(idx) is TpuTensor or idx.device.type != "cpu":
                 continue  # (a traced tensor: torch.compile's graphs are not checked)
-            bad, first = _host_flags(idx.numpy(force=True), low, size, ignore)
+            bad, first, at = _host_flags(idx.numpy(force=True), low, size, ignore, part)
             if bad:
-                raise error(message(first))
+                raise error(message(first, at))
             continue
         from tpu_runtime.eager import executor
         from tpu_runtime.values import read
 
         ex = executor()
-        flags = ex.run(_flags_plan(idx._spec, low, size, ignore), [read(idx)])[0]
+        flags = ex.run(_flags_plan(idx._spec, low, size, ignore, part), [read(idx)])[0]
         if ex.name == "debug":
-            bad, first = np.asarray(flags).tolist()
+            bad, first, at = np.asarray(flags).tolist()
             if bad:
-                raise error(message(first))
+                raise error(message(first, at))
             continue
         _PENDING.append((flags, error, message, func, caller_location()))
         if len(_PENDING) > _MAX_PENDING:
@@ -234,43 +261,56 @@ def raise_pending() -> None:
     pending = list(_PENDING)
     _PENDING.clear()
     for flags, error, message, func, where in pending:
-        bad, first = np.asarray(concrete(flags)).tolist()
+        bad, first, at = np.asarray(concrete(flags)).tolist()
         if bad:
-            e = error(message(first))
+            e = error(message(first, at))
             e.add_note(f"(an index of {func} at {where}, found out of range at this sync point: the device "
                        "clamped the read or dropped the write)")
             raise e
 
 
-def _host_flags(idx: np.ndarray, low: int, size: int | None, ignore: Any) -> tuple[bool, int]:
-    out = idx < low if size is None else (idx < low) | (idx >= size)
+def _host_flags(idx: np.ndarray, low: int | None, size: int | None, ignore: Any,
+                part: tuple | None = None) -> tuple[bool, int, int]:
+    """``(any index out of [low, size), the first such index, its position)`` of a CPU index (``part``: of
+    ``idx.reshape(-1)[start:stop]`` only)."""
+    flat = idx.reshape(-1) if part is None else idx.reshape(-1)[slice(*part)]
+    out = _out_of_range(flat, low, size)
     if ignore is not None:
-        out &= idx != ignore
+        out &= flat != ignore
     if not out.any():
-        return False, 0
-    return True, int(idx.reshape(-1)[np.argmax(out.reshape(-1))])
+        return False, 0, 0
+    at = int(np.argmax(out))
+    return True, int(flat[at]), at
+
+
+def _out_of_range(idx: Any, low: int | None, size: int | None) -> Any:
+    if low is None:
+        return idx >= size
+    return idx < low if size is None else (idx < low) | (idx >= size)
 
 
 _PLANS: dict[tuple, Any] = {}
 CACHE.on_clear(_PLANS.clear)
 
 
-def _flags_plan(spec: tuple, low: int, size: int, ignore: Any) -> Any:
-    """The plan computing ``[any index out of [low, size), the first such index]`` (one int64 array: one output
-    of a fused graph per check) of an index of ``spec``."""
+def _flags_plan(spec: tuple, low: int | None, size: int | None, ignore: Any, part: tuple | None = None) -> Any:
+    """The plan computing ``[any index out of [low, size), the first such index, its position]`` (one int64 array:
+    one output of a fused graph per check) of an index of ``spec`` (``part``: of a slice of its flattened
+    elements)."""
     from tpu_runtime.plans import custom_plan
 
-    key = ("index bounds", spec, low, size, ignore)
+    key = ("index bounds", spec, low, size, ignore, part)
     plan = _PLANS.get(key)
     if plan is None:
         def flags(idx: Any) -> tuple:
-            out = idx < low if size is None else (idx < low) | (idx >= size)
+            flat = idx.reshape(-1) if part is None else idx.reshape(-1)[slice(*part)]
+            out = _out_of_range(flat, low, size)
             if ignore is not None:
-                out = out & (idx != ignore)
-            flat = out.reshape(-1)
-            return (jnp.stack([jnp.any(flat).astype(jnp.int64), idx.reshape(-1)[jnp.argmax(flat)].astype(jnp.int64)]),)
+                out = out & (flat != ignore)
+            at = jnp.argmax(out)
+            return (jnp.stack([jnp.any(out).astype(jnp.int64), flat[at].astype(jnp.int64), at.astype(jnp.int64)]),)
 
-        plan = _PLANS[key] = custom_plan(key, "index bounds", flags, (((2,), torch.int64),))
+        plan = _PLANS[key] = custom_plan(key, "index bounds", flags, (((3,), torch.int64),))
     return plan
 
 

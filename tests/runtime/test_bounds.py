@@ -33,7 +33,19 @@ _CASES = {
     "index_fill": lambda i, d: _X.to(d).index_fill(1, torch.tensor([-3], device=i), 0.0).cpu(),
     "a dimension of size 0": lambda i, d: torch.zeros(0, 3, device=d)[torch.tensor([0], device=i)].cpu(),
     "cross_entropy": lambda i, d: F.cross_entropy(_X.to(d), torch.tensor([0, 1, 2, 1, 4], device=i)).cpu(),
+    "embedding_bag": lambda i, d: _bag(i, d, [1, 7, 3], [0, 2]),
+    "embedding_bag max, training": lambda i, d: _bag(i, d, [1, -1, 3], [0, 2], mode="max", grad=True),
+    "embedding_bag offsets[0]": lambda i, d: _bag(i, d, [1, 2, 3], [1, 2]),
+    "embedding_bag offsets[-1]": lambda i, d: _bag(i, d, [1, 2, 3], [0, 4], grad=True),
 }
+_CPU_INDEX_REFUSED = ("embedding", "cross_entropy", "scatter_add", "gather", "scatter_", "gather of a 0-d", "take",
+                      "index_add", "index_copy", "index_fill", "embedding_bag", "embedding_bag max, training",
+                      "embedding_bag offsets[0]", "embedding_bag offsets[-1]")
+
+
+def _bag(i, d, indices, offsets, grad=False, **kwargs):
+    weight = _X.to(d, copy=True).requires_grad_(grad)
+    return F.embedding_bag(torch.tensor(indices, device=i), weight, torch.tensor(offsets, device=i), **kwargs).cpu()
 
 
 def _cpu_error(name):
@@ -48,8 +60,7 @@ def test_an_index_out_of_range_raises_the_cpus_error(name, mode):
     kind, message = _cpu_error(name)
     with tpu_runtime.set_eager_mode(mode):
         for index_device in ("tpu", "cpu"):
-            if index_device == "cpu" and name in ("embedding", "cross_entropy", "scatter_add", "gather", "scatter_",
-                                                  "gather of a 0-d", "take", "index_add", "index_copy", "index_fill"):
+            if index_device == "cpu" and name in _CPU_INDEX_REFUSED:
                 continue  # (these take no CPU index next to tpu tensors: a device mix, as on CUDA)
             with pytest.raises(kind) as info:
                 _CASES[name](index_device, "tpu")
@@ -67,6 +78,9 @@ def test_indices_in_range_negative_ones_and_ignored_targets_pass(mode):
         target = torch.tensor([0, -100, 1, 1, -100])
         got = F.cross_entropy(x, target.to("tpu"), ignore_index=-100)
         torch.testing.assert_close(got.cpu(), F.cross_entropy(_X, target, ignore_index=-100))
+        for kwargs in ({"include_last_offset": True}, {"padding_idx": 4, "mode": "max"}):  # (offsets[-1] = length)
+            torch.testing.assert_close(_bag("tpu", "tpu", [1, 4, 3, 0], [0, 2, 4], **kwargs),
+                                       _bag("cpu", "cpu", [1, 4, 3, 0], [0, 2, 4], **kwargs))
         tpu_runtime.sync()
 
 
