@@ -2,8 +2,9 @@
 
 XLA clamps a gather's out-of-range index and drops a scatter's, so ``x[idx]``, ``index_select``, ``gather``,
 ``scatter*``, ``index_add``/``index_copy``/``index_fill``/``index_reduce``, ``take``/``put``, ``embedding``,
-``embedding_bag`` (its indices, and its offsets' first and last), ``one_hot`` and ``nll_loss``'s targets with a
-bad index gave a wrong value silently. Each such
+``embedding_bag`` (its indices, and its offsets' first and last), ``one_hot``, ``max_unpool2d``/``3d``,
+``searchsorted``'s ``sorter``, the targets of ``nll_loss``, ``multi_margin_loss`` and ``multilabel_margin_loss``,
+and ``masked_scatter`` with a source shorter than the mask's count, gave a wrong value silently. Each such
 call is checked here first, as its CPU kernel checks it, with its message:
 
 * an index on the CPU (``x[torch.tensor([7])]``): at once, on the host;
@@ -33,7 +34,7 @@ aten = torch.ops.aten
 
 #: A check of one index tensor: ``(index, lowest allowed, size (None: no upper bound), error type,
 #: message(first bad value, its position)[, a value always allowed (or None)[, the part checked: (start, stop) of
-#: the flattened index]])``.
+#: the flattened index, or ``"count"``: the number of its nonzero elements]])``.
 Check = tuple
 #: ``message(value, position)`` of a check: the CPU's error message for the first index out of range.
 Message = Callable[[int, int], str]
@@ -116,6 +117,52 @@ def _one_hot(a: dict) -> list[Check]:
     return [(a["self"], 0, n if n >= 0 else None, RuntimeError, _class_message)]
 
 
+def _unpool(a: dict) -> list[Check]:
+    """``max_unpool2d``/``3d``: each index into its plane of the output (``output_size``'s elements)."""
+    size = [int(s) for s in a["output_size"]]
+    n = 1
+    for s in size:
+        n *= s
+    shape = "x".join(map(str, size))
+    return [(a["indices"], 0, n, RuntimeError,
+             lambda v, i: f"Found an invalid max index: {v} (output volumes are of size {shape})")]
+
+
+def _margin_target(a: dict) -> list[Check]:
+    """``multi_margin_loss``: each target a class of ``self``'s last dimension."""
+    x = a["self"]
+    classes = x.shape[-1] if x.dim() else 1
+    return [(a["target"], 0, classes, RuntimeError, lambda v, i: "target out of range")]
+
+
+def _multilabel_target(a: dict) -> list[Check]:
+    """``multilabel_margin_loss``: each target a class of ``self``'s last dimension or -1 (the end of the row's
+    labels)."""
+    x = a["self"]
+    classes = x.shape[-1] if x.dim() else 1
+    return [(a["target"], -1, classes, RuntimeError, lambda v, i: "argument #2 'target' is out of range")]
+
+
+def _sorter(a: dict) -> list[Check]:
+    """``searchsorted``'s ``sorter``: positions along the sorted sequence's last dimension."""
+    sorter, seq = a.get("sorter"), a["sorted_sequence"]
+    if sorter is None or seq.dim() == 0:
+        return []
+    return [(sorter, 0, seq.shape[-1], RuntimeError, lambda v, i: "torch.searchsorted(): sorter index out of range")]
+
+
+def _masked_scatter(a: dict) -> list[Check]:
+    """``masked_scatter``: the mask (as broadcast to the result) has no more ones than the source has elements; the
+    count is checked on the mask itself, each of its elements standing for ``result / mask`` elements."""
+    x, mask, n = a["self"], a["mask"], a["source"].numel()
+    size = torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape)).numel()
+    if not mask.numel() or not size:
+        return []
+    per = size // mask.numel()
+    return [(mask, 0, n // per + 1, RuntimeError, lambda v, i: "Number of elements of source < number of ones in mask",
+             None, "count")]
+
+
 def _class_message(v: int, i: int) -> str:
     return "Class values must be non-negative." if v < 0 else "Class values must be smaller than num_classes."
 
@@ -160,6 +207,14 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
     aten.nll_loss_forward.default: _nll,
     aten.nll_loss2d_forward.default: _nll,
     aten.one_hot.default: _one_hot,
+    aten.max_unpool2d.default: _unpool,
+    aten.max_unpool3d.default: _unpool,
+    aten.multi_margin_loss.default: _margin_target,
+    aten.multilabel_margin_loss_forward.default: _multilabel_target,
+    aten.searchsorted.Tensor: _sorter,
+    aten.searchsorted.Scalar: _sorter,
+    aten.masked_scatter.default: _masked_scatter,
+    aten.masked_scatter_.default: _masked_scatter,
     aten.take.default: _flat,
     aten.put.default: _flat,
     aten.put_.default: _flat,
@@ -273,7 +328,7 @@ def _host_flags(idx: np.ndarray, low: int | None, size: int | None, ignore: Any,
                 part: tuple | None = None) -> tuple[bool, int, int]:
     """``(any index out of [low, size), the first such index, its position)`` of a CPU index (``part``: of
     ``idx.reshape(-1)[start:stop]`` only)."""
-    flat = idx.reshape(-1) if part is None else idx.reshape(-1)[slice(*part)]
+    flat = _part(idx.reshape(-1), part, np)
     out = _out_of_range(flat, low, size)
     if ignore is not None:
         out &= flat != ignore
@@ -281,6 +336,16 @@ def _host_flags(idx: np.ndarray, low: int | None, size: int | None, ignore: Any,
         return False, 0, 0
     at = int(np.argmax(out))
     return True, int(flat[at]), at
+
+
+def _part(flat: Any, part: Any, xp: Any) -> Any:
+    """The values a check looks at: ``flat`` (a flattened index), a slice of it, or (``"count"``) the number of its
+    nonzero elements; ``xp``: numpy or jax.numpy."""
+    if part is None:
+        return flat
+    if part == "count":
+        return xp.sum(flat != 0, dtype=xp.int64).reshape(1)
+    return flat[slice(*part)]
 
 
 def _out_of_range(idx: Any, low: int | None, size: int | None) -> Any:
@@ -303,7 +368,7 @@ def _flags_plan(spec: tuple, low: int | None, size: int | None, ignore: Any, par
     plan = _PLANS.get(key)
     if plan is None:
         def flags(idx: Any) -> tuple:
-            flat = idx.reshape(-1) if part is None else idx.reshape(-1)[slice(*part)]
+            flat = _part(idx.reshape(-1), part, jnp)
             out = _out_of_range(flat, low, size)
             if ignore is not None:
                 out = out & (flat != ignore)

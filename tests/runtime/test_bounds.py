@@ -37,10 +37,22 @@ _CASES = {
     "embedding_bag max, training": lambda i, d: _bag(i, d, [1, -1, 3], [0, 2], mode="max", grad=True),
     "embedding_bag offsets[0]": lambda i, d: _bag(i, d, [1, 2, 3], [1, 2]),
     "embedding_bag offsets[-1]": lambda i, d: _bag(i, d, [1, 2, 3], [0, 4], grad=True),
+    "max_unpool1d": lambda i, d: F.max_unpool1d(_X.to(d).view(1, 2, 5)[..., :2], torch.tensor([[[0, 4], [1, 3]]],
+                                                                                             device=i), 2).cpu(),
+    "max_unpool3d": lambda i, d: F.max_unpool3d(torch.ones(1, 1, 1, 1, 2, device=d),
+                                                torch.tensor([[[[[0, -1]]]]], device=i), 2).cpu(),
+    "multi_margin_loss": lambda i, d: F.multi_margin_loss(_X.to(d), torch.tensor([0, 1, 2, 1, 0], device=i)).cpu(),
+    "multilabel_margin_loss": lambda i, d: F.multilabel_margin_loss(_X.to(d), torch.tensor(
+        [[0, -1]] * 4 + [[1, -2]], device=i)).cpu(),
+    "searchsorted sorter": lambda i, d: torch.searchsorted(_X.to(d)[:, 0], _X.to(d)[0], sorter=torch.tensor(
+        [0, 1, 2, 3, 5], device=i)).cpu(),
+    "masked_scatter": lambda i, d: _X.to(d).masked_scatter(torch.tensor([True, False], device=i),
+                                                          torch.ones(4, device=d)).cpu(),
 }
 _CPU_INDEX_REFUSED = ("embedding", "cross_entropy", "scatter_add", "gather", "scatter_", "gather of a 0-d", "take",
                       "index_add", "index_copy", "index_fill", "embedding_bag", "embedding_bag max, training",
-                      "embedding_bag offsets[0]", "embedding_bag offsets[-1]")
+                      "embedding_bag offsets[0]", "embedding_bag offsets[-1]", "max_unpool1d", "max_unpool3d",
+                      "multi_margin_loss", "multilabel_margin_loss", "searchsorted sorter", "masked_scatter")
 
 
 def _bag(i, d, indices, offsets, grad=False, **kwargs):
@@ -78,6 +90,12 @@ def test_indices_in_range_negative_ones_and_ignored_targets_pass(mode):
         target = torch.tensor([0, -100, 1, 1, -100])
         got = F.cross_entropy(x, target.to("tpu"), ignore_index=-100)
         torch.testing.assert_close(got.cpu(), F.cross_entropy(_X, target, ignore_index=-100))
+        mask = torch.tensor([True, False])  # (broadcast: 5 ones, as many as the source's elements)
+        torch.testing.assert_close(x.masked_scatter(mask.to("tpu"), x[:, 0].clone()).cpu(),
+                                   _X.masked_scatter(mask, _X[:, 0].clone()))
+        labels = torch.tensor([[1, -1], [0, 1], [1, 0], [-1, 1], [0, -1]])  # (-1 ends a row's labels)
+        torch.testing.assert_close(F.multilabel_margin_loss(x, labels.to("tpu")).cpu(),
+                                   F.multilabel_margin_loss(_X, labels))
         for kwargs in ({"include_last_offset": True}, {"padding_idx": 4, "mode": "max"}):  # (offsets[-1] = length)
             torch.testing.assert_close(_bag("tpu", "tpu", [1, 4, 3, 0], [0, 2, 4], **kwargs),
                                        _bag("cpu", "cpu", [1, 4, 3, 0], [0, 2, 4], **kwargs))
