@@ -29,12 +29,14 @@ from converter.errors import caller_location
 from tpu_runtime._x64 import x64
 from tpu_runtime.cache import CACHE
 from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.value_checks import VALUE_CHECKS
 
 aten = torch.ops.aten
 
 #: A check of one index tensor: ``(index, lowest allowed, size (None: no upper bound), error type,
-#: message(first bad value, its position)[, a value always allowed (or None)[, the part checked: (start, stop) of
-#: the flattened index, or ``"count"``: the number of its nonzero elements]])``.
+#: message(first bad value, its position)[, a value always allowed (or None)[, the part checked (see _part)[,
+#: whether a floating tensor is checked (its values, not an index: bounds inclusive, NaN out of range)]]])``; an
+#: exception in a list of checks is raised at once (a python argument the CPU refuses).
 Check = tuple
 #: ``message(value, position)`` of a check: the CPU's error message for the first index out of range.
 Message = Callable[[int, int], str]
@@ -232,6 +234,7 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
                              aten.scatter_.src, aten.scatter_.value, aten.scatter_.reduce, aten.scatter_.value_reduce,
                              aten.scatter_add.default, aten.scatter_add_.default, aten.scatter_reduce.two,
                              aten.scatter_reduce_.two)},
+    **VALUE_CHECKS,
 }
 #: ``id`` of each checked op (the dispatcher's per-op test: an op overload hashes by a python call).
 CHECKED_IDS = frozenset(id(op) for op in CHECKS)
@@ -254,17 +257,19 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
     except (IndexError, RuntimeError, TypeError, KeyError):  # a bad call (a dim out of range): the op says so
         return
     for c in checks:
+        if isinstance(c, BaseException):
+            raise c
         idx, low, size, error, message = c[:5]
-        ignore = c[5] if len(c) > 5 else None
-        part = c[6] if len(c) > 6 else None
-        if not isinstance(idx, torch.Tensor) or idx.numel() == 0 or idx.is_floating_point():
+        ignore, part, values = (c + (None, None, False))[5:8]
+        if not isinstance(idx, torch.Tensor) or idx.numel() == 0 or (idx.is_floating_point() and not values):
             continue
         if size == 0 and ignore is None:  # every index is out of range (the op itself would fail otherwise)
             raise error(message(int(idx.reshape(-1)[0].item()), 0))
         if type(idx) is not TpuTensor or idx._fake is not None:
             if type(idx) is TpuTensor or idx.device.type != "cpu":
                 continue  # (a traced tensor: torch.compile's graphs are not checked)
-            bad, first, at = _host_flags(idx.numpy(force=True), low, size, ignore, part)
+            host = idx.float() if idx.dtype in (torch.float16, torch.bfloat16) else idx
+            bad, first, at = _host_flags(host.numpy(force=True), low, size, ignore, part)
             if bad:
                 raise error(message(first, at))
             continue
@@ -328,30 +333,39 @@ def _host_flags(idx: np.ndarray, low: int | None, size: int | None, ignore: Any,
                 part: tuple | None = None) -> tuple[bool, int, int]:
     """``(any index out of [low, size), the first such index, its position)`` of a CPU index (``part``: of
     ``idx.reshape(-1)[start:stop]`` only)."""
-    flat = _part(idx.reshape(-1), part, np)
-    out = _out_of_range(flat, low, size)
+    flat = _part(idx, part, np)
+    out = _out_of_range(flat, low, size, np)
     if ignore is not None:
         out &= flat != ignore
     if not out.any():
         return False, 0, 0
     at = int(np.argmax(out))
-    return True, int(flat[at]), at
+    return True, flat[at].item(), at
 
 
-def _part(flat: Any, part: Any, xp: Any) -> Any:
-    """The values a check looks at: ``flat`` (a flattened index), a slice of it, or (``"count"``) the number of its
-    nonzero elements; ``xp``: numpy or jax.numpy."""
+def _part(x: Any, part: Any, xp: Any) -> Any:
+    """The values a check looks at (``xp``: numpy or jax.numpy): ``x`` flattened (``part`` None), a ``(start,
+    stop)`` slice of that, the number of its nonzero (``"count"``) or zero (``"zeros"``) elements, or whether each
+    row (along the last dimension) sums above 0 (``"positive rows"``: 1 or 0)."""
     if part is None:
-        return flat
+        return x.reshape(-1)
     if part == "count":
-        return xp.sum(flat != 0, dtype=xp.int64).reshape(1)
-    return flat[slice(*part)]
+        return xp.sum(x != 0, dtype=xp.int64).reshape(1)
+    if part == "zeros":
+        return xp.sum(x == 0, dtype=xp.int64).reshape(1)
+    if part == "positive rows":
+        return (x.reshape(-1, x.shape[-1]).sum(-1) > 0).astype(xp.int64)
+    return x.reshape(-1)[slice(*part)]
 
 
-def _out_of_range(idx: Any, low: int | None, size: int | None) -> Any:
+def _out_of_range(x: Any, low: Any, size: Any, xp: Any) -> Any:
+    """Where ``x`` is out of ``[low, size)`` (``None``: unbounded); floating values: out of ``[low, size]``, NaN
+    included."""
+    if xp.issubdtype(x.dtype, xp.floating):
+        return ~((x >= low) & (x <= size))
     if low is None:
-        return idx >= size
-    return idx < low if size is None else (idx < low) | (idx >= size)
+        return x >= size
+    return x < low if size is None else (x < low) | (x >= size)
 
 
 _PLANS: dict[tuple, Any] = {}
@@ -368,8 +382,8 @@ def _flags_plan(spec: tuple, low: int | None, size: int | None, ignore: Any, par
     plan = _PLANS.get(key)
     if plan is None:
         def flags(idx: Any) -> tuple:
-            flat = _part(idx.reshape(-1), part, jnp)
-            out = _out_of_range(flat, low, size)
+            flat = _part(idx, part, jnp)
+            out = _out_of_range(flat, low, size, jnp)
             if ignore is not None:
                 out = out & (flat != ignore)
             at = jnp.argmax(out)

@@ -319,17 +319,36 @@ def _linalg_check_errors(func: Any, args: tuple, kwargs: dict) -> None:
     bad = np.flatnonzero(codes)
     if not bad.size:
         return None
-    code, where = int(codes[bad[0]]), "" if is_matrix or codes.size == 1 else f" (Batch element {int(bad[0])})"
+    code, where = int(codes[bad[0]]), "" if is_matrix or codes.size == 1 else f": (Batch element {int(bad[0])})"
     if code < 0:
-        raise RuntimeError(f"{api_name}{where}: Argument {-code} has illegal value.")
-    if "cholesky" in api_name:
-        raise torch.linalg.LinAlgError(
-            f"{api_name}{where}: The factorization could not be completed because the input is not "
-            f"positive-definite (the leading minor of order {code} is not positive-definite).")
-    raise torch.linalg.LinAlgError(
-        f"{api_name}{where}: The diagonal element {code} is zero, the "
-        f"{'inversion' if 'inv' in api_name else 'solve'} could not be completed because the input matrix is "
-        "singular.")
+        raise RuntimeError(f"{api_name}{where}: Argument {-code} has illegal value. Most certainly there is a bug in "
+                           "the implementation calling the backend library.")
+    for word, message in _LINALG_ERRORS:  # (the first word the api's name contains, in torch's order)
+        if word in api_name:
+            error = RuntimeError if word == "lu_factor" else torch.linalg.LinAlgError
+            raise error(f"{api_name}{where}: " + message.format(code=code))
+    raise RuntimeError(f"{api_name}: Unknown error code: {code}.")
+
+
+#: torch's messages of a factorization's positive ``info``, by a word of the api's name (checked in this order).
+_LINALG_ERRORS = (
+    ("inv", "The diagonal element {code} is zero, the inversion could not be completed because the input matrix "
+            "is singular."),
+    ("solve", "The solver failed because the input matrix is singular."),
+    ("cholesky", "The factorization could not be completed because the input is not positive-definite (the "
+                 "leading minor of order {code} is not positive-definite)."),
+    ("svd", "The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+            "repeated singular values (error code: {code})."),
+    ("eig", "The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+            "repeated eigenvalues (error code: {code})."),
+    ("syevd", "The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+              "repeated eigenvalues (error code: {code})."),
+    ("lstsq", "The least squares solution could not be computed because the input matrix does not have full rank "
+              "(error code: {code})."),
+    ("lu_factor", "U[{code},{code}] is zero and using it on lu_solve would result in a division by zero. If you "
+                  "still want to perform the factorization, consider calling linalg.lu(A, pivot) or "
+                  "linalg.lu_factor_ex(A, pivot)"),
+)
 
 
 def _assert_async(func: Any, args: tuple, kwargs: dict) -> None:

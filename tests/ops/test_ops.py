@@ -112,7 +112,7 @@ def test_every_lowering_has_an_opinfo():
 _RANDOM = "random: JAX PRNG values differ from torch by design; statistics checked in tests/ops/test_random.py"
 UNTESTED_BY_OPINFO: dict = {
     op: _RANDOM for op in (
-        aten.native_dropout.default, aten.bernoulli.p, aten.rand.default, aten.randn.default,
+        aten.native_dropout.default, aten.bernoulli.p, aten.bernoulli.Tensor, aten.rand.default, aten.randn.default,
         aten.rand_like.default, aten.randn_like.default, aten.randint.low, aten.randint.default,
         aten.randint_like.low_dtype, aten.randint_like.default, aten.normal.Tensor_float,
         aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal_functional.default,

@@ -104,7 +104,7 @@ def _distributions(x, mean_t, std_t, probs, ones, q0, v_eye):
             aten.native_dropout.default(ones, 0.3, False)[1], F.dropout(ones, 0.5, training=True),
             *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, True),
             *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, False),
-            F.scaled_dot_product_attention(q0, q0, v_eye, dropout_p=0.25))
+            F.scaled_dot_product_attention(q0, q0, v_eye, dropout_p=0.25), torch.empty_like(x).bernoulli_(x))
 
 
 _DIST_ARGS = (torch.linspace(0, 1, N), torch.full((N,), -3.0), torch.full((N,), 0.5),
@@ -119,7 +119,7 @@ def _distribution_run():
 
 def test_distribution_ops_lower_to_the_expected_ops():
     _, ops = _distribution_run()
-    want = {aten.bernoulli.p, aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
+    want = {aten.bernoulli.p, aten.bernoulli.Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
             aten.uniform.default, aten.normal_functional.default, aten.exponential.default, aten.multinomial.default,
             aten.native_dropout.default, aten.rrelu_with_noise_functional.default,
             aten.scaled_dot_product_attention.default}
@@ -136,6 +136,9 @@ def test_bernoulli_normal_uniform_exponential_statistics():
     assert -1 <= uni.min() and uni.max() < 2 and abs(uni.mean() - 0.5) < 0.05
     assert abs(nrm.mean() - 1) < 0.12 and abs(nrm.std() - 2) < 0.1
     assert expo.min() >= 0 and abs(expo.mean() - 0.25) < 0.02
+    per_element = _distribution_run()[0][19]  # bernoulli_(p) with p = linspace(0, 1): each element its own p
+    assert set(per_element.unique().tolist()) <= {0.0, 1.0} and abs(per_element.mean() - 0.5) < 0.03
+    assert per_element[: N // 10].mean() < 0.15 < 0.85 < per_element[-N // 10:].mean()
 
 
 def test_multinomial_with_and_without_replacement():

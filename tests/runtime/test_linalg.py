@@ -3,6 +3,8 @@ against CPU."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -139,6 +141,14 @@ def test_linalg_raises_torchs_errors():
         torch.linalg.cholesky(torch.tensor([[4.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]).to("tpu"))
     inverse, info = torch.linalg.inv_ex(singular)
     assert info.item() == 2
+    s = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    batch = torch.stack([torch.eye(2), s])
+    for fn in (lambda d: torch.linalg.solve(s.to(d), torch.ones(2, device=d)), lambda d: torch.linalg.lu_factor(s.to(d)),
+               lambda d: torch.linalg.inv(batch.to(d)), lambda d: torch.linalg.solve(batch.to(d), torch.ones(2, 2, device=d))):
+        with pytest.raises(RuntimeError) as cpu:
+            fn("cpu")
+        with pytest.raises(cpu.type, match="^" + re.escape(str(cpu.value)) + "$"):  # (lu_factor: not a LinAlgError)
+            fn("tpu")
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])

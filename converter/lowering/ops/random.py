@@ -84,6 +84,18 @@ def lower_bernoulli_p(ctx, self, p=0.5, *, generator=None):
     return jax.random.bernoulli(ctx.next_key(), p, self.shape).astype(ctx.out_dtype or self.dtype)
 
 
+@lowering(aten.bernoulli.Tensor)
+def lower_bernoulli_tensor(ctx, self, p, *, generator=None):
+    """bernoulli.Tensor(Tensor self, Tensor p, *, Generator? generator=None) -> Tensor
+
+    ``jax.random.bernoulli(key, p)`` with ``p`` (one probability per element, broadcast) shaped like ``self``,
+    cast to ``self``'s dtype (``x.bernoulli_(p)``'s functional form).
+    """
+    _check_generator(ctx, generator)
+    probs = jnp.broadcast_to(p.astype(jnp.float32 if p.dtype in (jnp.float16, jnp.bfloat16) else p.dtype), self.shape)
+    return jax.random.bernoulli(ctx.next_key(), probs, self.shape).astype(ctx.out_dtype or self.dtype)
+
+
 @lowering(aten.poisson.default)
 def lower_poisson_default(ctx, self, generator=None):
     """poisson(Tensor self, Generator? generator=None) -> Tensor
