@@ -47,7 +47,8 @@ from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, _execute, _run, execute_following, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, empty_results, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
-from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
+from tpu_runtime.plans import (DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten,
+                               raise_unsupported_dtype)
 from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
 from tpu_runtime.traced import traced_plan
 from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, write
@@ -286,6 +287,8 @@ def _decomposed(func: Any, args: tuple, kwargs: dict, decomp: Callable, tag: int
         key = None
     plan = _PLANS.get(key, _UNTRACED) if key is not None else None
     if plan is _UNTRACED:
+        if torch.Tag.nondeterministic_seeded not in func.tags:  # (a first call: the CPU's dtype refusals)
+            raise_unsupported_dtype(func, args, kwargs, False)
         plan = _PLANS[key] = traced_plan(func, key, args, kwargs, decomp)
     if plan is not None:
         return execute_following(plan, ins)

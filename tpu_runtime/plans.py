@@ -18,6 +18,7 @@ the compiled path does with the FakeTensor torch.export recorded.
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -250,6 +251,46 @@ def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, erro
         raise e.with_traceback(None) from None
 
 
+#: Dtypes whose support :func:`raise_unsupported_dtype` asks the CPU about (float16/bfloat16 are not: the CPU lacks
+#: kernels for some of them that accelerators have).
+_PROBED = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
+                     torch.uint32, torch.uint64, torch.complex64, torch.complex128})
+#: Inputs up to this many elements in all are rebuilt at their shapes by the probe; larger ones with size-1 dims.
+_PROBE_NUMEL = 1 << 14
+
+
+def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | None) -> None:
+    """Raise what PyTorch on the CPU raises when it refuses this call for the dtype of its integer, bool or complex
+    inputs (``softmax`` of an int tensor: ``NotImplementedError``; ``sign`` of a complex one; ``fill_`` of an int8
+    tensor with 1e10): the same call on CPU tensors of ones fails, and succeeds with those inputs as float32. XLA
+    would compute such a call (an int softmax truncated to 0, a bool matmul); the error's type is the CPU's, so an
+    ``except NotImplementedError`` catches it as on the CPU. Asked once per plan (a new call signature)."""
+    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
+    tensors = [x for x in ins if isinstance(x, TpuTensor)]
+    if not any(x.dtype in _PROBED for x in tensors):
+        return
+    small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
+
+    def run(as_float: bool) -> None:
+        cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(),
+                          dtype=torch.float32 if as_float and x.dtype in _PROBED else x.dtype)
+               if isinstance(x, TpuTensor) else x for x in ins]
+        fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            func(*_fill(targs, cpu), **fill)
+
+    try:
+        run(False)
+    except Exception as e:  # noqa: BLE001 (re-raised as it is when the dtypes are the cause)
+        try:
+            run(True)
+        except Exception:  # noqa: BLE001 (refused for another reason too: the op's route decides)
+            return
+        e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their dtypes)")
+        raise e.with_traceback(None) from None
+
+
 def _collect(args: Any, ins: list, dyn: bool) -> None:
     for a in args:
         if isinstance(a, torch.Tensor) or (dyn and type(a) is float):
@@ -275,6 +316,8 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
                                   f"its output shape cannot be inferred without running it ({type(e).__name__}: "
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e
     random = torch.Tag.nondeterministic_seeded in func.tags
+    if not random:  # (a random op would draw from the CPU's generator)
+        raise_unsupported_dtype(func, args, kwargs, dyn)
     specs: list = []
     structure = _structure(meta, specs)
     # Lowerings see device=None: JAX has one device and "meta" must not leak into them.

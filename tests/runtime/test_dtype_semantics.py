@@ -142,6 +142,40 @@ def test_reductions_refuse_what_the_cpu_refuses(call, error):
         call(x.to("tpu"))
 
 
+_REFUSED_DTYPES = {  # the CPU's kernels refuse these dtypes; XLA computed them (a truncated int softmax: zeros)
+    "softmax of ints": lambda d: torch.softmax(torch.tensor([1, 2, 3], device=d), 0),
+    "gelu of ints": lambda d: torch.nn.functional.gelu(torch.tensor([1, 2, 3], device=d)),
+    "frac of ints (a decomposition)": lambda d: torch.frac(torch.tensor([3, -2], device=d)),
+    "trace of bools": lambda d: torch.trace(torch.eye(2, dtype=torch.bool, device=d)),
+    "mm of bools": lambda d: torch.tensor([[True]], device=d) @ torch.tensor([[True]], device=d),
+    "sign of complex": lambda d: torch.sign(torch.tensor([1 + 1j], device=d)),
+    "max of complex": lambda d: torch.max(torch.tensor([1 + 1j, 2j], device=d)),
+    "full_like uint8 300": lambda d: torch.full_like(torch.tensor([1], dtype=torch.uint8, device=d), 300),
+    "cross_entropy of int logits": lambda d: torch.nn.functional.cross_entropy(torch.tensor([[1, 2]], device=d),
+                                                                               torch.tensor([0], device=d)),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("name", list(_REFUSED_DTYPES))
+def test_an_op_the_cpu_refuses_for_its_dtype_raises_its_error(name, mode):
+    with pytest.raises((RuntimeError, NotImplementedError)) as cpu:
+        _REFUSED_DTYPES[name]("cpu")
+    with tpu_runtime.set_eager_mode(mode), pytest.raises(cpu.type) as got:
+        _REFUSED_DTYPES[name]("tpu").cpu()
+    assert str(got.value) == str(cpu.value)
+
+
+def test_integer_ops_the_cpu_takes_still_run():
+    x = torch.tensor([[3, -2], [7, 1]])
+    t = x.to("tpu")
+    for f in (lambda a: a @ a, lambda a: a.cumsum(0), lambda a: a // 2, lambda a: a.sort(1).values, lambda a: a.abs(),
+              lambda a: a.to(torch.uint8) * 3 - 1, lambda a: a.bool() & a.bool()):
+        assert torch.equal(f(t).cpu(), f(x))
+    u = torch.tensor([1, 2], dtype=torch.uint8)  # (alpha=-3 wraps into uint8, as torch casts it)
+    assert torch.equal(torch.add(u.to("tpu"), u.to("tpu"), alpha=-3).cpu(), torch.add(u, u, alpha=-3))
+
+
 def test_median_of_an_empty_tensor_is_nan_as_on_the_cpu():
     for f in (torch.median, torch.nanmedian):
         assert f(torch.ones(0).to("tpu")).isnan().item() and f(torch.ones(0)).isnan().item()

@@ -19,7 +19,7 @@ import torch
 
 from converter.errors import UnsupportedOpError
 from converter.lowering.dtypes import is_floating, is_integer
-from converter.lowering.helpers import check_fits, is_array, promote, result_type
+from converter.lowering.helpers import check_fits, is_array, promote, result_type, wrapped_int
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -59,8 +59,13 @@ def bcast(a, b):
 
 
 def _scaled(b, alpha):
-    """``alpha * b`` with alpha=1 left out (bool tensors only allow alpha=1)."""
-    return b if (not is_array(alpha) and alpha == 1) else b * jnp.asarray(alpha, b.dtype)
+    """``alpha * b`` with alpha=1 left out (bool tensors only allow alpha=1); a python int alpha outside an integer
+    ``b``'s range wraps around into it, as torch casts it (``uint8 + uint8 * -3``)."""
+    if not is_array(alpha) and alpha == 1:
+        return b
+    if type(alpha) is int and jnp.issubdtype(b.dtype, jnp.integer):
+        alpha = wrapped_int(alpha, b.dtype)
+    return b * jnp.asarray(alpha, b.dtype)
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar)
