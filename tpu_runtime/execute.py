@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from converter.errors import LoweringError
 from converter.lowering import registry
 from converter.lowering.dtypes import scalar_type_name
 from tpu_runtime import rng
@@ -25,7 +26,7 @@ from tpu_runtime.eager import _CURRENT as _MODE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.fused import LazyRef
 from tpu_runtime.memory_format import laid_out
-from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, rebuild
+from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, raise_cpu_refusal, rebuild
 from tpu_runtime.tensor import TpuTensor, wrap
 from tpu_runtime.values import convert_plan, host_operand, make_view, read, write
 
@@ -81,10 +82,14 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
     if plan.view and len(ins) == 1:
         src = ins[0]
         return rebuild(plan, [make_view(src, plan, i, spec) for i, spec in enumerate(plan.out_specs)])
-    if into is not None and hasattr(_MODE[0], "run_into"):  # strict: ``into``'s old buffer may take the result
-        res = _MODE[0].run_into(plan, _values(plan, ins), (into,))
-    else:
-        res = _MODE[0].run(plan, _values(plan, ins))
+    try:
+        if into is not None and hasattr(_MODE[0], "run_into"):  # strict: ``into``'s old buffer may take the result
+            res = _MODE[0].run_into(plan, _values(plan, ins), (into,))
+        else:
+            res = _MODE[0].run(plan, _values(plan, ins))
+    except LoweringError:  # (its first run: the CPU's refusal of the call, if it refuses it, says it as torch does)
+        raise_cpu_refusal(func, args, kwargs, route[2])
+        raise
     specs = plan.out_specs
     if into is not None:
         if specs[0][1] != into._spec[1]:

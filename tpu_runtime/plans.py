@@ -271,23 +271,49 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
         return
     small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
 
-    def run(as_float: bool) -> None:
+    probed = [i for i, x in enumerate(ins) if isinstance(x, TpuTensor) and x.dtype in _PROBED]
+
+    def run(as_float: tuple) -> None:
         cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(),
-                          dtype=torch.float32 if as_float and x.dtype in _PROBED else x.dtype)
-               if isinstance(x, TpuTensor) else x for x in ins]
+                          dtype=torch.float32 if i in as_float else x.dtype)
+               if isinstance(x, TpuTensor) else x for i, x in enumerate(ins)]
         fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             func(*_fill(targs, cpu), **fill)
 
     try:
-        run(False)
+        run(())
     except Exception as e:  # noqa: BLE001 (re-raised as it is when the dtypes are the cause)
-        try:
-            run(True)
-        except Exception:  # noqa: BLE001 (refused for another reason too: the op's route decides)
-            return
-        e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their dtypes)")
+        # the dtypes are the cause when the call runs with them (or one of them: an index stays an int) as float32
+        for as_float in [tuple(probed)] + ([(i,) for i in probed] if len(probed) > 1 else []):
+            try:
+                run(as_float)
+            except Exception:  # noqa: BLE001 (refused for another reason too)
+                continue
+            e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their "
+                       "dtypes)")
+            raise e.with_traceback(None) from None
+
+
+def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dtype_only: bool = False) -> None:
+    """After the op's lowering (or meta kernel) failed on this call: raise what PyTorch on the CPU raises for it, if it
+    refuses it too (``bitwise_and`` of floats: its ``NotImplementedError``), instead of the lowering's error;
+    ``dtype_only``: only a refusal of a dtype ("not implemented for 'Float'")."""
+    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
+    tensors = [x for x in ins if isinstance(x, TpuTensor)]
+    small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
+    cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(), dtype=x.dtype) if isinstance(x, TpuTensor) else x
+           for x in ins]
+    fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            func(*_fill(targs, cpu), **fill)
+    except Exception as e:  # noqa: BLE001 (re-raised as it is)
+        if "Could not run" in str(e) or (dtype_only and "not implemented for '" not in str(e)):
+            return  # (no CPU kernel: the lowering's error says more; or perhaps the ones it ran on)
+        e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
         raise e.with_traceback(None) from None
 
 
@@ -311,7 +337,10 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     except ConversionError:
         raise
     except Exception as e:
+        if torch.Tag.nondeterministic_seeded not in func.tags:
+            raise_unsupported_dtype(func, args, kwargs, dyn)
         raise_as_on_cpu(func, args, kwargs, dyn, e)
+        raise_cpu_refusal(func, args, kwargs, dyn, dtype_only=True)
         raise ShapeInferenceError(func, caller_location(),
                                   f"its output shape cannot be inferred without running it ({type(e).__name__}: "
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e

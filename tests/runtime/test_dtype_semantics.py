@@ -153,6 +153,11 @@ _REFUSED_DTYPES = {  # the CPU's kernels refuse these dtypes; XLA computed them 
     "full_like uint8 300": lambda d: torch.full_like(torch.tensor([1], dtype=torch.uint8, device=d), 300),
     "cross_entropy of int logits": lambda d: torch.nn.functional.cross_entropy(torch.tensor([[1, 2]], device=d),
                                                                                torch.tensor([0], device=d)),
+    "nll_loss of uint8 scores (the target stays an index)": lambda d: torch.nn.functional.nll_loss(
+        torch.tensor([[1, 2]], dtype=torch.uint8, device=d), torch.tensor([0], device=d)),
+    "bitwise_and of floats (its lowering fails)": lambda d: torch.tensor([1.5], device=d) & torch.tensor([2.5],
+                                                                                                      device=d),
+    "<< of floats (its meta kernel fails)": lambda d: torch.tensor([1.5], device=d) << 1,
 }
 
 
