@@ -18,6 +18,7 @@ the compiled path does with the FakeTensor torch.export recorded.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -267,7 +268,7 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
     ``except NotImplementedError`` catches it as on the CPU. Asked once per plan (a new call signature)."""
     targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
     tensors = [x for x in ins if isinstance(x, TpuTensor)]
-    if not any(x.dtype in _PROBED for x in tensors):
+    if not any(x.dtype in _PROBED for x in tensors) and not _overflows(tensors, args, kwargs):
         return
     small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
 
@@ -285,6 +286,9 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
     try:
         run(())
     except Exception as e:  # noqa: BLE001 (re-raised as it is when the dtypes are the cause)
+        if "without overflow" in str(e):  # (a python number the floating tensor's dtype cannot hold)
+            e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
+            raise e.with_traceback(None) from None
         # the dtypes are the cause when the call runs with them (or one of them: an index stays an int) as float32
         for as_float in [tuple(probed)] + ([(i,) for i in probed] if len(probed) > 1 else []):
             try:
@@ -294,6 +298,16 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
             e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their "
                        "dtypes)")
             raise e.with_traceback(None) from None
+
+
+def _overflows(tensors: list, args: tuple, kwargs: dict) -> bool:
+    """Whether a python number among the call's arguments is finite and beyond the range of a floating input's dtype
+    (``f16.fill_(1e10)``: the CPU refuses it; XLA would write ``inf``)."""
+    numbers = [abs(a) for a in (*args, *kwargs.values()) if type(a) in (int, float) and math.isfinite(a)]
+    if not numbers:
+        return False
+    top = max(numbers)
+    return any(top > torch.finfo(x.dtype).max for x in tensors if x.dtype.is_floating_point)
 
 
 def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dtype_only: bool = False) -> None:

@@ -158,6 +158,13 @@ _REFUSED_DTYPES = {  # the CPU's kernels refuse these dtypes; XLA computed them 
     "bitwise_and of floats (its lowering fails)": lambda d: torch.tensor([1.5], device=d) & torch.tensor([2.5],
                                                                                                       device=d),
     "<< of floats (its meta kernel fails)": lambda d: torch.tensor([1.5], device=d) << 1,
+    "gcd of floats": lambda d: torch.gcd(torch.tensor([1.5], device=d), torch.tensor([2.5], device=d)),
+    "a bool alpha of floats": lambda d: torch.add(torch.ones(2, device=d), torch.ones(2, device=d), alpha=True),
+    "a float alpha of bools": lambda d: torch.add(torch.ones(2, dtype=torch.bool, device=d),
+                                                  torch.ones(2, dtype=torch.bool, device=d), alpha=0.5),
+    "float16 fill_ of 1e10": lambda d: torch.ones(2, dtype=torch.float16, device=d).fill_(1e10),
+    "float16 clamp to 1e10": lambda d: torch.ones(2, dtype=torch.float16, device=d).clamp(max=1e10),
+    "float32 fill_ of 1e39": lambda d: torch.ones(2, device=d).fill_(1e39),
 }
 
 
@@ -175,7 +182,8 @@ def test_integer_ops_the_cpu_takes_still_run():
     x = torch.tensor([[3, -2], [7, 1]])
     t = x.to("tpu")
     for f in (lambda a: a @ a, lambda a: a.cumsum(0), lambda a: a // 2, lambda a: a.sort(1).values, lambda a: a.abs(),
-              lambda a: a.to(torch.uint8) * 3 - 1, lambda a: a.bool() & a.bool()):
+              lambda a: a.to(torch.uint8) * 3 - 1, lambda a: a.bool() & a.bool(), lambda a: a.half() * 1e10,
+              lambda a: torch.gcd(a, a + 1)):
         assert torch.equal(f(t).cpu(), f(x))
     u = torch.tensor([1, 2], dtype=torch.uint8)  # (alpha=-3 wraps into uint8, as torch casts it)
     assert torch.equal(torch.add(u.to("tpu"), u.to("tpu"), alpha=-3).cpu(), torch.add(u, u, alpha=-3))

@@ -61,6 +61,10 @@ def bcast(a, b):
 def _scaled(b, alpha):
     """``alpha * b`` with alpha=1 left out (bool tensors only allow alpha=1); a python int alpha outside an integer
     ``b``'s range wraps around into it, as torch casts it (``uint8 + uint8 * -3``)."""
+    if type(alpha) is bool and b.dtype != jnp.bool_:  # (torch's alpha checks)
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if type(alpha) is float and (jnp.issubdtype(b.dtype, jnp.integer) or b.dtype == jnp.bool_):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
     if not is_array(alpha) and alpha == 1:
         return b
     if type(alpha) is int and jnp.issubdtype(b.dtype, jnp.integer):
@@ -377,5 +381,12 @@ def lower_lcm_default(ctx, self, other):
 
 
 def _c_int(dt):
-    """The type C arithmetic on ``dt`` happens in (integer promotion: int32 for the narrower types)."""
+    """The type C arithmetic on ``dt`` happens in (integer promotion: int32 for the narrower types).
+
+    Raises:
+        TypeError: ``dt`` is not an integer type (torch's ``gcd``/``lcm`` refuse floats and bool; the runtime then
+            raises the CPU's own error).
+    """
+    if not jnp.issubdtype(dt, jnp.integer):
+        raise TypeError(f"gcd/lcm take integer tensors, not {np.dtype(dt)}")
     return jnp.int32 if np.dtype(dt).itemsize < 4 else dt
