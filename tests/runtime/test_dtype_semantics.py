@@ -278,3 +278,12 @@ def test_where_takes_a_uint8_condition_with_torchs_deprecation_warning():
     with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
         got = torch.where(condition.to("tpu"), values.to("tpu"), 0.0)
     assert torch.equal(got.cpu(), torch.tensor([1.0, 0.0, 3.0]))
+
+
+def test_a_reduction_dtype_converts_its_input_as_to_does():
+    # sum/prod/cumsum/cumprod(dtype=uint8) of negative floats: the input converts as .to(uint8) does (wrapping:
+    # -1.0 is 255), not clamped to 0
+    x = torch.tensor([-1.0, -2.5, 3.0])
+    for f in (lambda t: t.sum(dtype=torch.uint8), lambda t: t.prod(dtype=torch.uint8),
+              lambda t: t.cumsum(0, dtype=torch.uint8), lambda t: t.cumprod(0, dtype=torch.uint8)):
+        assert torch.equal(f(x.to("tpu")).cpu(), f(x))

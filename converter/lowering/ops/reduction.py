@@ -18,6 +18,7 @@ from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.helpers import dims as norm_dims
 from converter.lowering.helpers import pnorm
+from converter.lowering.ops.convert import cast
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -51,10 +52,11 @@ def _count(x, axes):
 def lower_sum_dim_intlist(ctx, self, dim, keepdim=False, *, dtype=None):
     """sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
 
-    Emits ``reduce_sum``; bool/int inputs sum in int64, f16/bf16 in float32.
+    Emits ``reduce_sum``; bool/int inputs sum in int64, f16/bf16 in float32; a ``dtype`` converts the input as
+    ``.to(dtype)`` does (floats into uint8 wrap: -1.0 is 255).
     """
     out = _sum_dtype(ctx, self, dtype)
-    return jnp.sum(self.astype(_acc(out)), axis=_axes(self, dim), keepdims=keepdim).astype(out)
+    return jnp.sum(cast(self, _acc(out)), axis=_axes(self, dim), keepdims=keepdim).astype(out)
 
 
 @lowering(aten.mean.dim, aten.mean.default)
@@ -77,7 +79,7 @@ def lower_prod_dim_int(ctx, self, dim=None, keepdim=False, *, dtype=None):
     """
     out = _sum_dtype(ctx, self, dtype)
     axes = _axes(self, None if dim is None else [dim])
-    return jnp.prod(self.astype(_acc(out)), axis=axes, keepdims=keepdim).astype(out)
+    return jnp.prod(cast(self, _acc(out)), axis=axes, keepdims=keepdim).astype(out)
 
 
 @lowering(aten.amax.default)
@@ -247,7 +249,7 @@ def lower__is_any_true_default(ctx, self):
 def _cumulative(fn, x, d, out):
     if x.ndim == 0:
         return x.astype(out)
-    return fn(x.astype(_acc(out)), axis=norm_dim(d, x.ndim)).astype(out)
+    return fn(cast(x, _acc(out)), axis=norm_dim(d, x.ndim)).astype(out)
 
 
 @lowering(aten.cumsum.default)
