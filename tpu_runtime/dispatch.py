@@ -137,7 +137,7 @@ def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> 
     if kind == "inplace_multi":
         return inplace.inplace_multi(route[1], route[2], route[3], route[4], args, kwargs)
     if kind == "out":
-        return inplace.out_variant(route[1], route[2], args, kwargs)
+        return inplace.out_variant(route[1], route[2], args, kwargs, route[-1])
     if kind == "mutating":
         return inplace.mutating(route[1], route[2], route[3], args, kwargs)
     if kind == "decomp":

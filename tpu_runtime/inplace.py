@@ -192,8 +192,12 @@ def assign(dst: TpuTensor, src: TpuTensor) -> None:
     assign_value(dst, read(src), src._spec)
 
 
-def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict) -> Any:
-    """An ``out=`` variant: its ``functional`` twin's results written into the ``out_names`` tensors."""
+def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict, func: Any = None) -> Any:
+    """An ``out=`` variant (``func``): its ``functional`` twin's results written into the ``out_names`` tensors; an
+    ``out=`` tensor of a dtype the CPU refuses there (``argmax(out=int32)``, ``mm(out=float64)`` of floats) raises its
+    error (asked of the CPU once per call signature)."""
+    if func is not None:
+        _check_out_dtypes(func, args, kwargs)
     kw = {k: v for k, v in kwargs.items() if k not in out_names}
     if "dtype" not in kw and any(a.name == "dtype" and _factory_kwarg(a) for a in functional._schema.arguments) \
             and isinstance(kwargs[out_names[0]], torch.Tensor):  # a factory (linspace.out): the out's dtype
@@ -214,3 +218,30 @@ def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict) -> 
             if resized and type(r) is TpuTensor and r._opaque and not o._chain:  # (a fresh storage: it takes the
                 resize.rebind(o, opaque_tensor(o._storage, o._spec, tuple(r.stride())))  # result's layout, as torch)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+#: Call signatures of ``out=`` variants whose out dtypes the CPU has accepted (see :func:`_check_out_dtypes`).
+_OUT_ACCEPTED: set = set()
+
+
+def _signature(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.dtype, a.device.type)
+    if type(a) in (list, tuple):
+        return tuple(_signature(x) for x in a)
+    return a if type(a) in (int, float, bool, str, type(None)) else repr(a)
+
+
+def _check_out_dtypes(func: Any, args: tuple, kwargs: dict) -> None:
+    """Raise the CPU's error when it refuses this ``out=`` call for its out tensors' dtypes (torch requires an exact
+    dtype for most non-elementwise ops, and a safe cast for the others)."""
+    key = (func, _signature(args), _signature(tuple(kwargs.items())))
+    if key in _OUT_ACCEPTED:
+        return
+    from tpu_runtime.plans import raise_cpu_refusal
+
+    raise_cpu_refusal(func, args, kwargs, False,
+                      keep=lambda m: any(w in m for w in ("dtype", "cast", "out type", "Expected out")))
+    if len(_OUT_ACCEPTED) > 4096:
+        _OUT_ACCEPTED.clear()
+    _OUT_ACCEPTED.add(key)

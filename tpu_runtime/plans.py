@@ -310,10 +310,12 @@ def _overflows(tensors: list, args: tuple, kwargs: dict) -> bool:
     return any(top > torch.finfo(x.dtype).max for x in tensors if x.dtype.is_floating_point)
 
 
-def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dtype_only: bool = False) -> None:
+def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dtype_only: bool = False,
+                      keep: Callable[[str], bool] | None = None) -> None:
     """After the op's lowering (or meta kernel) failed on this call: raise what PyTorch on the CPU raises for it, if it
     refuses it too (``bitwise_and`` of floats: its ``NotImplementedError``), instead of the lowering's error;
-    ``dtype_only``: only a refusal of a dtype ("not implemented for 'Float'")."""
+    ``dtype_only``: only a refusal of a dtype ("not implemented for 'Float'"); ``keep``: only a refusal whose message
+    it accepts."""
     targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
     tensors = [x for x in ins if isinstance(x, TpuTensor)]
     small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
@@ -325,7 +327,8 @@ def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dt
             warnings.simplefilter("ignore")
             func(*_fill(targs, cpu), **fill)
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
-        if "Could not run" in str(e) or (dtype_only and "not implemented for '" not in str(e)):
+        if "Could not run" in str(e) or (dtype_only and "not implemented for '" not in str(e)) \
+                or (keep is not None and not keep(str(e))):
             return  # (no CPU kernel: the lowering's error says more; or perhaps the ones it ran on)
         e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
         raise e.with_traceback(None) from None

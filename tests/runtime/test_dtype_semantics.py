@@ -287,3 +287,26 @@ def test_a_reduction_dtype_converts_its_input_as_to_does():
     for f in (lambda t: t.sum(dtype=torch.uint8), lambda t: t.prod(dtype=torch.uint8),
               lambda t: t.cumsum(0, dtype=torch.uint8), lambda t: t.cumprod(0, dtype=torch.uint8)):
         assert torch.equal(f(x.to("tpu")).cpu(), f(x))
+
+
+_OUT_DTYPES = {
+    "argmax into int32": lambda m: torch.argmax(m(3, 4), out=m((), dtype=torch.int32)),
+    "mm of floats into float64": lambda m: torch.mm(m(2, 2), m(2, 2), out=m(2, 2, dtype=torch.float64)),
+    "sort's indices into int32": lambda m: torch.sort(m(4), out=(m(4), m(4, dtype=torch.int32))),
+    "where into int64": lambda m: torch.where(m(3, dtype=torch.bool), m(3), m(3), out=m(3, dtype=torch.int64)),
+    "cat into int32": lambda m: torch.cat([m(3), m(3, dtype=torch.int64)], out=m(6, dtype=torch.int32)),
+}
+
+
+@pytest.mark.parametrize("name", list(_OUT_DTYPES))
+def test_an_out_tensor_of_a_dtype_the_cpu_refuses_raises_its_error(name):
+    def on(device):
+        return lambda *shape, dtype=torch.float32: torch.zeros(*shape, dtype=dtype, device=device)
+
+    with pytest.raises((RuntimeError, TypeError)) as cpu:
+        _OUT_DTYPES[name](on("cpu"))
+    with pytest.raises(cpu.type) as got:
+        _OUT_DTYPES[name](on("tpu"))
+    assert str(got.value) == str(cpu.value)
+    out = torch.zeros((), dtype=torch.float64, device="tpu")  # (a safe cast is allowed, as on the CPU)
+    assert torch.sum(torch.ones(3, device="tpu"), 0, out=out).item() == 3.0
