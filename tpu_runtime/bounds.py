@@ -179,6 +179,11 @@ def _index_select(a: dict) -> list[Check]:
     return _RANGE(a)
 
 
+def _index_add(a: dict) -> list[Check]:
+    """``index_add``: the CPU's 1-d kernel words its error as ``embedding``'s (an ``IndexError``)."""
+    return _RANGE(a) if a["self"].dim() <= 1 else _ALONG(a)
+
+
 def _flat(a: dict) -> list[Check]:
     """``take``/``put``: flat indices, negative ones counting from the end."""
     n = a["self"].numel()
@@ -220,8 +225,8 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
     aten.take.default: _flat,
     aten.put.default: _flat,
     aten.put_.default: _flat,
-    aten.index_add.default: _ALONG,
-    aten.index_add_.default: _ALONG,
+    aten.index_add.default: _index_add,
+    aten.index_add_.default: _index_add,
     aten.index_copy.default: _INDEX_COPY,
     aten.index_copy_.default: _INDEX_COPY,
     aten.index_fill.int_Scalar: _INDEX_FILL,

@@ -29,6 +29,8 @@ _CASES = {
     "gather of a 0-d": lambda i, d: torch.tensor(3.0, device=d).gather(0, torch.tensor(1, device=i)).cpu(),
     "take": lambda i, d: _X.to(d).take(torch.tensor([-11], device=i)).cpu(),
     "index_add": lambda i, d: _X.to(d).index_add(1, torch.tensor([2], device=i), torch.ones(5, 1, device=d)).cpu(),
+    "index_add of 1-d": lambda i, d: torch.zeros(3, device=d).index_add(0, torch.tensor([-1], device=i),
+                                                                        torch.ones(1, device=d)).cpu(),
     "index_copy": lambda i, d: _X.to(d).index_copy(0, torch.tensor([-1], device=i), torch.ones(1, 2, device=d)).cpu(),
     "index_fill": lambda i, d: _X.to(d).index_fill(1, torch.tensor([-3], device=i), 0.0).cpu(),
     "a dimension of size 0": lambda i, d: torch.zeros(0, 3, device=d)[torch.tensor([0], device=i)].cpu(),
@@ -50,9 +52,10 @@ _CASES = {
                                                           torch.ones(4, device=d)).cpu(),
 }
 _CPU_INDEX_REFUSED = ("embedding", "cross_entropy", "scatter_add", "gather", "scatter_", "gather of a 0-d", "take",
-                      "index_add", "index_copy", "index_fill", "embedding_bag", "embedding_bag max, training",
-                      "embedding_bag offsets[0]", "embedding_bag offsets[-1]", "max_unpool1d", "max_unpool3d",
-                      "multi_margin_loss", "multilabel_margin_loss", "searchsorted sorter", "masked_scatter")
+                      "index_add", "index_add of 1-d", "index_copy", "index_fill", "embedding_bag",
+                      "embedding_bag max, training", "embedding_bag offsets[0]", "embedding_bag offsets[-1]",
+                      "max_unpool1d", "max_unpool3d", "multi_margin_loss", "multilabel_margin_loss",
+                      "searchsorted sorter", "masked_scatter")
 
 
 def _bag(i, d, indices, offsets, grad=False, **kwargs):
