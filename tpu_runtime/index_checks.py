@@ -51,6 +51,13 @@ def _scalar_type(op: str) -> Callable[[dict], None]:
     return _source_dtype(lambda s, t: f"{op}(): self ({s}) and source ({t}) must have the same scalar type")
 
 
+def _indices_dtype(a: dict) -> None:
+    """``x[idx]``: each index tensor an integer (int32/int64) or a mask (bool/uint8), as the CPU requires."""
+    for idx in a["indices"]:
+        if idx is not None and idx.dtype not in (torch.int64, torch.int32, torch.uint8, torch.bool):
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+
+
 _FILL_INDEX = _index_dtype((torch.int64,), lambda got: "index_fill_(): Expected dtype int64 for index.", IndexError)
 
 #: op → its checks, each given the call's arguments by name.
@@ -69,6 +76,9 @@ CHECKS: dict[Any, tuple] = {
         lambda s, t: f"put_(): self and source expected to have the same dtype, but got self.dtype = {s} and "
                      f"source.dtype = {t}")),
     aten.take.default: (_long_index("take"),),
+    aten.index_select.default: (_index_dtype(_INTS, lambda got: "index_select(): Expected dtype int32 or int64 for "
+                                                                "index"),),
+    aten.index.Tensor: (_indices_dtype,),
 }
 
 

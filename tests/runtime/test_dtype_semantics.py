@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -310,3 +312,14 @@ def test_an_out_tensor_of_a_dtype_the_cpu_refuses_raises_its_error(name):
     assert str(got.value) == str(cpu.value)
     out = torch.zeros((), dtype=torch.float64, device="tpu")  # (a safe cast is allowed, as on the CPU)
     assert torch.sum(torch.ones(3, device="tpu"), 0, out=out).item() == 3.0
+
+
+@pytest.mark.parametrize("call", [lambda x, i: x.index_select(0, i), lambda x, i: x[i]], ids=["index_select", "getitem"])
+def test_an_index_of_a_dtype_the_cpu_refuses_raises_its_error(call):
+    x = torch.zeros(3, 2)
+    for index in (torch.tensor([0], dtype=torch.int16), torch.tensor([0.0])):
+        with pytest.raises((RuntimeError, IndexError)) as cpu:
+            call(x, index)
+        with pytest.raises(cpu.type, match="^" + re.escape(str(cpu.value)) + "$"):
+            call(x.to("tpu"), index.to("tpu"))
+    assert call(x.to("tpu"), torch.tensor([2], dtype=torch.int32, device="tpu")).shape == call(x, torch.tensor([2])).shape
