@@ -1,5 +1,6 @@
 """Result dtypes and values as torch gives them: the default dtype, python ints outside an integer dtype's range
-(torch's arithmetic wraps them, its fill values refuse them)."""
+(torch's arithmetic wraps them, its fill values refuse them); and the calls the CPU refuses for a dtype (an input's, an
+``out=`` tensor's, an index's) raise its error."""
 
 from __future__ import annotations
 
