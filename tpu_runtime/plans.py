@@ -266,38 +266,40 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
     tensor with 1e10): the same call on CPU tensors of ones fails, and succeeds with those inputs as float32. XLA
     would compute such a call (an int softmax truncated to 0, a bool matmul); the error's type is the CPU's, so an
     ``except NotImplementedError`` catches it as on the CPU. Asked once per plan (a new call signature)."""
-    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
-    tensors = [x for x in ins if isinstance(x, TpuTensor)]
+    templates = _templates(func, args, kwargs, dyn)
+    tensors = [x for x in templates[2] if isinstance(x, TpuTensor)]
     if not any(x.dtype in _PROBED for x in tensors) and not _overflows(tensors, args, kwargs):
         return
-    small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
-
-    probed = [i for i, x in enumerate(ins) if isinstance(x, TpuTensor) and x.dtype in _PROBED]
-
-    def run(as_float: tuple) -> None:
-        cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(),
-                          dtype=torch.float32 if i in as_float else x.dtype)
-               if isinstance(x, TpuTensor) else x for i, x in enumerate(ins)]
-        fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            func(*_fill(targs, cpu), **fill)
-
     try:
-        run(())
+        _on_cpu_ones(func, templates)
     except Exception as e:  # noqa: BLE001 (re-raised as it is when the dtypes are the cause)
         if "without overflow" in str(e):  # (a python number the floating tensor's dtype cannot hold)
             e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
             raise e.with_traceback(None) from None
         # the dtypes are the cause when the call runs with them (or one of them: an index stays an int) as float32
+        probed = [i for i, x in enumerate(templates[2]) if isinstance(x, TpuTensor) and x.dtype in _PROBED]
         for as_float in [tuple(probed)] + ([(i,) for i in probed] if len(probed) > 1 else []):
             try:
-                run(as_float)
+                _on_cpu_ones(func, templates, as_float)
             except Exception:  # noqa: BLE001 (refused for another reason too)
                 continue
             e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their "
                        "dtypes)")
             raise e.with_traceback(None) from None
+
+
+def _on_cpu_ones(func: Any, templates: tuple, as_float: tuple = ()) -> None:
+    """``func`` on CPU tensors of ones in place of a call's tpu tensors (``templates``: :func:`_templates`'s): of
+    their shapes, or of size-1 dimensions past :data:`_PROBE_NUMEL` elements in all; the inputs at the positions
+    ``as_float`` as float32. Its warnings are not shown (the user's call gives its own)."""
+    targs, tkwargs, ins = templates
+    small = sum(x.numel() for x in ins if isinstance(x, TpuTensor)) <= _PROBE_NUMEL
+    cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(), dtype=torch.float32 if i in as_float else x.dtype)
+           if isinstance(x, TpuTensor) else x for i, x in enumerate(ins)]
+    fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        func(*_fill(targs, cpu), **fill)
 
 
 def _overflows(tensors: list, args: tuple, kwargs: dict) -> bool:
@@ -315,17 +317,11 @@ def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dt
     """After the op's lowering (or meta kernel) failed on this call: raise what PyTorch on the CPU raises for it, if it
     refuses it too (``bitwise_and`` of floats: its ``NotImplementedError``), instead of the lowering's error;
     ``dtype_only``: only a refusal of a dtype ("not implemented for 'Float'"); ``keep``: only a refusal whose message
-    it accepts."""
-    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
-    tensors = [x for x in ins if isinstance(x, TpuTensor)]
-    small = sum(x.numel() for x in tensors) <= _PROBE_NUMEL
-    cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(), dtype=x.dtype) if isinstance(x, TpuTensor) else x
-           for x in ins]
-    fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
+    it accepts. A random op is not asked (it would draw from the CPU's generator)."""
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        return
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            func(*_fill(targs, cpu), **fill)
+        _on_cpu_ones(func, _templates(func, args, kwargs, dyn))
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
         if "Could not run" in str(e) or (dtype_only and "not implemented for '" not in str(e)) \
                 or (keep is not None and not keep(str(e))):

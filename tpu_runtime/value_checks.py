@@ -11,6 +11,9 @@ python number is checked at once):
   ``ZeroDivisionError``, XLA gave -1 or the dividend;
 * a random op's python parameters that its decomposition does not check (``bernoulli_(p)``, ``uniform_(from,
   to)``, ``random_(from, to)``, ``log_normal_``/``cauchy_``'s scale): the CPU's message.
+
+A check function returns the checks of a call (see :data:`tpu_runtime.bounds.Check`); an exception among them (a
+python argument the CPU refuses) is raised at once.
 """
 
 from __future__ import annotations
@@ -20,10 +23,6 @@ from typing import Any, Callable
 import torch
 
 aten = torch.ops.aten
-
-#: An error to raise at once (a python argument the CPU refuses), as a check list's element.
-Now = RuntimeError
-
 
 def _fixed(message: str) -> Callable[[Any, Any], str]:
     return lambda v, i: message
@@ -60,7 +59,7 @@ def _bernoulli_tensor(a: dict) -> list:
 
 def _bernoulli_float(a: dict) -> list:
     p = a["p"]
-    return [] if 0 <= p <= 1 else [Now(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")]
+    return [] if 0 <= p <= 1 else [RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")]
 
 
 def _bce(a: dict) -> list:
@@ -94,7 +93,7 @@ def _division(a: dict) -> list:
     if not (_integral(x) and _integral(other)):
         return []
     if not isinstance(other, torch.Tensor):
-        return [Now("ZeroDivisionError")] if other == 0 else []
+        return [RuntimeError("ZeroDivisionError")] if other == 0 else []
     return [(other, 0, 1, RuntimeError, _ZERO, None, "zeros")]
 
 
@@ -102,7 +101,7 @@ def _uniform(a: dict) -> list:
     low, high = a.get("from", 0.0), a.get("to", 1.0)
     if low <= high:
         return []
-    return [Now(f"uniform_ expects to return a [from, to) range, but found from={low:g} > to={high:g}")]
+    return [RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={low:g} > to={high:g}")]
 
 
 def _random(a: dict) -> list:
@@ -110,13 +109,13 @@ def _random(a: dict) -> list:
     low, high = a.get("from", 0), a.get("to")
     if high is None or low < high:
         return []
-    return [Now(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")]
+    return [RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")]
 
 
 def _positive(op: str, name: str, default: float) -> Callable[[dict], list]:
     def checks(a: dict) -> list:
         v = a.get(name, default)
-        return [] if v > 0 else [Now(f"{op} expects {name} > 0.0, but found {name}={v:g}")]
+        return [] if v > 0 else [RuntimeError(f"{op} expects {name} > 0.0, but found {name}={v:g}")]
     return checks
 
 
