@@ -238,13 +238,11 @@ def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, erro
     or when the CPU's refusal is not of ``error``'s type (``None``: any refusal is raised)."""
     if isinstance(error, NotImplementedError):  # no meta kernel, or a data-dependent output shape
         return
-    targs, tkwargs, ins = _templates(func, args, kwargs, dyn)
-    if sum(x.numel() for x in ins if isinstance(x, torch.Tensor)) > _REPRO_NUMEL:
+    templates = _templates(func, args, kwargs, dyn)
+    if sum(x.numel() for x in templates[2] if isinstance(x, torch.Tensor)) > _REPRO_NUMEL:
         return
-    cpu = [torch.zeros(tuple(x.shape), dtype=x.dtype) if isinstance(x, TpuTensor) else x for x in ins]
-    fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
     try:
-        func(*_fill(targs, cpu), **fill)
+        _on_cpu(func, templates, torch.zeros, shrink=False, quiet=False)
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
         if isinstance(e, NotImplementedError) or (error is not None and not isinstance(e, type(error))):
             return
@@ -271,7 +269,7 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
     if not any(x.dtype in _PROBED for x in tensors) and not _overflows(tensors, args, kwargs):
         return
     try:
-        _on_cpu_ones(func, templates)
+        _on_cpu(func, templates)
     except Exception as e:  # noqa: BLE001 (re-raised as it is when the dtypes are the cause)
         if "without overflow" in str(e):  # (a python number the floating tensor's dtype cannot hold)
             e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
@@ -280,7 +278,7 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
         probed = [i for i, x in enumerate(templates[2]) if isinstance(x, TpuTensor) and x.dtype in _PROBED]
         for as_float in [tuple(probed)] + ([(i,) for i in probed] if len(probed) > 1 else []):
             try:
-                _on_cpu_ones(func, templates, as_float)
+                _on_cpu(func, templates, as_float=as_float)
             except Exception:  # noqa: BLE001 (refused for another reason too)
                 continue
             e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their "
@@ -288,17 +286,20 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
             raise e.with_traceback(None) from None
 
 
-def _on_cpu_ones(func: Any, templates: tuple, as_float: tuple = ()) -> None:
-    """``func`` on CPU tensors of ones in place of a call's tpu tensors (``templates``: :func:`_templates`'s): of
-    their shapes, or of size-1 dimensions past :data:`_PROBE_NUMEL` elements in all; the inputs at the positions
-    ``as_float`` as float32. Its warnings are not shown (the user's call gives its own)."""
+def _on_cpu(func: Any, templates: tuple, make: Callable = torch.ones, as_float: tuple = (), shrink: bool = True,
+            quiet: bool = True) -> None:
+    """``func`` on CPU tensors made by ``make`` (ones, zeros) in place of a call's tpu tensors (``templates``:
+    :func:`_templates`'s): of their shapes, or (``shrink``) of size-1 dimensions past :data:`_PROBE_NUMEL` elements
+    in all; the inputs at the positions ``as_float`` as float32. ``quiet``: its warnings are not shown (the user's
+    call gives its own)."""
     targs, tkwargs, ins = templates
-    small = sum(x.numel() for x in ins if isinstance(x, TpuTensor)) <= _PROBE_NUMEL
-    cpu = [torch.ones(tuple(x.shape) if small else (1,) * x.dim(), dtype=torch.float32 if i in as_float else x.dtype)
+    small = not shrink or sum(x.numel() for x in ins if isinstance(x, TpuTensor)) <= _PROBE_NUMEL
+    cpu = [make(tuple(x.shape) if small else (1,) * x.dim(), dtype=torch.float32 if i in as_float else x.dtype)
            if isinstance(x, TpuTensor) else x for i, x in enumerate(ins)]
     fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        if quiet:
+            warnings.simplefilter("ignore")
         func(*_fill(targs, cpu), **fill)
 
 
@@ -321,7 +322,7 @@ def raise_cpu_refusal(func: Any, args: tuple, kwargs: dict, dyn: bool | None, dt
     if torch.Tag.nondeterministic_seeded in func.tags:
         return
     try:
-        _on_cpu_ones(func, _templates(func, args, kwargs, dyn))
+        _on_cpu(func, _templates(func, args, kwargs, dyn))
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
         if "Could not run" in str(e) or (dtype_only and "not implemented for '" not in str(e)) \
                 or (keep is not None and not keep(str(e))):

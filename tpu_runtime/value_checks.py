@@ -45,16 +45,14 @@ def _multinomial(a: dict) -> list:
              "positive rows", True)]
 
 
-def _bernoulli(a: dict) -> list:
-    p = a["self"]
-    return [(p, 0.0, 1.0, RuntimeError, _BERNOULLI, None, None, True)] if p.is_floating_point() else []
-
-
-def _bernoulli_tensor(a: dict) -> list:
-    p = a["p"]
-    if isinstance(p, torch.Tensor):
+def _probabilities(name: str) -> Callable[[dict], list]:
+    """``bernoulli``'s probabilities (argument ``name``) in [0, 1]; a python float ``p`` at once."""
+    def checks(a: dict) -> list:
+        p = a[name]
+        if not isinstance(p, torch.Tensor):
+            return _bernoulli_float(a)
         return [(p, 0.0, 1.0, RuntimeError, _BERNOULLI, None, None, True)] if p.is_floating_point() else []
-    return _bernoulli_float(a)
+    return checks
 
 
 def _bernoulli_float(a: dict) -> list:
@@ -127,10 +125,10 @@ _DIVISIONS = [aten.floor_divide.default, aten.floor_divide.Scalar, aten.floor_di
 #: op → the checks of its arguments (see :data:`tpu_runtime.bounds.CHECKS`).
 VALUE_CHECKS: dict[Any, Callable[[dict], list]] = {
     aten.multinomial.default: _multinomial,
-    aten.bernoulli.default: _bernoulli,
+    aten.bernoulli.default: _probabilities("self"),
     aten.bernoulli.p: _bernoulli_float,
     aten.bernoulli_.float: _bernoulli_float,
-    aten.bernoulli_.Tensor: _bernoulli_tensor,
+    aten.bernoulli_.Tensor: _probabilities("p"),
     aten.binary_cross_entropy.default: _bce,
     aten.poisson.default: _poisson,
     aten.normal.Tensor_Tensor: _normal_std,
