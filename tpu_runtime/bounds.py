@@ -5,7 +5,8 @@ XLA clamps a gather's out-of-range index and drops a scatter's, so ``x[idx]``, `
 ``embedding_bag`` (its indices, and its offsets' first and last), ``one_hot``, ``max_unpool2d``/``3d``,
 ``searchsorted``'s ``sorter``, the targets of ``nll_loss``, ``multi_margin_loss`` and ``multilabel_margin_loss``,
 and ``masked_scatter`` with a source shorter than the mask's count, gave a wrong value silently. Each such
-call is checked here first, as its CPU kernel checks it, with its message:
+call (and a call of the op's ``out=`` overload) is checked here first, as its CPU kernel checks it, with
+its message:
 
 * an index on the CPU (``x[torch.tensor([7])]``): at once, on the host;
 * in debug eager mode: at once (a sync, as every debug op);
@@ -14,7 +15,8 @@ call is checked here first, as its CPU kernel checks it, with its message:
   the next sync point (``.cpu()``, ``.item()``, ``print``, ``tpu_runtime.sync()``), as CUDA reports a device-side
   assert, naming the op and the user's line that called it. Only the flags are read then: no extra sync.
 
-Compiled graphs (``torch.compile``) are not checked (their gathers clamp, as XLA's do).
+Compiled graphs (``torch.compile``) run the same checks inside the compiled program
+(:mod:`tpu_runtime.graph_checks`).
 """
 
 from __future__ import annotations
@@ -241,6 +243,25 @@ CHECKS: dict[Any, Callable[[dict], list[Check]]] = {
                              aten.scatter_reduce_.two)},
     **VALUE_CHECKS,
 }
+
+
+def _out_variants(checks: dict) -> dict:
+    """The ``out=`` overloads of the ops of ``checks`` (the same arguments, names and types, plus ``out``), each
+    checked as its op: ``torch.gather(x, 1, i, out=o)``, ``torch.floor_divide(a, b, out=o)``."""
+    found = {}
+    for op, fn in checks.items():
+        signature = [(a.name, str(a.type)) for a in op._schema.arguments]
+        packet = op.overloadpacket
+        for name in packet.overloads():
+            other = getattr(packet, name)
+            arguments = other._schema.arguments
+            if (other not in checks and any(a.is_out for a in arguments)
+                    and [(a.name, str(a.type)) for a in arguments if not a.is_out] == signature):
+                found[other] = fn
+    return found
+
+
+CHECKS.update(_out_variants(CHECKS))
 #: ``id`` of each checked op (the dispatcher's per-op test: an op overload hashes by a python call).
 CHECKED_IDS = frozenset(id(op) for op in CHECKS)
 
@@ -272,7 +293,7 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
             raise error(message(int(idx.reshape(-1)[0].item()), 0))
         if type(idx) is not TpuTensor or idx._fake is not None:
             if type(idx) is TpuTensor or idx.device.type != "cpu":
-                continue  # (a traced tensor: torch.compile's graphs are not checked)
+                continue  # (a traced tensor: the compiled graph checks it, see tpu_runtime.graph_checks)
             host = idx.float() if idx.dtype in (torch.float16, torch.bfloat16) else idx
             bad, first, at = _host_flags(host.numpy(force=True), low, size, ignore, part)
             if bad:
@@ -282,15 +303,22 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
         from tpu_runtime.values import read
 
         ex = executor()
-        flags = ex.run(_flags_plan(idx._spec, low, size, ignore, part), [read(idx)])[0]
+        found = ex.run(_flags_plan(idx._spec, low, size, ignore, part), [read(idx)])[0]
         if ex.name == "debug":
-            bad, first, at = np.asarray(flags).tolist()
+            bad, first, at = np.asarray(found).tolist()
             if bad:
                 raise error(message(first, at))
             continue
-        _PENDING.append((flags, error, message, func, caller_location()))
-        if len(_PENDING) > _MAX_PENDING:
-            raise_pending()
+        queue(found, error, message, func, caller_location())
+
+
+def queue(flags: Any, error: type, message: Message, func: Any, where: Any) -> None:
+    """Keep a check's ``flags`` (see :func:`flags`, computed on the device) for the next sync point, which raises
+    ``error(message(value, position))`` if they found a value out of range (``func``, ``where``: the op and the
+    user's line, for the error's note)."""
+    _PENDING.append((flags, error, message, func, where))
+    if len(_PENDING) > _MAX_PENDING:
+        raise_pending()
 
 
 def one_hot(self: Any, num_classes: int = -1) -> Any:
@@ -325,8 +353,8 @@ def raise_pending() -> None:
 
     pending = list(_PENDING)
     _PENDING.clear()
-    for flags, error, message, func, where in pending:
-        bad, first, at = np.asarray(concrete(flags)).tolist()
+    for found, error, message, func, where in pending:
+        bad, first, at = np.asarray(concrete(found)).tolist()
         if bad:
             e = error(message(first, at))
             e.add_note(f"(an index of {func} at {where}, found out of range at this sync point: the device "
@@ -386,16 +414,20 @@ def _flags_plan(spec: tuple, low: int | None, size: int | None, ignore: Any, par
     key = ("index bounds", spec, low, size, ignore, part)
     plan = _PLANS.get(key)
     if plan is None:
-        def flags(idx: Any) -> tuple:
-            flat = _part(idx, part, jnp)
-            out = _out_of_range(flat, low, size, jnp)
-            if ignore is not None:
-                out = out & (flat != ignore)
-            at = jnp.argmax(out)
-            return (jnp.stack([jnp.any(out).astype(jnp.int64), flat[at].astype(jnp.int64), at.astype(jnp.int64)]),)
-
-        plan = _PLANS[key] = custom_plan(key, "index bounds", flags, (((3,), torch.int64),))
+        plan = _PLANS[key] = custom_plan(key, "index bounds", lambda idx: (flags(idx, low, size, ignore, part),),
+                                         (((3,), torch.int64),))
     return plan
 
 
-__all__ = ["CHECKS", "CHECKED_IDS", "check", "drop_since", "one_hot", "raise_pending"]
+def flags(idx: Any, low: int | None, size: int | None, ignore: Any, part: Any = None) -> Any:
+    """``[any value out of [low, size), the first such value, its position]`` of the JAX array ``idx`` (``part``:
+    of that part of it, see :func:`_part`) as one int64 array (traceable: eager checks and compiled graphs)."""
+    flat = _part(idx, part, jnp)
+    out = _out_of_range(flat, low, size, jnp)
+    if ignore is not None:
+        out = out & (flat != ignore)
+    at = jnp.argmax(out)
+    return jnp.stack([jnp.any(out).astype(jnp.int64), flat[at].astype(jnp.int64), at.astype(jnp.int64)])
+
+
+__all__ = ["CHECKS", "CHECKED_IDS", "check", "drop_since", "flags", "queue", "one_hot", "raise_pending"]

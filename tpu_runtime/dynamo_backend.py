@@ -34,7 +34,7 @@ from converter.capture import PRESERVED_OPS
 from converter.lowering import rng_ops
 from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
-from tpu_runtime import fastpath, foreach, rng
+from tpu_runtime import fastpath, foreach, graph_checks, rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_aliases import split_shared_views
@@ -173,11 +173,15 @@ def _strided(value: Any, layout: tuple) -> TpuTensor:
     return wrap_strided(value, (tuple(value.shape), to_torch_dtype(value.dtype)), *layout)
 
 
-def _run_checks(infos: tuple, checks: list) -> None:
-    """Run the graph's error checks (``torch.linalg``'s ``info``, ``_assert_async`` conditions) on their
-    computed values (read back: a sync, as the check is on any device); raises torch's own errors."""
+def _run_checks(infos: tuple, checks: list, at_once: bool) -> None:
+    """Run the graph's error checks on their computed values: ``torch.linalg``'s ``info`` and ``_assert_async``
+    conditions (read back: a sync, as the check is on any device); index checks (:mod:`tpu_runtime.graph_checks`:
+    ``at_once``, the graph ended on the host, else at the next sync point). Raises torch's own errors."""
     for info, (_, op, rest, kwargs) in zip(infos, checks):
-        op(torch.from_numpy(np.array(info)), *rest, **kwargs)
+        if type(op) is graph_checks.Check:
+            graph_checks.report(info, op, at_once)
+        else:
+            op(torch.from_numpy(np.array(info)), *rest, **kwargs)
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -217,10 +221,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     host = device == jax.devices()[0] and not on_tpu
     wait = host and any(to_tpu)  # tpu outputs of such a graph: done before its inputs' memory may change
     n_out = len(scalars)
-    # error checks (torch.linalg's with_effects, _assert_async): their values are extra outputs, checked after the run
+    # error checks (torch.linalg's with_effects, _assert_async, index checks): their values are extra outputs,
+    # checked after the run
     checks: list = []
+    observers, refusals = graph_checks.observers(gm)
 
     def run(args: list) -> list:
+        if refusals:  # a python argument the CPU refuses (graph_checks)
+            raise refusals[0]
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         statics = tuple(a if not isinstance(a, torch.Tensor) else _TENSOR for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
@@ -238,7 +246,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
                     full = [next(it) if s is _TENSOR else s for s in statics]
                     checks.clear()
                     outs = run_graph_module(gm, tuple(full), rng=jax.random.fold_in(jax.random.key(k[0]), k[1]),
-                                            checks=checks)
+                                            checks=checks, observers=observers)
                     return tuple(outs) + tuple(c[0] for c in checks)
 
                 outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}")
@@ -247,7 +255,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             args.clear()
             if wait:
                 jax.block_until_ready(outs)
-            _run_checks(outs[n_out:], checks)
+            _run_checks(outs[n_out:], checks, host)
             outs = list(outs[:n_out])
             handoff = _handoff(outs, out_fns, arrays)
             now = layouts if bound is None else [

@@ -134,8 +134,11 @@ VALUE_CHECKS: dict[Any, Callable[[dict], list]] = {
     aten.normal.Tensor_Tensor: _normal_std,
     aten.normal.float_Tensor: _normal_std,
     aten.uniform_.default: _uniform,
+    aten.uniform.default: _uniform,  # (the functional twins: what a torch.compile graph holds)
     getattr(aten.random_, "from"): _random,
     aten.random_.to: _random,
+    getattr(aten.random, "from"): _random,
+    aten.random.to: _random,
     aten.log_normal_.default: _positive("log_normal_", "std", 2.0),
     aten.cauchy_.default: _positive("cauchy_", "sigma", 1.0),
     **{op: _division for op in _DIVISIONS},

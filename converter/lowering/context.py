@@ -27,6 +27,8 @@ class LoweringContext:
         checks: the error checks of effectful ops (``with_effects``) and ``_assert_async`` met so far, as
             ``(info, op, args, kwargs)``: a caller that can raise after running the program
             (``torch.compile``'s backend) makes the ``info`` values outputs and checks them.
+        observers: FX node → ``observe(args, kwargs, ctx)``, called with the node's argument values before
+            it is lowered (``torch.compile``'s backend adds the index checks of indexing ops to ``checks``).
         symbols: sympy symbol → its value in this run (a python int, or a ``jax.export`` dim), for the
             symbolic dims of the graph's inputs (:meth:`bind`): what a recorded SymInt (a stride, an
             offset) is evaluated with.
@@ -38,6 +40,7 @@ class LoweringContext:
     rng: Any = None
     meta: Any = None
     checks: list = field(default_factory=list)
+    observers: dict = field(default_factory=dict)
     symbols: dict = field(default_factory=dict)
     _rng_count: int = 0
 

@@ -23,11 +23,13 @@ def check_supported(gm: torch.fx.GraphModule, target: str) -> None:
 
 
 def run_graph_module(gm: torch.fx.GraphModule, inputs: tuple, *, target: str = "tpu",
-                     options: dict | None = None, rng: Any = None, checks: list | None = None) -> tuple:
+                     options: dict | None = None, rng: Any = None, checks: list | None = None,
+                     observers: dict | None = None) -> tuple:
     """Evaluate ``gm`` on JAX values (traceable under ``jax.jit``); ``checks`` (a list) collects
-    the error checks of effectful ops (see :class:`LoweringContext`) for the caller to run."""
+    the error checks of effectful ops (see :class:`LoweringContext`) for the caller to run;
+    ``observers`` (node → function) see chosen nodes' argument values (:class:`LoweringContext`)."""
     ctx = LoweringContext(target=target, options=dict(options or {}), rng=rng,
-                          checks=checks if checks is not None else [])
+                          checks=checks if checks is not None else [], observers=observers or {})
     return run_nodes(gm, inputs, ctx)
 
 

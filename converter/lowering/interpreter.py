@@ -277,6 +277,8 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
         if target in _SYM_ON_ARRAYS and any(isinstance(a, jax.Array) for a in args):
             return _SYM_ON_ARRAYS[target](*args)
         return target(*args, **kwargs)
+    if ctx.observers and node in ctx.observers:
+        ctx.observers[node](args, kwargs, ctx)
     row = registry.lookup(target, ctx.target, source_location(node))
     ctx.node = node
     try:

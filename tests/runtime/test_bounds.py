@@ -123,3 +123,28 @@ def test_a_call_that_fails_for_another_reason_leaves_no_pending_index_error():
         with pytest.raises(RuntimeError, match="Expected self.dtype to be equal to src.dtype"):
             z.scatter_(0, torch.tensor([9], device="tpu"), torch.ones(1, dtype=torch.float64, device="tpu"))
         torch.testing.assert_close((z + 1).cpu(), torch.ones(5))
+
+
+#: ``out=`` variants run the checks of their op: name → fn(device), run to a sync point.
+_OUT_CASES = {
+    "index_select": lambda d: torch.index_select(_X.to(d), 0, torch.tensor([5], device=d),
+                                                 out=torch.empty(1, 2, device=d)).cpu(),
+    "gather": lambda d: torch.gather(_X.to(d), 1, torch.tensor([[2]], device=d), out=torch.empty(1, 1, device=d)).cpu(),
+    "take": lambda d: torch.take(_X.to(d), torch.tensor([10], device=d), out=torch.empty(1, device=d)).cpu(),
+    "index_add": lambda d: torch.index_add(_X.to(d), 0, torch.tensor([7], device=d), torch.ones(1, 2, device=d),
+                                           out=torch.empty(5, 2, device=d)).cpu(),
+    "floor_divide": lambda d: torch.floor_divide(torch.tensor([3], device=d), torch.tensor([0], device=d),
+                                                 out=torch.empty(1, dtype=torch.long, device=d)).cpu(),
+    "multinomial": lambda d: torch.multinomial(torch.tensor([[0.5, -1.0]], device=d), 1,
+                                               out=torch.empty(1, 1, dtype=torch.long, device=d)).cpu(),
+}
+
+
+@pytest.mark.parametrize("name", list(_OUT_CASES))
+def test_out_variants_are_checked_as_their_op(name):
+    with pytest.raises((IndexError, RuntimeError)) as cpu:
+        _OUT_CASES[name]("cpu")
+    with pytest.raises(cpu.type) as info:
+        _OUT_CASES[name]("tpu")
+    assert str(info.value) == str(cpu.value)
+    tpu_runtime.sync()

@@ -1,0 +1,80 @@
+"""torch.compile(backend="tpu") graphs check indices and values as eager mode does: the CPU's error, not XLA's
+clamped read (tpu_runtime.graph_checks). A graph of CPU tensors raises at the call; a graph of tpu tensors at the
+next sync point, naming the op and the user's line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpu_runtime
+
+_X = torch.arange(10.0).view(5, 2)
+
+#: name → (fn(x, index), an index out of range, one in range): the index is a graph input.
+_CASES = {
+    "getitem": (lambda x, i: x[i], [7], [-5, 4]),
+    "index_put": (lambda x, i: x.index_put((i,), torch.ones((), device=x.device)), [-9], [-1]),
+    "index_select": (lambda x, i: x.index_select(0, i), [5], [0]),
+    "gather": (lambda x, i: x.gather(1, i.view(-1, 1)), [0, 2], [0, 1]),
+    "scatter_add": (lambda x, i: x.scatter_add(0, i.view(1, -1), x[:1]), [0, 6], [0, 4]),
+    "embedding": (lambda x, i: F.embedding(i, x), [[0, 5]], [[0, 4]]),
+    "take": (lambda x, i: x.take(i), [-11], [-10]),
+    "cross_entropy": (lambda x, i: F.cross_entropy(x, i), [0, 1, 2, 1, 0], [0, 1, -100, 1, 0]),
+}
+
+
+def _cpu_error(fn, index):
+    with pytest.raises((IndexError, RuntimeError)) as info:
+        fn(_X, torch.tensor(index))
+    return info.type, str(info.value)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+@pytest.mark.parametrize("name", list(_CASES))
+def test_a_compiled_index_out_of_range_raises_the_cpus_error(name, device):
+    fn, bad, good = _CASES[name]
+    kind, message = _cpu_error(fn, bad)
+    compiled = torch.compile(fn, backend="tpu", dynamic=False)
+    x = _X.to(device)
+    ok = compiled(x, torch.tensor(good, device=device))
+    torch.testing.assert_close(ok.cpu(), fn(_X, torch.tensor(good)))  # (an index in range: no false alarm)
+    with pytest.raises(kind) as info:
+        out = compiled(x, torch.tensor(bad, device=device))
+        if device == "tpu":
+            out.cpu()  # (a tpu graph runs on: the sync point raises)
+    assert str(info.value) == message
+    notes = " ".join(info.value.__notes__)
+    assert "test_compile_checks.py" in notes  # the user's line of the op
+    if device == "tpu":
+        assert "at this sync point" in notes
+    tpu_runtime.sync()  # nothing left pending
+
+
+def test_a_tpu_graph_raises_at_the_sync_point_not_at_the_call():
+    compiled = torch.compile(lambda x, i: x[i] * 2, backend="tpu")
+    x = _X.to("tpu")
+    y = compiled(x, torch.tensor([9], device="tpu"))  # no raise yet: the graph runs asynchronously
+    assert y.shape == (1, 2)
+    with pytest.raises(IndexError, match="index 9 is out of bounds for dimension 0 with size 5"):
+        tpu_runtime.sync()
+    torch.testing.assert_close(compiled(x, torch.tensor([3], device="tpu")).cpu(), _X[[3]] * 2)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_compiled_value_checks(device):
+    floor = torch.compile(lambda a, b: a // b, backend="tpu")
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        floor(torch.tensor([4, 5], device=device), torch.tensor([1, 0], device=device)).cpu()
+    torch.testing.assert_close(floor(torch.tensor([4, 5], device=device), torch.tensor([2, 3], device=device)).cpu(),
+                               torch.tensor([2, 1]))
+    draw = torch.compile(lambda p: torch.multinomial(p, 1), backend="tpu")
+    with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan` or element < 0"):
+        draw(torch.tensor([[0.5, -0.1]], device=device)).cpu()
+    # a python argument the CPU refuses: every call raises
+    fill = torch.compile(lambda x: x.uniform_(2.0, 1.0) + 1, backend="tpu")
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"uniform_ expects to return a \[from, to\) range"):
+            fill(torch.zeros(3, device=device))
+    tpu_runtime.sync()
