@@ -93,7 +93,7 @@ def _run(func: Any, args: tuple, kwargs: dict, route: tuple, into: TpuTensor | N
     specs = plan.out_specs
     if into is not None:
         if specs[0][1] != into._spec[1]:
-            check_cast(specs[0][1], into._spec[1])
+            check_cast(specs[0][1], into._spec[1], func, args, kwargs)
         assign_value(into, res[0], specs[0])
         return into
     for x in ins:
@@ -130,9 +130,12 @@ def run_writing(func: Any, args: tuple, kwargs: dict, route: tuple, targets: lis
     return True
 
 
-def check_cast(result: torch.dtype, out: torch.dtype) -> None:
+def check_cast(result: torch.dtype, out: torch.dtype, func: Any = None, args: tuple = (),
+               kwargs: dict | None = None) -> None:
     """Refuse an in-place op whose result type ``result`` torch would not cast into ``self``'s ``out``
-    (``int_tensor += 1.5``, ``bool_tensor += 1``): the CPU raises rather than truncate.
+    (``int_tensor += 1.5``, ``bool_tensor += 1``): the CPU raises rather than truncate. With ``func`` (the
+    functional twin, called on ``args``/``kwargs``): a real result into a complex tensor is also refused where the
+    CPU refuses the in-place op (``abs_``: "In-place abs is not supported for complex tensors."; ``eq_`` it runs).
 
     Raises:
         RuntimeError: torch's message.
@@ -140,6 +143,16 @@ def check_cast(result: torch.dtype, out: torch.dtype) -> None:
     if not torch.can_cast(result, out):
         raise RuntimeError(f"result type {scalar_type_name(result)} can't be cast to the desired output type "
                            f"{scalar_type_name(out)}")
+    if func is not None and out.is_complex and not result.is_complex and (func, result, out) not in _INTO_COMPLEX:
+        twin = getattr(torch.ops.aten, func._schema.name.split("::")[-1] + "_", None)
+        twin = getattr(twin, func._overloadname, None) if twin is not None else None
+        if twin is not None:
+            raise_cpu_refusal(twin, args, kwargs or {}, None)
+        _INTO_COMPLEX.add((func, result, out))
+
+
+#: ``(functional op, result dtype, complex dtype)`` whose in-place op the CPU runs (see :func:`check_cast`).
+_INTO_COMPLEX: set = set()
 
 
 def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:

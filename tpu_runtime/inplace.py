@@ -122,7 +122,7 @@ def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     if isinstance(result, (tuple, list)):
         result = result[0]
     if isinstance(result, torch.Tensor) and result.dtype != self.dtype:
-        check_cast(result.dtype, self.dtype)
+        check_cast(result.dtype, self.dtype, functional, args, kwargs)
     if not isinstance(self, TpuTensor):  # a CPU tensor updated from tpu operands
         self.copy_(to_cpu(result))
         return self

@@ -182,11 +182,19 @@ def _arange_meta(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> torch.Te
     return aten.arange.start_step(start, end, step, **{**kwargs, "device": "meta"})
 
 
+def _pow_scalar_meta(self: Any, exponent: Any) -> torch.Tensor:
+    """pow.Tensor_Scalar on meta: torch's meta kernel, except a bool tensor to a bool power (``mask ** True``), which
+    the CPU's kernel keeps bool (its type promotion) where the meta kernel answers int64."""
+    out = aten.pow.Tensor_Scalar(self, exponent)
+    return out.to(torch.bool) if self.dtype == torch.bool and type(exponent) is bool else out
+
+
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
     aten.glu_jvp.default: lambda glu, x, dx, dim: torch.empty_like(glu),
     aten.arange.start_step: _arange_meta,
+    aten.pow.Tensor_Scalar: _pow_scalar_meta,
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)
     aten.multi_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),
     aten.multilabel_margin_loss_backward.default: lambda grad_output, self, *args, **kwargs: torch.empty_like(self),

@@ -305,7 +305,10 @@ def _on_cpu(func: Any, templates: tuple, make: Callable = torch.ones, as_float: 
 
 def _overflows(tensors: list, args: tuple, kwargs: dict) -> bool:
     """Whether a python number among the call's arguments is finite and beyond the range of a floating input's dtype
-    (``f16.fill_(1e10)``: the CPU refuses it; XLA would write ``inf``)."""
+    (``f16.fill_(1e10)``: the CPU refuses it; XLA would write ``inf``), or complex next to real tensors (``clamp(x,
+    min=1j)``: the CPU refuses to convert it; XLA would compare real parts; ``x + 1j`` it accepts)."""
+    if any(type(a) is complex for a in (*args, *kwargs.values())) and not all(x.dtype.is_complex for x in tensors):
+        return True
     numbers = [abs(a) for a in (*args, *kwargs.values()) if type(a) in (int, float) and math.isfinite(a)]
     if not numbers:
         return False

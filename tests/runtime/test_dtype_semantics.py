@@ -324,3 +324,37 @@ def test_an_index_of_a_dtype_the_cpu_refuses_raises_its_error(call):
         with pytest.raises(cpu.type, match="^" + re.escape(str(cpu.value)) + "$"):
             call(x.to("tpu"), index.to("tpu"))
     assert call(x.to("tpu"), torch.tensor([2], dtype=torch.int32, device="tpu")).shape == call(x, torch.tensor([2])).shape
+
+
+#: Complex numbers and bool powers, as the CPU takes or refuses them: name → fn(device).
+_COMPLEX_AND_BOOL = {
+    "abs_ of complex": lambda d: torch.tensor([3 + 4j], device=d).abs_(),
+    "absolute_ of complex": lambda d: torch.tensor([3 + 4j], device=d).absolute_(),
+    "eq_ of complex": lambda d: torch.tensor([3 + 4j], device=d).eq_(torch.tensor([3 + 4j], device=d)),
+    "clamp with a complex bound": lambda d: torch.clamp(torch.tensor([1.0, 2.0], device=d), min=1 + 1j),
+    "real + complex scalar": lambda d: torch.tensor([1.0, 2.0], device=d) + 1j,
+    "full_like(real, complex)": lambda d: torch.full_like(torch.tensor([1.0], device=d), 1j),
+    "bool ** True": lambda d: torch.tensor([True, False], device=d) ** True,
+    "bool ** False": lambda d: torch.tensor([True, False], device=d) ** False,
+    "bool ** 2": lambda d: torch.tensor([True, False], device=d) ** 2,
+    "nan_to_num of complex": lambda d: torch.nan_to_num(torch.tensor([complex(float("nan"), float("inf")),
+                                                                      complex(float("-inf"), 2.0)], device=d)),
+    "nan_to_num(posinf=1e10) of float16": lambda d: torch.nan_to_num(
+        torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=torch.float16, device=d), posinf=1e10),
+}
+
+
+def _outcome(fn, device):
+    try:
+        out = fn(device)
+    except Exception as e:  # noqa: BLE001 (the error is the outcome compared)
+        return type(e), str(e).split("\n")[0]
+    return out.dtype, out.cpu().tolist()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("name", list(_COMPLEX_AND_BOOL))
+def test_complex_numbers_and_bool_powers_as_on_the_cpu(name, mode):
+    with tpu_runtime.set_eager_mode(mode):
+        got = _outcome(_COMPLEX_AND_BOOL[name], "tpu")
+    assert got == _outcome(_COMPLEX_AND_BOOL[name], "cpu")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from converter.lowering.dtypes import is_floating
@@ -409,3 +410,30 @@ def lower_round_decimals(ctx, self, *, decimals=0):
         return jnp.round(x / p) * p if decimals < 0 else jnp.round(x * p) / p
 
     return _float_unary(ctx, self, rnd)
+
+
+def _nan_to_num_real(x, nan, posinf, neginf):
+    info = jnp.finfo(x.dtype)
+    with np.errstate(over="ignore"):  # (a replacement beyond the dtype's range rounds to inf, as on the CPU: silently)
+        nan, big, small = (np.asarray(v, x.dtype) for v in (0.0 if nan is None else nan,
+                                                            info.max if posinf is None else posinf,
+                                                            info.min if neginf is None else neginf))
+    x = jnp.where(jnp.isnan(x), nan, x)
+    return jnp.where(jnp.isposinf(x), big, jnp.where(jnp.isneginf(x), small, x))
+
+
+@lowering(aten.nan_to_num.default)
+def lower_nan_to_num_default(ctx, self, nan=None, posinf=None, neginf=None):
+    """nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor
+
+    NaN → ``nan`` (0), +inf → ``posinf`` (the dtype's largest), -inf → ``neginf`` (its lowest), each value rounded
+    to the dtype as the CPU's kernel casts it; a complex tensor's real and imaginary parts each so (torch's
+    decomposition refuses complex inputs; the CPU does not); integers and bools unchanged.
+    """
+    if jnp.issubdtype(self.dtype, jnp.complexfloating):
+        re = _nan_to_num_real(jnp.real(self), nan, posinf, neginf)
+        im = _nan_to_num_real(jnp.imag(self), nan, posinf, neginf)
+        return jax.lax.complex(re, im)
+    if not jnp.issubdtype(self.dtype, jnp.floating):
+        return self
+    return _nan_to_num_real(self, nan, posinf, neginf)
