@@ -227,8 +227,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     observers, refusals = graph_checks.observers(gm)
 
     def run(args: list) -> list:
-        if refusals:  # a python argument the CPU refuses (graph_checks)
-            raise refusals[0]
+        if refusals:  # a python argument the CPU refuses (graph_checks): a fresh error each call
+            raise type(refusals[0])(*refusals[0].args)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         statics = tuple(a if not isinstance(a, torch.Tensor) else _TENSOR for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
