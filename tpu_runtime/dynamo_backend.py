@@ -178,7 +178,7 @@ def _run_checks(infos: tuple, checks: list, at_once: bool) -> None:
     conditions (read back: a sync, as the check is on any device); index checks (:mod:`tpu_runtime.graph_checks`:
     ``at_once``, the graph ended on the host, else at the next sync point). Raises torch's own errors."""
     for info, (_, op, rest, kwargs) in zip(infos, checks):
-        if type(op) is graph_checks.Check:
+        if type(op) in (graph_checks.Check, graph_checks.Refusal):
             graph_checks.report(info, op, at_once)
         else:
             op(torch.from_numpy(np.array(info)), *rest, **kwargs)
@@ -224,11 +224,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     # error checks (torch.linalg's with_effects, _assert_async, index checks): their values are extra outputs,
     # checked after the run
     checks: list = []
-    observers, refusals = graph_checks.observers(gm)
+    checks_of: dict = {}  # signature → the checks its trace made (their messages hold that signature's sizes)
+    observers = graph_checks.observers(gm)
 
     def run(args: list) -> list:
-        if refusals:  # a python argument the CPU refuses (graph_checks): a fresh error each call
-            raise type(refusals[0])(*refusals[0].args)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         statics = tuple(a if not isinstance(a, torch.Tensor) else _TENSOR for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
@@ -250,12 +249,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
                     return tuple(outs) + tuple(c[0] for c in checks)
 
                 outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}")
+                checks_of[sig] = list(checks)
             else:
                 outs = fn(key, *arrays)
             args.clear()
             if wait:
                 jax.block_until_ready(outs)
-            _run_checks(outs[n_out:], checks, host)
+            _run_checks(outs[n_out:], checks_of.get(sig, checks), host)
             outs = list(outs[:n_out])
             handoff = _handoff(outs, out_fns, arrays)
             now = layouts if bound is None else [

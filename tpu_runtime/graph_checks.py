@@ -11,8 +11,9 @@ node's argument values) and read after the run (:func:`report`):
 * a graph of tpu tensors runs asynchronously: the error is raised at the next sync point, as eager mode's (and a
   CUDA device-side assert), with a note naming the op and the user's line.
 
-A python argument the CPU refuses (``uniform_(from > to)``) raises on every call of the graph. A check whose
-bound is a symbolic size (a dynamic dimension) is not made.
+The checks are asked with the concrete shapes of each compiled signature, so a graph with dynamic sizes
+(``dynamic=True``) checks against this call's sizes. A python argument the CPU refuses (``uniform_(from > to)``)
+raises on every call of the graph.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 import torch
 
@@ -52,70 +54,71 @@ _WORDED_AS = {
 }
 
 
-def observers(gm: torch.fx.GraphModule) -> tuple[dict, list]:
-    """The checks of ``gm``'s nodes: ``({node: observe(args, kwargs, ctx)}, [exceptions])``.
+class Refusal(NamedTuple):
+    """The ``op`` of a ``ctx.checks`` entry for a python argument the CPU refuses (``uniform_(2, 1)``)."""
 
-    Each observer adds the flags of its node's checked arguments to ``ctx.checks``; the exceptions are the
-    python arguments the CPU refuses (raised by every call of the graph)."""
-    found: dict = {}
-    refusals: list = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in bounds.CHECKS:
+    error: BaseException
+
+
+def observers(gm: torch.fx.GraphModule) -> dict:
+    """The checks of ``gm``'s nodes: ``{node: observe(args, kwargs, ctx)}``, each observer adding the flags of its
+    node's checked arguments to ``ctx.checks`` (see :func:`_observe`)."""
+    return {node: functools.partial(_observe, node) for node in gm.graph.nodes
+            if node.op == "call_function" and node.target in bounds.CHECKS}
+
+
+def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
+    """Add the flags of one node's checked arguments (their JAX values: ``args``, ``kwargs``) to ``ctx.checks``.
+
+    The checks are those eager mode makes (:data:`tpu_runtime.bounds.CHECKS`), asked of meta tensors of this
+    call's concrete shapes (so sizes that are symbolic in the graph, a dynamic batch, are numbers here) and the
+    dtypes torch traced; a python argument the CPU refuses is a :class:`Refusal` (raised after the run)."""
+    func = node.target
+    names = [a.name for a in func._schema.arguments]
+    values: dict[int, Any] = {}  # id of a stand-in meta tensor → the argument's JAX value
+
+    def stand_in(v: Any, traced: Any) -> Any:
+        val = traced.meta.get("val") if isinstance(traced, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or not hasattr(v, "shape"):
+            return v
+        meta = torch.empty(tuple(v.shape), dtype=val.dtype, device="meta")
+        values[id(meta)] = v
+        return meta
+
+    named = {}
+    for (name, v), traced in zip([*zip(names, args), *kwargs.items()], [*node.args, *node.kwargs.values()]):
+        named[name] = ([stand_in(e, t) for e, t in zip(v, traced)] if isinstance(v, (list, tuple))
+                       and isinstance(traced, (list, tuple)) else stand_in(v, traced))
+    try:
+        checks = bounds.CHECKS[func](named)
+    except (IndexError, RuntimeError, TypeError, KeyError, AttributeError):  # the op reports a bad call itself
+        return
+    where = source_location(node)
+    worded = _WORDED_AS.get(str(node.meta.get("original_aten")))
+    for c in checks:
+        if isinstance(c, BaseException):
+            ctx.checks.append((jnp.zeros((), jnp.int32), Refusal(c), (), {}))
             continue
-        names = [a.name for a in node.target._schema.arguments]
-        paths: dict[int, tuple] = {}  # id of an argument's traced value → (argument name, position in its list)
-
-        def traced(v: Any, name: str, i: int | None = None) -> Any:
-            val = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
-            if isinstance(val, torch.Tensor):
-                paths[id(val)] = (name, i)
-            return val
-
-        named = {}
-        for name, v in [*zip(names, node.args), *node.kwargs.items()]:
-            named[name] = ([traced(e, name, i) for i, e in enumerate(v)] if isinstance(v, (list, tuple))
-                           else traced(v, name))
-        try:
-            checks = bounds.CHECKS[node.target](named)
-        except (IndexError, RuntimeError, TypeError, KeyError, AttributeError):  # the op reports a bad call itself
+        idx, low, size, error, message = c[:5]
+        ignore, part, values_checked = (c + (None, None, False))[5:8]
+        v = values.get(id(idx))
+        if v is None or not np.prod(v.shape) or (idx.is_floating_point() and not values_checked):
             continue
-        specs = []
-        for c in checks:
-            if isinstance(c, BaseException):
-                refusals.append(c)
-                continue
-            idx, low, size, error, message = c[:5]
-            ignore, part, values = (c + (None, None, False))[5:8]
-            path = paths.get(id(idx))
-            if (path is None or (idx.is_floating_point() and not values)
-                    or not all(b is None or type(b) in (int, float) for b in (low, size))):
-                continue
-            worded = _WORDED_AS.get(str(node.meta.get("original_aten")))
-            if worded is not None:
-                error, message = worded(size)
-            specs.append((path, low, size, ignore, part, Check(error, message, node.target, source_location(node))))
-        if specs:
-            found[node] = functools.partial(_observe, names, tuple(specs))
-    return found, refusals
+        if worded is not None:
+            error, message = worded(size)
+        ctx.checks.append((bounds.flags(v, low, size, ignore, part), Check(error, message, func, where), (), {}))
 
 
-def _observe(names: list, specs: tuple, args: tuple, kwargs: dict, ctx: Any) -> None:
-    """Add the flags of one node's checked arguments (their JAX values: ``args``, ``kwargs``) to ``ctx.checks``."""
-    named = dict(zip(names, args), **kwargs)
-    for (name, i), low, size, ignore, part, check in specs:
-        v = named[name] if i is None else named[name][i]
-        if v is None or not hasattr(v, "shape") or not np.prod(v.shape):
-            continue
-        ctx.checks.append((bounds.flags(v, low, size, ignore, part), check, (), {}))
-
-
-def report(flags: Any, check: Check, at_once: bool) -> None:
+def report(flags: Any, check: Check | Refusal, at_once: bool) -> None:
     """After a run: raise ``check``'s error if ``flags`` found a value out of range (``at_once``: now, the graph
-    is done; else at the next sync point, see :func:`tpu_runtime.bounds.queue`).
+    is done; else at the next sync point, see :func:`tpu_runtime.bounds.queue`); a :class:`Refusal`'s error now
+    (a fresh one each call).
 
     Raises:
-        IndexError, RuntimeError: the CPU's error for the first value out of range.
+        IndexError, RuntimeError: the CPU's error for the first value out of range, or for a python argument.
     """
+    if type(check) is Refusal:
+        raise type(check.error)(*check.error.args)
     if not at_once:
         bounds.queue(flags, check.error, check.message, check.func, check.where)
         return
@@ -126,4 +129,4 @@ def report(flags: Any, check: Check, at_once: bool) -> None:
         raise e
 
 
-__all__ = ["Check", "observers", "report"]
+__all__ = ["Check", "Refusal", "observers", "report"]

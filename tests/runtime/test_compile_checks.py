@@ -78,3 +78,21 @@ def test_compiled_value_checks(device):
         with pytest.raises(RuntimeError, match=r"uniform_ expects to return a \[from, to\) range"):
             fill(torch.zeros(3, device=device))
     tpu_runtime.sync()
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_a_dynamic_graph_checks_against_each_calls_sizes(device):
+    # one graph, symbolic sizes: each concrete signature checks (and words its message) with its own sizes
+    compiled = torch.compile(lambda x, i, t: x[i].sum() + F.cross_entropy(x, t), backend="tpu", dynamic=True)
+    for n in (5, 7):  # in range: the values torch gives
+        x, i, t = torch.arange(n * 3.0).view(n, 3), torch.tensor([0, n - 1]), torch.zeros(n, dtype=torch.long)
+        got = compiled(x.to(device), i.to(device), t.to(device))
+        torch.testing.assert_close(got.cpu(), x[i].sum() + F.cross_entropy(x, t))
+    for n in (6, 5):  # a signature traced first, then one traced before: each names its own size
+        x, t = torch.ones(n, 3, device=device), torch.zeros(n, dtype=torch.long, device=device)
+        with pytest.raises(IndexError) as info:
+            compiled(x, torch.tensor([0, n], device=device), t).cpu()
+        assert str(info.value) == f"index {n} is out of bounds for dimension 0 with size {n}"
+        with pytest.raises(IndexError, match="Target 3 is out of bounds."):
+            compiled(x, torch.tensor([0], device=device), torch.full((n,), 3, device=device)).cpu()
+    tpu_runtime.sync()
