@@ -44,13 +44,20 @@ def _take_message(size: int) -> bounds.Message:
     return lambda v, i: f"out of range: tried to access index {v} on a tensor of {size} elements."
 
 
-#: Ops that AOTAutograd decomposes into a checked op → ``size → (error, message)``: the error their CPU kernel
-#: raises instead of that op's (``cross_entropy``'s ``nll_loss_forward`` → ``gather`` of the target: ``IndexError:
-#: Target 7 is out of bounds.``), by name (a node's ``original_aten`` may be another object for the same overload).
+#: Ops that AOTAutograd decomposes into a checked op → ``(rank of the op's self, size, dim of the checked index) →
+#: (error, message, lowest allowed index)``: how their CPU kernel checks and words it instead of that op
+#: (``cross_entropy``'s ``nll_loss_forward`` → ``gather`` of the target: ``IndexError: Target 7 is out of bounds.``;
+#: ``index_copy`` → ``index_put``, which would take a negative index), by name (a node's ``original_aten`` may be
+#: another object for the same overload).
 _WORDED_AS = {
-    **{str(op): lambda size: (IndexError, bounds._target_message)
+    **{str(op): lambda rank, size, dim: (IndexError, bounds._target_message, 0)
        for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)},
-    str(aten.take.default): lambda size: (IndexError, _take_message(size)),
+    str(aten.take.default): lambda rank, size, dim: (IndexError, _take_message(size), -size),
+    str(aten.index_add.default): lambda rank, size, dim: ((IndexError, bounds._range_message, 0) if rank <= 1 else
+                                                          (RuntimeError, bounds._dim_message(dim, size), 0)),
+    str(aten.index_copy.default): lambda rank, size, dim: (IndexError, bounds._index_copy_message(dim, size), 0),
+    **{str(op): lambda rank, size, dim: (IndexError, bounds._dim_message(dim, size), -size)
+       for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)},
 }
 
 
@@ -75,19 +82,19 @@ def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
     dtypes torch traced; a python argument the CPU refuses is a :class:`Refusal` (raised after the run)."""
     func = node.target
     names = [a.name for a in func._schema.arguments]
-    values: dict[int, Any] = {}  # id of a stand-in meta tensor → the argument's JAX value
+    values: dict[int, tuple] = {}  # id of a stand-in meta tensor → (the argument's JAX value, its place in a list)
 
-    def stand_in(v: Any, traced: Any) -> Any:
+    def stand_in(v: Any, traced: Any, at: int = 0) -> Any:
         val = traced.meta.get("val") if isinstance(traced, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor) or not hasattr(v, "shape"):
             return v
         meta = torch.empty(tuple(v.shape), dtype=val.dtype, device="meta")
-        values[id(meta)] = v
+        values[id(meta)] = (v, at)
         return meta
 
     named = {}
     for (name, v), traced in zip([*zip(names, args), *kwargs.items()], [*node.args, *node.kwargs.values()]):
-        named[name] = ([stand_in(e, t) for e, t in zip(v, traced)] if isinstance(v, (list, tuple))
+        named[name] = ([stand_in(e, t, k) for k, (e, t) in enumerate(zip(v, traced))] if isinstance(v, (list, tuple))
                        and isinstance(traced, (list, tuple)) else stand_in(v, traced))
     try:
         checks = bounds.CHECKS[func](named)
@@ -101,11 +108,11 @@ def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
             continue
         idx, low, size, error, message = c[:5]
         ignore, part, values_checked = (c + (None, None, False))[5:8]
-        v = values.get(id(idx))
+        v, at = values.get(id(idx), (None, 0))
         if v is None or not np.prod(v.shape) or (idx.is_floating_point() and not values_checked):
             continue
-        if worded is not None:
-            error, message = worded(size)
+        if worded is not None:  # (``at``: the index's dimension, in an ``index_put``'s list of indices)
+            error, message, low = worded(named["self"].dim() if "self" in named else 0, size, at)
         ctx.checks.append((bounds.flags(v, low, size, ignore, part), Check(error, message, func, where), (), {}))
 
 

@@ -22,6 +22,11 @@ _CASES = {
     "embedding": (lambda x, i: F.embedding(i, x), [[0, 5]], [[0, 4]]),
     "take": (lambda x, i: x.take(i), [-11], [-10]),
     "cross_entropy": (lambda x, i: F.cross_entropy(x, i), [0, 1, 2, 1, 0], [0, 1, -100, 1, 0]),
+    # decomposed into index_put, checked as the CPU checks the op itself (a negative index refused, its wording)
+    "index_add": (lambda x, i: x.index_add(1, i, torch.ones(5, 1, device=x.device)), [-1], [1]),
+    "index_add of 1-d": (lambda x, i: x[:, 0].index_add(0, i, torch.ones(1, device=x.device)), [5], [4]),
+    "index_copy": (lambda x, i: x.index_copy(1, i, torch.ones(5, 1, device=x.device)), [-1], [1]),
+    "index_fill": (lambda x, i: x.index_fill(1, i, 2.0), [-3], [-2]),
 }
 
 
