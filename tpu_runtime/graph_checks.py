@@ -113,6 +113,8 @@ def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
             continue
         if worded is not None:  # (``at``: the index's dimension, in an ``index_put``'s list of indices)
             error, message, low = worded(named["self"].dim() if "self" in named else 0, size, at)
+        if size == 0 and ignore is None:  # every index is out of range (and the op's lowering cannot take it)
+            raise error(message(0, 0))
         ctx.checks.append((bounds.flags(v, low, size, ignore, part), Check(error, message, func, where), (), {}))
 
 

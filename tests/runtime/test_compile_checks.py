@@ -101,3 +101,11 @@ def test_a_dynamic_graph_checks_against_each_calls_sizes(device):
         with pytest.raises(IndexError, match="Target 3 is out of bounds."):
             compiled(x, torch.tensor([0], device=device), torch.full((n,), 3, device=device)).cpu()
     tpu_runtime.sync()
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_an_index_into_a_dimension_of_size_0_raises_the_cpus_error(device):
+    compiled = torch.compile(lambda x, i: x[i], backend="tpu")
+    with pytest.raises(IndexError) as info:
+        compiled(torch.zeros(0, 3, device=device), torch.tensor([0], device=device)).cpu()
+    assert str(info.value) == "index is out of bounds for dimension with size 0"
