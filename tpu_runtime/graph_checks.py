@@ -40,6 +40,7 @@ class Check(NamedTuple):
 
 aten = torch.ops.aten
 
+
 def _take_message(size: int) -> bounds.Message:
     return lambda v, i: f"out of range: tried to access index {v} on a tensor of {size} elements."
 
