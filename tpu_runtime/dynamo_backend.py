@@ -55,9 +55,14 @@ _RANDOM_FILLS = (aten.cauchy.default, aten.cauchy_.default, aten.geometric.defau
                  aten.log_normal.default, aten.log_normal_.default)
 
 
+#: Ops the table lowers whole where torch's decomposition would refuse inputs the CPU takes (``nan_to_num`` of a
+#: complex tensor: torch's reference calls ``isneginf``, which refuses complex tensors).
+_KEPT_WHOLE = (aten.nan_to_num.default,)
+
+
 def _decompositions() -> dict:
     table = dict(torch._decomp.core_aten_decompositions())
-    for op in PRESERVED_OPS:
+    for op in (*PRESERVED_OPS, *_KEPT_WHOLE):
         table.pop(op, None)
     # random fills with no lowering that torch decomposes outside its core set: the eager dispatcher falls
     # back to the same table for them, so a compiled graph runs what eager runs
