@@ -23,7 +23,8 @@ warm-up, reporting the median over rounds of the per-round time ratio
    in the runtime (inside ``__torch_dispatch__`` and in fused graph flushes) and the rest
    (torch's own autograd, module and optimizer code, the same in both modes), and the
    ceiling that rest puts on the ratio: ``strict step / fused rest`` is what fused/strict
-   would be if the fused runtime cost nothing;
+   would be if the fused runtime cost nothing (strict and fused measured in alternating rounds, the median of each
+   part: :func:`paired_breakdown`);
 2. **per-op dispatch** of strict eager against torchax eager on a chain of small
    elementwise ops: ``tpu time / torchax time`` (target ≤ 0.5; skipped with a note
    when torchax is not importable);
@@ -209,6 +210,18 @@ def breakdown(step: Callable[[], Any], steps: int,
     return (end - start) / steps, timer.seconds / steps, (end - waited) / steps
 
 
+def paired_breakdown(a: Callable[[], Any], b: Callable[[], Any], rounds: int,
+                     steps: int) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """:func:`breakdown` of ``a`` and of ``b``, alternating (A B, B A, …) over ``rounds`` of ``steps`` calls each;
+    per side, the median of each part over the rounds (one run of each drifted with the machine's load: a side's
+    runtime + rest could exceed its paired step time)."""
+    parts: dict = {a: [], b: []}
+    for r in range(rounds):
+        for fn in ((a, b) if r % 2 == 0 else (b, a)):
+            parts[fn].append(breakdown(fn, steps))
+    return tuple(tuple(statistics.median(p[k] for p in parts[fn]) for k in range(3)) for fn in (a, b))
+
+
 class _Null:
     def __enter__(self) -> None:
         return None
@@ -347,9 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   {label:30s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
                   f"{tf * 1e3:8.1f} ms per step)")
             if args.breakdown and optimizer == "default":
-                steps = max(20, args.rounds * args.block * 3)
-                (s_total, s_runtime, s_wait), (f_total, f_runtime, f_wait) = (breakdown(strict, steps),
-                                                                              breakdown(fused, steps))
+                (s_total, s_runtime, s_wait), (f_total, f_runtime, f_wait) = paired_breakdown(
+                    strict, fused, args.rounds, max(5, args.block * 3))
                 s_runtime, f_runtime = s_runtime + s_wait, f_runtime + f_wait
                 print(f"   {'':30s} runtime/rest per step: strict {s_runtime * 1e3:.2f}/{(s_total - s_runtime) * 1e3:.2f}"
                       f" ms, fused {f_runtime * 1e3:.2f}/{(f_total - f_runtime) * 1e3:.2f} ms; ceiling with a free "

@@ -48,3 +48,14 @@ def test_paired_runs_each_side_in_its_eager_mode():
 
     paired(side("strict"), side("fused"), rounds=2, block=2)
     assert len(seen) == 8 and all(want == got for want, got in seen)
+
+
+def test_paired_breakdown_alternates_the_sides_and_takes_medians():
+    from benchmarks.bench_eager import paired_breakdown
+
+    calls = []
+    a = lambda: calls.append("a")  # noqa: E731
+    b = lambda: calls.append("b")  # noqa: E731
+    (ta, ra, wa), (tb, rb, wb) = paired_breakdown(a, b, 3, 2)
+    assert calls == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
+    assert 0 <= ra <= ta and 0 <= rb <= tb and 0 <= wa <= ta and 0 <= wb <= tb  # (medians of each part)
