@@ -59,7 +59,22 @@ _WORDED_AS = {
     str(aten.index_copy.default): lambda rank, size, dim: (IndexError, bounds._index_copy_message(dim, size), 0),
     **{str(op): lambda rank, size, dim: (IndexError, bounds._dim_message(dim, size), -size)
        for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)},
+    # decomposed while dynamo traces (no ATen op of their own is recorded): known by the name of the torch function
+    # or module class dynamo recorded the node under
+    **{name: lambda rank, size, dim: (RuntimeError, lambda v, i: "target out of range", 0)
+       for name in ("multi_margin_loss", "MultiMarginLoss")},
+    **{name: lambda rank, size, dim: (RuntimeError, lambda v, i: "argument #2 'target' is out of range", -1)
+       for name in ("multilabel_margin_loss", "MultiLabelMarginLoss")},
 }
+
+
+def _worded(node: torch.fx.Node) -> Any:
+    """The :data:`_WORDED_AS` entry of a checked node, by the ATen op it came from or the torch function that
+    dynamo recorded it under (``F.multi_margin_loss``); ``None``: the node's own check."""
+    worded = _WORDED_AS.get(str(node.meta.get("original_aten")))
+    if worded is None and node.meta.get("source_fn_stack"):
+        worded = _WORDED_AS.get(getattr(node.meta["source_fn_stack"][-1][1], "__name__", None))
+    return worded
 
 
 class Refusal(NamedTuple):
@@ -102,7 +117,7 @@ def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
     except (IndexError, RuntimeError, TypeError, KeyError, AttributeError):  # the op reports a bad call itself
         return
     where = source_location(node)
-    worded = _WORDED_AS.get(str(node.meta.get("original_aten")))
+    worded = _worded(node)
     for c in checks:
         if isinstance(c, BaseException):
             ctx.checks.append((jnp.zeros((), jnp.int32), Refusal(c), (), {}))

@@ -27,6 +27,8 @@ _CASES = {
     "index_add of 1-d": (lambda x, i: x[:, 0].index_add(0, i, torch.ones(1, device=x.device)), [5], [4]),
     "index_copy": (lambda x, i: x.index_copy(1, i, torch.ones(5, 1, device=x.device)), [-1], [1]),
     "index_fill": (lambda x, i: x.index_fill(1, i, 2.0), [-3], [-2]),
+    # decomposed while dynamo traces: worded as the CPU's kernel by the torch function's name
+    "multi_margin_loss": (lambda x, i: F.multi_margin_loss(x, i), [0, 1, 2, 1, 0], [0, 1, 1, 1, 0]),
 }
 
 
@@ -109,3 +111,12 @@ def test_an_index_into_a_dimension_of_size_0_raises_the_cpus_error(device):
     with pytest.raises(IndexError) as info:
         compiled(torch.zeros(0, 3, device=device), torch.tensor([0], device=device)).cpu()
     assert str(info.value) == "index is out of bounds for dimension with size 0"
+
+
+def test_multilabel_margin_loss_targets_are_checked_with_the_cpus_message():
+    # (its values under torch.compile are torch's decomposition's, wrong for -1-padded targets: see the README)
+    loss = torch.nn.MultiLabelMarginLoss()
+    compiled = torch.compile(loss, backend="tpu")
+    with pytest.raises(RuntimeError) as info:
+        compiled(_X, torch.tensor([[0, -2]] * 5))
+    assert str(info.value) == "argument #2 'target' is out of range"
