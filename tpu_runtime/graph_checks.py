@@ -19,6 +19,7 @@ raises on every call of the graph.
 from __future__ import annotations
 
 import functools
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -41,29 +42,42 @@ class Check(NamedTuple):
 aten = torch.ops.aten
 
 
-def _take_message(size: int) -> bounds.Message:
-    return lambda v, i: f"out of range: tried to access index {v} on a tensor of {size} elements."
+def _shaped(rank: int, dim: int, size: int) -> torch.Tensor:
+    """A meta tensor of ``rank`` dimensions whose dimension ``dim`` has ``size`` elements (the others one)."""
+    return torch.empty([size if d == dim else 1 for d in range(max(rank, dim + 1))], device="meta")
 
 
-#: Ops that AOTAutograd decomposes into a checked op → ``(rank of the op's self, size, dim of the checked index) →
-#: (error, message, lowest allowed index)``: how their CPU kernel checks and words it instead of that op
-#: (``cross_entropy``'s ``nll_loss_forward`` → ``gather`` of the target: ``IndexError: Target 7 is out of bounds.``;
-#: ``index_copy`` → ``index_put``, which would take a negative index), by name (a node's ``original_aten`` may be
-#: another object for the same overload).
+def _checked_as(op: Any, named: Any) -> Any:
+    """``(rank, size, dim, index) → check``: ``op``'s own check in :data:`tpu_runtime.bounds.CHECKS` (its error,
+    message and lowest allowed index), asked with ``named(rank, size, dim, index)``, the arguments of an ``op`` call
+    that indexes the same way."""
+    return lambda rank, size, dim, idx: bounds.CHECKS[op](named(rank, size, dim, idx))[0]
+
+
+def _along(rank: int, size: int, dim: int, idx: Any) -> dict:
+    return {"self": _shaped(rank, dim, size), "dim": dim, "index": idx}
+
+
+def _classes(rank: int, size: int, dim: int, idx: Any) -> dict:
+    return {"self": _shaped(2, 1, size), "target": idx, "ignore_index": None}
+
+
+#: Ops decomposed into a checked op (by name: a node's ``original_aten`` may be another object for the same
+#: overload) → ``(rank of the decomposed op's self, size, dim of the checked index, index) → check``: the original
+#: op's own check, so the index is refused and worded as its CPU kernel does (``cross_entropy``'s
+#: ``nll_loss_forward`` → ``gather`` of the target: ``IndexError: Target 7 is out of bounds.``; ``index_copy`` →
+#: ``index_put``, which would take a negative index).
 _WORDED_AS = {
-    **{str(op): lambda rank, size, dim: (IndexError, bounds._target_message, 0)
-       for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)},
-    str(aten.take.default): lambda rank, size, dim: (IndexError, _take_message(size), -size),
-    str(aten.index_add.default): lambda rank, size, dim: ((IndexError, bounds._range_message, 0) if rank <= 1 else
-                                                          (RuntimeError, bounds._dim_message(dim, size), 0)),
-    str(aten.index_copy.default): lambda rank, size, dim: (IndexError, bounds._index_copy_message(dim, size), 0),
-    **{str(op): lambda rank, size, dim: (IndexError, bounds._dim_message(dim, size), -size)
-       for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)},
+    **{str(op): _checked_as(op, _classes) for op in (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)},
+    str(aten.take.default): _checked_as(aten.take.default, lambda rank, size, dim, idx: {
+        "self": _shaped(1, 0, size), "index": idx}),
+    **{str(op): _checked_as(op, _along) for op in (aten.index_add.default, aten.index_copy.default,
+                                                   aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)},
     # decomposed while dynamo traces (no ATen op of their own is recorded): known by the name of the torch function
     # or module class dynamo recorded the node under
-    **{name: lambda rank, size, dim: (RuntimeError, lambda v, i: "target out of range", 0)
+    **{name: _checked_as(aten.multi_margin_loss.default, _classes)
        for name in ("multi_margin_loss", "MultiMarginLoss")},
-    **{name: lambda rank, size, dim: (RuntimeError, lambda v, i: "argument #2 'target' is out of range", -1)
+    **{name: _checked_as(aten.multilabel_margin_loss_forward.default, _classes)
        for name in ("multilabel_margin_loss", "MultiLabelMarginLoss")},
 }
 
@@ -128,7 +142,8 @@ def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
         if v is None or not np.prod(v.shape) or (idx.is_floating_point() and not values_checked):
             continue
         if worded is not None:  # (``at``: the index's dimension, in an ``index_put``'s list of indices)
-            error, message, low = worded(named["self"].dim() if "self" in named else 0, size, at)
+            low, error, message = itemgetter(1, 3, 4)(worded(named["self"].dim() if "self" in named else 0, size,
+                                                             at, idx))
         if size == 0 and ignore is None:  # every index is out of range (and the op's lowering cannot take it)
             raise error(message(0, 0))
         ctx.checks.append((bounds.flags(v, low, size, ignore, part), Check(error, message, func, where), (), {}))
