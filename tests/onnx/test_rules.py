@@ -88,6 +88,8 @@ CASES = {
     # reductions, scans
     "reduce": (lambda x: (x.sum(1), x.max(0), x.min(1), x.prod(1), jnp.argmax(x, 1), jnp.argmin(x, 0),
                           jnp.cumsum(x, 1), jnp.any(x > 1, 1), jnp.all(x > -1, 0)), [r(4, 5)]),
+    # (max pooling's indices: the first True of a window's matches)
+    "argmax_of_bool": (lambda x: (jnp.argmax(x > 0.3, 1), jnp.argmin(x > 0.3, 0)), [r(4, 5)]),
     # linear algebra, convolution, pooling
     "dot": (lambda a, b, c: (a @ b, jnp.einsum("bik,bkj->bij", c, c.transpose(0, 2, 1)),
                              jnp.einsum("ij,kj->ik", a, b.T), jnp.einsum("bij,bij->b", c, c)),

@@ -40,11 +40,15 @@ for _p in _REDUCE:
 
 @rule(lax.argmax_p, lax.argmin_p)
 def lower_argmax(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """argmax / argmin → ArgMax / ArgMin (keepdims=0, first index on ties) + Cast of the index."""
+    """argmax / argmin → ArgMax / ArgMin (keepdims=0, first index on ties) + Cast of the index; a bool input
+    is cast to int32 first (ONNX Runtime's ArgMax takes no bool: max pooling's indices take the first ``True``)."""
     aval = out_aval(eqn)
     (axis,) = eqn.params["axes"]
     op = "ArgMax" if eqn.primitive is lax.argmax_p else "ArgMin"
-    out = g.op(op, [g.tensor(x)], axis=int(axis), keepdims=0)
+    t = g.tensor(x)
+    if x.dtype == np.bool_:
+        t = g.cast(t, np.bool_, np.int32)
+    out = g.op(op, [t], axis=int(axis), keepdims=0)
     return g.val(g.cast(out, np.int64, aval.dtype), aval.shape, aval.dtype)
 
 
