@@ -42,6 +42,9 @@ PRESERVED_OPS: tuple = (
     aten.replication_pad1d.default,
     aten.replication_pad2d.default,
     aten.replication_pad3d.default,
+    # kept whole: one scatter per plane, not torch's index arithmetic over the flattened output
+    aten.max_unpool2d.default,
+    aten.max_unpool3d.default,
     # kept whole: torch's decomposition traces a Python loop per layer (most of a small RNN's capture time)
     aten.lstm.input,
     aten.gru.input,

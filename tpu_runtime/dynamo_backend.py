@@ -56,8 +56,10 @@ _RANDOM_FILLS = (aten.cauchy.default, aten.cauchy_.default, aten.geometric.defau
 
 
 #: Ops the table lowers whole where torch's decomposition would refuse inputs the CPU takes (``nan_to_num`` of a
-#: complex tensor: torch's reference calls ``isneginf``, which refuses complex tensors).
-_KEPT_WHOLE = (aten.nan_to_num.default,)
+#: complex tensor: torch's reference calls ``isneginf``, which refuses complex tensors) or lose what the graph's
+#: checks need (``max_unpool``: its decomposition adds each plane's offset to the indices, so an index past its
+#: plane lands in the next one and passes the check; whole, its own check sees the index).
+_KEPT_WHOLE = (aten.nan_to_num.default, aten.max_unpool2d.default, aten.max_unpool3d.default)
 
 
 def _decompositions() -> dict:

@@ -172,7 +172,19 @@ def _fractional_samples(dt):
             Sample((make((2, 2, 6, 7, 8), dt), u(2, 2, 3).to(dt), (2, 2, 3), (3, 4, 3)), name="3d")]
 
 
+def _unpool(x, kernel, **kw):
+    n = 3 if x.dim() == 5 else 2
+    y, idx = getattr(F, f"max_pool{n}d")(x, kernel, return_indices=True)
+    return getattr(F, f"max_unpool{n}d")(y, idx, kernel, **kw)
+
+
 POOL = [
+    OpInfo("max_unpool2d", _unpool, (aten.max_unpool2d.default,),
+           lambda dt: [Sample((make((2, 3, 4, 6), dt), 2), name="batched"),
+                       Sample((make((3, 5, 7), dt), 2), {"output_size": (5, 7)}, name="unbatched_output_size")],
+           dtypes=(F32, BF16)),  # (the CPU has no integer kernel)
+    OpInfo("max_unpool3d", _unpool, (aten.max_unpool3d.default,),
+           lambda dt: [Sample((make((1, 2, 4, 4, 6), dt), 2))], dtypes=(F32, BF16)),
     OpInfo("fractional_max_pool", _fractional, (aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default),
            _fractional_samples),
     OpInfo("max_pool", _max_pool, (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default),

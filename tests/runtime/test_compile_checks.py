@@ -29,6 +29,11 @@ _CASES = {
     "index_fill": (lambda x, i: x.index_fill(1, i, 2.0), [-3], [-2]),
     # decomposed while dynamo traces: worded as the CPU's kernel by the torch function's name
     "multi_margin_loss": (lambda x, i: F.multi_margin_loss(x, i), [0, 1, 2, 1, 0], [0, 1, 1, 1, 0]),
+    # kept whole (its decomposition offsets each plane's indices: 4 would land in the next plane)
+    "max_unpool1d": (lambda x, i: F.max_unpool1d(x.view(1, 2, 5)[..., :2], i, 2), [[[0, 4], [1, 3]]],
+                     [[[0, 3], [1, 2]]]),
+    "max_unpool3d": (lambda x, i: F.max_unpool3d(x[:1, :1].view(1, 1, 1, 1, 1).expand(1, 1, 1, 1, 2), i, 2),
+                     [[[[[0, -1]]]]], [[[[[0, 15]]]]]),
 }
 
 

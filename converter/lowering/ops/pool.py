@@ -278,3 +278,25 @@ def lower_adaptive_max_pool2d_default(ctx, self, output_size):
     best = jnp.argmax(y, axis=-1)
     index = jnp.take_along_axis(jnp.broadcast_to(flat, y.shape), best[..., None], axis=-1)[..., 0]
     return values, index
+
+
+@lowering(aten.max_unpool2d.default, aten.max_unpool3d.default)
+def lower_max_unpool2d_default(ctx, self, indices, output_size, stride=None, padding=None):
+    """max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor
+
+    Also max_unpool3d (whose ``stride`` and ``padding`` do not change the result). Each plane of ``self``
+    (the dims before the last 2 or 3) is scattered into a zero plane of ``output_size``'s elements at the
+    flattened positions ``indices`` gives, as torch's kernel writes them (a duplicated index keeps one of its
+    values). An index outside its plane is dropped here: the runtime refuses it first, with the CPU's message
+    (``tpu_runtime.bounds``), in eager and in compiled graphs, where torch's decomposition would write it into
+    the next plane.
+    """
+    n = len(output_size)
+    lead = tuple(self.shape[:-n])
+    planes, plane = math.prod(lead), math.prod(self.shape[-n:])
+    size = math.prod(output_size)
+    out = jnp.zeros((planes, size), self.dtype)
+    if planes and plane and size:
+        rows = jnp.arange(planes)[:, None]
+        out = out.at[rows, indices.reshape(planes, plane)].set(self.reshape(planes, plane), mode="drop")
+    return out.reshape(lead + tuple(output_size))
