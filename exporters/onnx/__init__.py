@@ -19,7 +19,7 @@ Expand, Range) read them with ``Shape`` at run time, so the model runs at other
 sizes in ONNX Runtime.
 
 Dtypes: int64 stays int64; float64 computes as float32 (the artifact casts outputs
-back to the program's dtypes).
+back to the program's dtypes); complex values are refused (``UnsupportedOpError``).
 """
 
 from __future__ import annotations

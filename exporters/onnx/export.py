@@ -51,6 +51,18 @@ class Translator(JaxprTranslator):
     COMPOSITES = rules.COMPOSITES
     #: Primitives whose rules handle constant inputs themselves (folding would bloat the file).
     NO_FOLD = frozenset({"broadcast_in_dim", "iota", "dim_as_value", "reshape"})
+    #: Dtypes no rule computes with (ONNX Runtime has no complex kernels for Abs, MatMul, …).
+    NO_DTYPES = frozenset({"complex64", "complex128"})
+
+    def eqn(self, eqn: Any, ins: list[Val]) -> list[Val]:
+        """Translate one eqn; besides the walker's check of the dtypes an eqn makes, refuse a
+        primitive that reads a :data:`NO_DTYPES` value (``abs`` of complex makes a float)."""
+        if eqn.primitive in self.RULES and not all(v.is_const for v in ins):
+            for v in ins:
+                if v.dtype.name in self.NO_DTYPES:
+                    raise self.unsupported(eqn, f"dtype {v.dtype.name}: the ONNX exporter has no complex "
+                                                "arithmetic (ONNX Runtime has no complex kernels for it)")
+        return super().eqn(eqn, ins)
 
     def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
         """Evaluate an eqn on constant inputs now (:func:`fold`)."""
@@ -59,8 +71,8 @@ class Translator(JaxprTranslator):
 
 def fold(eqn: Any, ins: list[Val]) -> list[Val]:
     """Evaluate an eqn on constant inputs now (bound eagerly in JAX with int64 enabled)."""
-    args = [jnp.asarray(np.asarray(v.full())) for v in ins]
-    with jax.enable_x64(True):
+    with jax.enable_x64(True):  # before jnp.asarray too: without it, 64-bit constants become 32-bit
+        args = [jnp.asarray(np.asarray(v.full())) for v in ins]
         out = eqn.primitive.bind(*args, **eqn.params)
     outs = out if eqn.primitive.multiple_results else [out]
     return [const_val(Val, np.asarray(o), v.aval) for o, v in zip(outs, eqn.outvars)]

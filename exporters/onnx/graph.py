@@ -146,9 +146,16 @@ class OnnxGraph:
         parts = [self.dim_tensor(d) for d in dims]
         return parts[0] if len(parts) == 1 else self.op("Concat", parts, axis=0)
 
+    def reshape(self, name: str, dims: Sequence) -> str:
+        """Reshape ``name`` to ``dims`` with ``allowzero=1``: a 0 in the shape operand is a zero-size
+        dim (ONNX's default copies the input's dim there, which no jaxpr reshape means)."""
+        return self.op("Reshape", [name, self.reshape_shape(dims)], allowzero=1)
+
     def reshape_shape(self, dims: Sequence) -> str:
-        """A Reshape shape operand: constant with ``-1`` for a single dynamic dim, else computed."""
-        if sum(not is_static(d) for d in dims) <= 1:
+        """A shape operand for :meth:`reshape`: constant with ``-1`` for a single dynamic dim, else
+        computed (also when a dim is 0: with ``allowzero`` a ``-1`` beside a 0 is ambiguous)."""
+        dynamic = sum(not is_static(d) for d in dims)
+        if dynamic == 0 or (dynamic == 1 and all(int(d) != 0 for d in dims if is_static(d))):
             return self.i64([int(d) if is_static(d) else -1 for d in dims])
         return self.shape_tensor(dims)
 

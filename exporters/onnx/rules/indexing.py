@@ -1,8 +1,13 @@
 """gather → Gather / GatherND; scatter* → ScatterND; sort / top_k → TopK.
 
-Out-of-range indices: lax clamps (``CLIP``, reproduced with a Clip of the indices
-when the dims are static) or drops / fills (``FILL_OR_DROP``); ONNX Runtime rejects
-them. Indices in range — all that torch accepts — give identical results.
+Out-of-range indices (ONNX Runtime rejects them; a negative one it wraps) get
+XLA's meaning: a gather clamps them (``CLIP``, ``PROMISE_IN_BOUNDS``) or clamps
+them and fills the slice (``FILL_OR_DROP``, a Where on the clamped index rows); a
+scatter clamps them (``CLIP``; ``PROMISE_IN_BOUNDS``, the torch write ops' mode: torch
+refuses such indices, so a cheap clamp of the indices, never a copy of the operand) or
+drops their updates (``FILL_OR_DROP``: the operand gets one padding slot per scattered
+dim, those indices are redirected there and the slot is sliced off — right for every
+reduction). Constant indices already in range need none of this.
 ONNX TopK breaks ties by the lower index, so a TopK with k = n is a stable sort.
 """
 
@@ -18,20 +23,46 @@ from exporters.onnx.graph import OnnxGraph, Val, is_static
 from exporters.onnx.rules import Unsupported, out_aval, rule
 from exporters.onnx.rules.linalg import _inverse, permuted
 
-_FILL_NOTE = ("gather/scatter indices must be in range: lax fills or drops out-of-range ones, "
-              "ONNX Runtime rejects them")
-
-
 def _indices(g: OnnxGraph, idx: Val, perm: list[int]) -> str:
     t = permuted(g, idx, perm)
     return g.cast(t, idx.dtype, np.int64)
+
+
+def _in_range(idx: Val, bounds: list) -> bool:
+    """True when ``idx`` (index vectors along its last dim) is a constant with every component
+    ``k`` in ``[0, bounds[k]]``."""
+    if not idx.is_const or not all(is_static(b) for b in bounds):
+        return False
+    v = idx.full()
+    return bool(np.all((v >= 0) & (v <= np.asarray([int(b) for b in bounds], np.int64))))
+
+
+def _clamp(g: OnnxGraph, it: str, bounds: list) -> str:
+    """int64 index vectors ``it`` (last dim) clamped to ``[0, bounds[k]]`` per component."""
+    if len(bounds) == 1 and is_static(bounds[0]):
+        return g.op("Clip", [it, g.const(np.asarray(0, np.int64)), g.const(np.asarray(int(bounds[0]), np.int64))])
+    return g.op("Max", [g.op("Min", [it, g.shape_tensor(bounds)]), g.i64([0] * len(bounds))])
+
+
+def _filled(g: OnnxGraph, out: str, it: str, clamped: str, slice_rank: int, aval: Any, fill: Any) -> str:
+    """``out`` (index dims first, then ``slice_rank`` slice dims) with the slices of out-of-range
+    index vectors (where ``clamped`` differs from ``it``) replaced by ``fill``."""
+    valid = g.op("ReduceMin", [g.op("Equal", [it, clamped]), g.i64([-1])], keepdims=1)
+    rank = len(aval.shape)  # index dims + slice dims
+    if slice_rank == 0:
+        valid = g.op("Squeeze", [valid, g.i64([-1])])
+    elif slice_rank > 1:
+        valid = g.op("Unsqueeze", [valid, g.i64(list(range(rank - slice_rank + 1, rank)))])
+    return g.op("Where", [valid, out, g.const(np.asarray(fill, aval.dtype))])
 
 
 @rule(lax.gather_p)
 def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     """gather that picks whole slices along some dims (embedding lookups, index_select,
     take_along_axis, advanced indexing) → Gather(axis=0) for one indexed dim, else
-    GatherND(batch_dims); Transposes move the indexed dims first and the result to lax's order."""
+    GatherND(batch_dims); Transposes move the indexed dims first and the result to lax's order.
+    Indices not known to be in range are clamped (a Clip, or Min and Max); ``FILL_OR_DROP`` then
+    puts ``fill_value`` where a clamp changed the index vector (Equal, ReduceMin, Where)."""
     aval = out_aval(eqn)
     dn = eqn.params["dimension_numbers"]
     offset, collapsed, sim = list(dn.offset_dims), list(dn.collapsed_slice_dims), list(dn.start_index_map)
@@ -39,7 +70,7 @@ def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     sizes = eqn.params["slice_sizes"]
     rest = [i for i in range(x.rank) if i not in sim and i not in obatch]
     if idx.rank == 1 and not collapsed and not obatch and list(offset) == list(range(x.rank)):
-        return _window(g, aval, x, idx, sim, sizes)
+        return _window(g, eqn, aval, x, idx, sim, sizes)
     if sorted(collapsed) != sorted(sim) or not sim \
             or any(not _same(sizes[i], 1) for i in sim + obatch) or any(not _same(sizes[i], x.shape[i]) for i in rest):
         raise Unsupported(f"gather of partial slices (slice_sizes {tuple(sizes)} of operand {tuple(x.shape)})")
@@ -47,18 +78,16 @@ def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     iothers = [i for i in range(nvec) if i not in ibatch]
     operand = permuted(g, x, obatch + sim + rest)
     it = _indices(g, idx, ibatch + iothers + [nvec])
-    mode = str(eqn.params.get("mode", ""))
-    if "CLIP" in mode and all(is_static(x.shape[i]) for i in sim):
-        it = g.op("Clip", [it, g.const(np.asarray(0, np.int64)),
-                           g.const(np.asarray(min(int(x.shape[i]) for i in sim) - 1, np.int64))]) \
-            if len(sim) == 1 else g.op("Max", [g.op("Min", [it, g.i64([int(x.shape[i]) - 1 for i in sim])]),
-                                               g.i64([0] * len(sim))])
-    elif "FILL" in mode:
-        g.note(_FILL_NOTE)
+    bounds = [x.shape[i] - 1 for i in sim]
+    unchecked = it
+    if not _in_range(idx, bounds):
+        it = _clamp(g, it, bounds)
     if not obatch and len(sim) == 1:
         out = g.op("Gather", [operand, g.op("Squeeze", [it, g.i64([nvec])])], axis=0)
     else:
         out = g.op("GatherND", [operand, it], batch_dims=len(obatch))
+    if it is not unchecked and "FILL" in str(eqn.params.get("mode", "")):
+        out = _filled(g, out, unchecked, it, len(rest), aval, eqn.params["fill_value"])
     labels = [("i", j) for j in ibatch + iothers] + [("r", r) for r in rest]
     want, ri, ii = [], iter(rest), iter(range(nvec))
     for pos in range(len(aval.shape)):
@@ -69,11 +98,17 @@ def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     return g.val(out, aval.shape, aval.dtype)
 
 
-def _window(g: OnnxGraph, aval: Any, x: Val, idx: Val, sim: list, sizes: Any) -> Val:
-    """A gather of one window (what ``x[:, a:b]`` becomes with symbolic shapes) → Slice."""
+def _window(g: OnnxGraph, eqn: Any, aval: Any, x: Val, idx: Val, sim: list, sizes: Any) -> Val:
+    """A gather of one window (what ``x[:, a:b]`` becomes with symbolic shapes) → Slice from the
+    start clamped to ``[0, dim - size]`` (``FILL_OR_DROP``: ``fill_value`` if the clamp moved it)."""
     it = g.cast(g.tensor(idx), idx.dtype, np.int64)
-    ends = g.op("Add", [it, g.shape_tensor([sizes[i] for i in sim])])
-    out = g.op("Slice", [g.tensor(x), it, ends, g.i64(sim)])
+    bounds = [x.shape[i] - sizes[i] for i in sim]
+    start = it if _in_range(idx, bounds) else _clamp(g, it, bounds)
+    ends = g.op("Add", [start, g.shape_tensor([sizes[i] for i in sim])])
+    out = g.op("Slice", [g.tensor(x), start, ends, g.i64(sim)])
+    if start is not it and "FILL" in str(eqn.params.get("mode", "")):
+        valid = g.op("ReduceMin", [g.op("Equal", [it, start]), g.i64([0])], keepdims=0)
+        out = g.op("Where", [valid, out, g.const(np.asarray(eqn.params["fill_value"], aval.dtype))])
     return g.val(out, aval.shape, aval.dtype)
 
 
@@ -83,7 +118,10 @@ _SCATTER = {lax.scatter_p: None, lax.scatter_add_p: "add", lax.scatter_mul_p: "m
 
 def _scatter(g: OnnxGraph, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
     """scatter / scatter-add / -mul / -min / -max of whole slices → ScatterND(reduction), with
-    Transposes that move the scattered dims first and the update windows last."""
+    Transposes that move the scattered dims first and the update windows last. Indices not known
+    to be in range: ``CLIP`` and ``PROMISE_IN_BOUNDS`` clamp them; ``FILL_OR_DROP`` (XLA drops such updates)
+    adds a slot past each scattered dim (Pad), Less / Where / Min send out-of-range indices there, a Slice
+    cuts it off."""
     aval = out_aval(eqn)
     dn = eqn.params["dimension_numbers"]
     uwd, inserted, sdod = list(dn.update_window_dims), list(dn.inserted_window_dims), \
@@ -93,15 +131,24 @@ def _scatter(g: OnnxGraph, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
     rest = [i for i in range(x.rank) if i not in sdod]
     if len(rest) != len(uwd) or any(not _same(upd.shape[u], x.shape[r]) for u, r in zip(uwd, rest)):
         raise Unsupported("scatter of partial windows")
-    if "FILL" in str(eqn.params.get("mode", "")):
-        g.note(_FILL_NOTE)
     nvec = idx.rank - 1
     xperm = sdod + rest
     operand = permuted(g, x, xperm)
     uscatter = [i for i in range(upd.rank) if i not in uwd]
     updates = permuted(g, upd, uscatter + uwd)
     it = _indices(g, idx, list(range(nvec + 1)))
+    bounds, k = [x.shape[i] - 1 for i in sdod], len(sdod)
+    drop = not _in_range(idx, bounds) and "FILL" in str(eqn.params.get("mode", ""))
+    if drop:
+        # out-of-range index vectors write into one padding slot past the end of each scattered dim
+        dims = g.shape_tensor([x.shape[i] for i in sdod])
+        it = g.op("Min", [g.op("Where", [g.op("Less", [it, g.const(np.asarray(0, np.int64))]), dims, it]), dims])
+        operand = g.op("Pad", [operand, g.i64([0] * x.rank + [1] * k + [0] * (x.rank - k))])
+    elif not _in_range(idx, bounds):
+        it = _clamp(g, it, bounds)
     out = g.op("ScatterND", [operand, it, updates], reduction=_SCATTER[eqn.primitive])
+    if drop:
+        out = g.op("Slice", [out, g.i64([0] * k), g.i64([-1] * k), g.i64(list(range(k)))])
     inv = _inverse(xperm)
     if inv != list(range(len(inv))):
         out = g.op("Transpose", [out], perm=inv)

@@ -1,39 +1,57 @@
-"""dot_general → MatMul / Einsum; conv_general_dilated → Conv / ConvTranspose;
+"""dot_general → MatMul / MatMulInteger / Einsum; conv_general_dilated → Conv / ConvTranspose;
 reduce_window max / sum → MaxPool / AveragePool."""
 
 from __future__ import annotations
 
+import itertools
 import string
 from typing import Any
 
 import numpy as np
 from jax.extend.core import primitives as lax
+from onnx import TensorProto
 
-from exporters.onnx.graph import OnnxGraph, Val
+from exporters.onnx.graph import OnnxGraph, Val, elem_type, is_static
 from exporters.onnx.rules import Unsupported, out_aval, rule
 
 
 def permuted(g: OnnxGraph, x: Val, perm: list[int]) -> str:
-    """``x`` transposed by ``perm`` (folded now for constants; no node for the identity)."""
-    if x.is_const:
+    """``x`` transposed by ``perm`` (folded now for constants of static shape; no node for the identity)."""
+    if x.is_const and x.static:
         return g.const(np.transpose(x.full(), perm))
     t = g.tensor(x)
     return t if perm == list(range(x.rank)) else g.op("Transpose", [t], perm=perm)
+
+
+#: Integer dtypes ONNX Runtime's MatMul and Einsum both take.
+_DOT_INTS = (np.dtype(np.int32), np.dtype(np.int64))
+_INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
 
 
 @rule(lax.dot_general_p)
 def lower_dot_general(g: OnnxGraph, eqn: Any, lhs: Val, rhs: Val) -> Val:
     """dot_general → MatMul when the operands are (after a Transpose, free for weights)
     ``[batch…, M, K] × [batch…, K, N]`` or ``[…, K] × [K, N]``; Einsum otherwise.
-    A different ``preferred_element_type`` adds a Cast."""
+    Integer operands ONNX Runtime cannot multiply: int8 / uint8 of a MatMul with an at most
+    32-bit result → MatMulInteger (int32); others (and bool) are cast to int32 (int64 for a 64-bit
+    result) first — exact, the result wraps to its dtype like XLA's. A result dtype other than
+    the computed one adds a Cast."""
     aval = out_aval(eqn)
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
     lc, rc, lb, rb = [list(map(int, d)) for d in (lc, rc, lb, rb)]
     lf = [i for i in range(lhs.rank) if i not in lc and i not in lb]
     rf = [i for i in range(rhs.rank) if i not in rc and i not in rb]
-    if len(lc) == 1 and len(rf) == 1 and ((not lb and lf) or (lb and len(lf) == 1)):
-        a = permuted(g, lhs, lb + lf + lc)
-        b = permuted(g, rhs, rb + rc + rf)
+    matmul = len(lc) == 1 and len(rf) == 1 and ((not lb and lf) or (lb and len(lf) == 1))
+    small = np.dtype(aval.dtype).itemsize <= 4
+    integer = matmul and small and lhs.dtype in _INT8 and rhs.dtype in _INT8
+    computed = np.dtype(np.int32) if integer else lhs.dtype
+    if lhs.dtype.kind in "biu" and not integer and not (lhs.dtype in _DOT_INTS and rhs.dtype == lhs.dtype):
+        computed = np.dtype(np.int32 if small else np.int64)
+    if integer:
+        out = g.op("MatMulInteger", [permuted(g, lhs, lb + lf + lc), permuted(g, rhs, rb + rc + rf)])
+    elif matmul:
+        a = g.cast(permuted(g, lhs, lb + lf + lc), lhs.dtype, computed)
+        b = g.cast(permuted(g, rhs, rb + rc + rf), rhs.dtype, computed)
         out = g.op("MatMul", [a, b])
     else:
         letters = iter(string.ascii_letters)
@@ -48,8 +66,9 @@ def lower_dot_general(g: OnnxGraph, eqn: Any, lhs: Val, rhs: Val) -> Val:
             rsub[j] = next(letters)
         osub = [lsub[i] for i in lb] + [lsub[i] for i in lf] + [rsub[j] for j in rf]
         eq = f"{''.join(lsub)},{''.join(rsub)}->{''.join(osub)}"
-        out = g.op("Einsum", [g.tensor(lhs), g.tensor(rhs)], equation=eq)
-    out = g.cast(out, lhs.dtype, aval.dtype)
+        out = g.op("Einsum", [g.cast(g.tensor(lhs), lhs.dtype, computed), g.cast(g.tensor(rhs), rhs.dtype, computed)],
+                   equation=eq)
+    out = g.cast(out, computed, aval.dtype)
     return g.val(out, aval.shape, aval.dtype)
 
 
@@ -127,11 +146,42 @@ def _pool_params(eqn: Any, rank: int) -> tuple[list, list, list, list]:
 
 @rule(lax.reduce_window_max_p)
 def lower_reduce_window_max(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """reduce_window_max over the spatial dims of an NC… tensor → MaxPool (padding ignored, like -inf)."""
+    """reduce_window_max over the spatial dims of an NC… tensor → MaxPool (padding ignored, like -inf).
+    ONNX Runtime's MaxPool takes floats, int8 and uint8: bool pools as uint8, other integers of up
+    to 32 bits as float64 (exact), 64-bit integers (not exact in float64) as a variadic Max of one
+    strided Slice per window offset of the input (padded with the dtype's minimum)."""
     aval = out_aval(eqn)
     kernel, strides, pads, dil = _pool_params(eqn, x.rank)
-    out = g.op("MaxPool", [g.tensor(x)], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil)
+    t = g.tensor(x)
+    if x.dtype.itemsize == 8 and x.dtype.kind in "iu":
+        return g.val(_window_max(g, t, x, aval, kernel, strides, pads, dil), aval.shape, aval.dtype)
+    pooled = np.dtype(np.uint8) if x.dtype.kind == "b" else \
+        np.dtype(np.float64) if x.dtype.kind in "iu" and x.dtype not in _INT8 else x.dtype
+    if pooled != x.dtype:  # a plain Cast: g.cast would narrow float64 to float32
+        t = g.op("Cast", [t], to=TensorProto.DOUBLE if pooled.kind == "f" else TensorProto.UINT8)
+    out = g.op("MaxPool", [t], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil)
+    if pooled != x.dtype:
+        out = g.op("Cast", [out], to=elem_type(x.dtype))
     return g.val(out, aval.shape, aval.dtype)
+
+
+def _window_max(g: OnnxGraph, t: str, x: Val, aval: Any, kernel: list, strides: list, pads: list,
+                dil: list) -> str:
+    """Max pooling of any dtype ONNX's Max takes: a Max of ``prod(kernel)`` strided Slices."""
+    n = len(kernel)
+    out_sizes = list(aval.shape[2:])
+    if not all(is_static(d) for d in out_sizes):
+        raise Unsupported(f"max pooling of {x.dtype.name} with dynamic spatial dims")
+    if any(pads):
+        t = g.op("Pad", [t, g.i64([0, 0] + pads[:n] + [0, 0] + pads[n:]),
+                         g.const(np.asarray(np.iinfo(x.dtype).min, x.dtype))])
+    axes = g.i64(list(range(2, 2 + n)))
+    parts = []
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        starts = [o * d for o, d in zip(offset, dil)]
+        ends = [s + (int(m) - 1) * st + 1 for s, m, st in zip(starts, out_sizes, strides)]
+        parts.append(g.op("Slice", [t, g.i64(starts), g.i64(ends), axes, g.i64(strides)]))
+    return parts[0] if len(parts) == 1 else g.op("Max", parts)
 
 
 @rule(lax.reduce_window_sum_p)

@@ -34,13 +34,13 @@ def lower_broadcast_in_dim(g: OnnxGraph, eqn: Any, x: Val, *dyn: Val) -> Val:
         return Val(shape, aval.dtype, const=np.asarray(x.const).reshape([int(d) for d in base]))
     name = g.tensor(x, expand=False)
     if tuple(x.base) != base:
-        name = g.op("Reshape", [name, g.reshape_shape(base)])
+        name = g.reshape(name, base)
     return g.val(name, shape, aval.dtype, base)
 
 
 @rule(lax.reshape_p)
 def lower_reshape(g: OnnxGraph, eqn: Any, x: Val, *dyn: Val) -> Val:
-    """reshape → Reshape (``-1`` for one dynamic dim, a Shape-derived tensor for several)."""
+    """reshape → Reshape(allowzero=1) (``-1`` for one dynamic dim, a Shape-derived tensor for several)."""
     if dyn:
         raise Unsupported("reshape with dynamic shape operands")
     aval = out_aval(eqn)
@@ -52,7 +52,7 @@ def lower_reshape(g: OnnxGraph, eqn: Any, x: Val, *dyn: Val) -> Val:
         return Val(shape, aval.dtype, const=np.full([1] * len(shape), x.scalar(), aval.dtype))
     if x.is_const and all(is_static(d) for d in shape):
         return Val(shape, aval.dtype, const=np.reshape(x.full(), [int(d) for d in shape]))
-    return g.val(g.op("Reshape", [g.tensor(x), g.reshape_shape(shape)]), shape, aval.dtype)
+    return g.val(g.reshape(g.tensor(x), shape), shape, aval.dtype)
 
 
 @rule(lax.squeeze_p)
@@ -158,7 +158,7 @@ def lower_iota(g: OnnxGraph, eqn: Any) -> Val:
     r = g.op("Range", [g.const(np.asarray(0, np.int64)), limit, g.const(np.asarray(1, np.int64))])
     r = g.cast(r, np.int64, dtype)
     if len(shape) > 1:
-        r = g.op("Reshape", [r, g.reshape_shape(base)])
+        r = g.reshape(r, base)
     return g.val(r, shape, dtype, base)
 
 
@@ -187,7 +187,7 @@ def _index_vector(g: OnnxGraph, starts: tuple, x: Val, sizes: list) -> str:
     parts = []
     for s in starts:
         t = g.tensor(s)
-        parts.append(g.op("Reshape", [g.cast(t, s.dtype, np.int64), g.i64([1])]))
+        parts.append(g.reshape(g.cast(t, s.dtype, np.int64), [1]))
     vec = parts[0] if len(parts) == 1 else g.op("Concat", parts, axis=0)
     upper = g.op("Sub", [g.shape_tensor(x.shape), g.i64(sizes)]) if not x.static else \
         g.i64([int(d) - int(s) for d, s in zip(x.shape, sizes)])

@@ -1,0 +1,52 @@
+"""Torch ops an op-database sweep found broken in the ONNX target, converted whole and run in
+ONNX Runtime: out-of-range scatter indices (dropped), zero-size reshapes, 64-bit constants
+folded at export time, integer matmul and max pooling, and complex operands (refused)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from converter.api import convert
+from converter.errors import UnsupportedOpError
+from tests.ops.harness import FnModule
+
+aten = torch.ops.aten
+
+CASES = {
+    # the bin of 5.0 (out of range) is an index past the end: its update is dropped
+    "histc_out_of_range": (lambda x: torch.histc(x, bins=3, min=0, max=3), torch.tensor([0.5, 5.0])),
+    "nonzero_static_overflow": (lambda x: torch.nonzero_static(x, size=2), torch.tensor([1, 1, 1])),
+    "unsqueeze_empty": (lambda x: x.unsqueeze(0), torch.zeros(0, 2)),
+    "reshape_to_zero_dims": (lambda x: x.reshape(3, 0, 2, 0), torch.zeros(3, 0)),
+    "replication_pad1d_backward": (lambda g, x: aten.replication_pad1d_backward(g, x, [1, 2]), torch.ones(1, 1, 5),
+                                   torch.ones(1, 1, 2)),
+    "embedding_bag_padding_idx": (lambda i, w: F.embedding_bag(i, w, mode="mean", padding_idx=2),
+                                  torch.tensor([[1, 2, 4], [2, 2, 2]]), torch.ones(10, 3)),
+    "ndtri_float64_empty": (torch.special.ndtri, torch.zeros(0, 2, dtype=torch.float64)),
+    "int_mm": (torch._int_mm, torch.arange(-1024, 1024).reshape(32, 64).to(torch.int8),
+               torch.arange(1024).reshape(64, 16).to(torch.int8)),
+    "max_pool1d_int64_with_indices": (lambda x: F.max_pool1d(x, 2, return_indices=True),
+                                      torch.arange(8).flip(0).reshape(1, 1, 8)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_torch_op_runs_in_onnx_runtime_like_torch(name):
+    fn, *args = CASES[name]
+    with torch.no_grad():
+        want = fn(*args)
+    want = [w.numpy() for w in (want if isinstance(want, (tuple, list)) else [want])]
+    got = convert(FnModule(fn, tuple(args), {}).eval(), tuple(args), target="onnx").run_raw(*[a.numpy() for a in args])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, f"{g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_complex_input_is_refused_naming_the_dtype():
+    z = torch.ones(3, dtype=torch.complex64)
+    with pytest.raises(UnsupportedOpError, match=r"linalg_vector_norm.*complex64"):
+        convert(FnModule(torch.linalg.vector_norm, (z,), {}).eval(), (z,), target="onnx")
