@@ -25,6 +25,10 @@ aten = torch.ops.aten
 lax = jax.lax
 
 _MASK_DTYPES = (jnp.bool_, jnp.uint8)
+#: The scatter mode of the torch write ops (index_put, scatter*, put): torch refuses an out-of-range index (the
+#: runtime checks it first: tpu_runtime.bounds), so the scatter promises its indices in range and an exporter
+#: emits no guard for them (lax's default, FILL_OR_DROP, makes ONNX and LiteRT drop them at a cost per write).
+_IN_RANGE = "promise_in_bounds"
 
 
 def _unsupported(ctx, op, reason):
@@ -110,7 +114,10 @@ def lower_index_put_default(ctx, self, indices, values, accumulate=False):
     rank = max((jnp.ndim(i) for i in given), default=0) + self.ndim - len(given)  # (the indexed result's)
     while values.ndim > rank and values.shape[0] == 1:  # leading 1s, as the CPU's copy strips them
         values = values[0]  # (index_add's 0-d index: a [1, n] source into a [n] row)
-    return getattr(self.at[parts], _how(self.dtype, "add"))(values) if accumulate else self.at[parts].set(values)
+    at = self.at[parts]
+    if accumulate:
+        return getattr(at, _how(self.dtype, "add"))(values, mode=_IN_RANGE)
+    return at.set(values, mode=_IN_RANGE)
 
 
 @lowering(aten.index_select.default)
@@ -160,7 +167,7 @@ def _scatter(x, dim, index, src, how):
         return out.reshape(())
     src = _crop(src, index)
     src = src.astype(x.dtype) if hasattr(src, "astype") else jnp.asarray(src, x.dtype)
-    return getattr(x.at[_coords(x, dim, index)], _how(x.dtype, how))(src)
+    return getattr(x.at[_coords(x, dim, index)], _how(x.dtype, how))(src, mode=_IN_RANGE)
 
 
 def _how(dtype, how):
@@ -208,7 +215,7 @@ def _reduce_into(ctx, op, x, coords, src, reduce, include_self):
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
         raise _unsupported(ctx, op, f"reduce={reduce!r}")
     src = src.astype(x.dtype)
-    touched = jnp.zeros(x.shape, bool).at[coords].set(True)
+    touched = jnp.zeros(x.shape, bool).at[coords].set(True, mode=_IN_RANGE)
     if reduce in ("sum", "mean"):
         identity = 0
     elif reduce == "prod":
@@ -221,10 +228,10 @@ def _reduce_into(ctx, op, x, coords, src, reduce, include_self):
         info = jnp.iinfo(x.dtype)
         identity = info.min if reduce == "amax" else info.max
     base = x if include_self else jnp.where(touched, jnp.asarray(identity, x.dtype), x)
-    out = getattr(base.at[coords], _how(x.dtype, _REDUCE.get(reduce, "add")))(src)
+    out = getattr(base.at[coords], _how(x.dtype, _REDUCE.get(reduce, "add")))(src, mode=_IN_RANGE)
     if reduce != "mean":
         return out
-    count = jnp.zeros(x.shape, x.dtype).at[coords].add(jnp.ones_like(src)) + (1 if include_self else 0)
+    count = jnp.zeros(x.shape, x.dtype).at[coords].add(jnp.ones_like(src), mode=_IN_RANGE) + (1 if include_self else 0)
     count = jnp.where(touched, count, jnp.ones((), x.dtype))
     return out // count if jnp.issubdtype(x.dtype, jnp.integer) else out / count
 
@@ -304,7 +311,8 @@ def lower_put_default(ctx, self, index, source, accumulate=False):
     flat = self.reshape(-1)
     idx = _wrap(index.reshape(-1), flat.shape[0])
     src = source.reshape(-1).astype(self.dtype)
-    flat = getattr(flat.at[idx], _how(flat.dtype, "add"))(src) if accumulate else flat.at[idx].set(src)
+    at = flat.at[idx]
+    flat = getattr(at, _how(flat.dtype, "add"))(src, mode=_IN_RANGE) if accumulate else at.set(src, mode=_IN_RANGE)
     return flat.reshape(self.shape)
 
 
