@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 from typing import Any
 
 import numpy as np
+from ai_edge_litert import schema_py_generated as schema
 
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
+from exporters.litert.builder import OUTPUT_DTYPES_METADATA
 from exporters.litert.inspect import read_model
 
 
@@ -20,7 +23,9 @@ class LiteRTArtifact(FileBytes):
     XNNPACK delegate applies by default). It takes and returns tensors in the
     PyTorch model's layout: with ``channels_last_io`` the file's rank-4 inputs and
     outputs are NHWC and the call transposes NCHW arguments and results for you
-    (use :meth:`run_raw` to feed the file's own layout).
+    (use :meth:`run_raw` to feed the file's own layout). Outputs come back in the
+    dtype the program declares: float64 runs as float32 in the model and its results
+    are cast back (the declared dtypes are stored in the file's metadata).
 
     Attributes:
         notes: conversion decisions worth knowing (int64 policy, fallbacks, …).
@@ -38,6 +43,7 @@ class LiteRTArtifact(FileBytes):
         self.num_threads = num_threads
         self.channels_last_io = channels_last_io
         self._model = read_model(self._bytes)
+        self._output_dtypes = _declared_output_dtypes(self._bytes)
         self._interpreter = None
         self._runners: dict[str, Any] = {}
 
@@ -103,7 +109,11 @@ class LiteRTArtifact(FileBytes):
             result = runner(**feed)
         except (ValueError, RuntimeError) as e:
             raise InputError(f"running signature {sig!r} failed: {str(e).strip().splitlines()[0]}") from e
-        return [result[k] for k in sorted(result, key=_arg_index)]
+        outs = [result[k] for k in sorted(result, key=_arg_index)]
+        declared = self._output_dtypes.get(sig)
+        if declared is not None:
+            outs = [o.astype(d) if o.dtype != d else o for o, d in zip(outs, declared)]
+        return outs
 
     def __call__(self, *inputs: Any, signature: str | None = None) -> Any:
         """Run the model on torch tensors or NumPy arrays (torch in → torch out).
@@ -125,6 +135,21 @@ class LiteRTArtifact(FileBytes):
     def __repr__(self) -> str:
         top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))
         return f"LiteRTArtifact({self.size} bytes, signatures={self.signatures}, ops: {top})"
+
+
+def _declared_output_dtypes(data: bytes) -> dict[str, list[np.dtype]]:
+    """``{signature key: [declared dtype of each output]}`` from the model's metadata (empty
+    when the file has none: its outputs are already in their declared dtypes)."""
+    try:
+        m = schema.Model.GetRootAs(data, 0)
+        for i in range(m.MetadataLength()):
+            entry = m.Metadata(i)
+            if (entry.Name() or b"").decode() == OUTPUT_DTYPES_METADATA:
+                raw = m.Buffers(entry.Buffer()).DataAsNumpy().tobytes()
+                return {k: [np.dtype(d) for d in v] for k, v in json.loads(raw).items()}
+    except (ValueError, TypeError, IndexError, AttributeError) as e:  # flatbuffers/json errors on a damaged entry
+        raise ExportError(f"the model's {OUTPUT_DTYPES_METADATA} metadata is corrupt: {type(e).__name__}") from e
+    return {}
 
 
 def _arg_index(name: str) -> tuple:

@@ -9,12 +9,17 @@ Uses the object API of ``ai_edge_litert.schema_py_generated`` (ModelT, SubGraphT
 * when the constants exceed ``external_buffer_threshold_bytes`` they are written
   after the flatbuffer and referenced with ``Buffer.offset``/``Buffer.size`` (the
   LiteRT layout for models over 2 GB);
-* the output depends only on the graphs: same graphs, same bytes.
+* the output depends only on the graphs: same graphs, same bytes;
+* where a signature's outputs are declared with a wider dtype than the file computes
+  (float64 runs as float32), the metadata entry :data:`OUTPUT_DTYPES_METADATA` maps each
+  signature key to its outputs' declared dtype names (JSON), so a loaded artifact casts
+  results back like the one ``build`` returned.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import flatbuffers
 import numpy as np
@@ -23,6 +28,8 @@ from ai_edge_litert import schema_py_generated as schema
 from converter.errors import ExportError
 from exporters.litert.ir import Graph, Op, Tensor
 
+#: Model metadata name of the declared output dtypes ``{signature key: [dtype name, …]}`` (JSON).
+OUTPUT_DTYPES_METADATA = "tpu_export.output_dtypes"
 #: Flatbuffers cannot address more than 2 GiB; leave room for the graph itself.
 DEFAULT_EXTERNAL_THRESHOLD = 2**31 - 2**26
 _ALIGN = 16
@@ -110,6 +117,7 @@ def op_code_value(code: str) -> int:
 
 
 def _options(op: Op):
+    """The ``(BuiltinOptions type, <Name>OptionsT)`` of an operator (``NONE`` when it takes none)."""
     name = op.options_type or OPTIONS.get(op.code)
     if name is None:
         if op.options:
@@ -182,18 +190,23 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
         oc.version = _MIN_VERSION.get(_NAMES[value], 1)
         model.operatorCodes.append(oc)
     external = sum(len(p) for p in payloads) > threshold
+    # Metadata buffers come after the constants' and always stay inside the flatbuffer.
+    meta = _metadata(graphs)
+    model.metadata = [_metadata_entry(name, len(payloads) + 1 + i) for i, (name, _) in enumerate(meta)] or None
+    meta_buffers = [_AlignedBufferT(data=data) for _, data in meta]
     if not external:
-        model.buffers = [_AlignedBufferT()] + [_AlignedBufferT(data=p) for p in payloads]
+        model.buffers = [_AlignedBufferT()] + [_AlignedBufferT(data=p) for p in payloads] + meta_buffers
         return _pack(model)
     # Two passes: offsets are fixed-width fields, so the flatbuffer's size does not
     # depend on their values; pack once to learn it, then with the real offsets.
-    model.buffers = [_AlignedBufferT()] + [_AlignedBufferT(offset=2**40, size=len(p)) for p in payloads]
+    model.buffers = [_AlignedBufferT()] + [_AlignedBufferT(offset=2**40, size=len(p)) for p in payloads] \
+        + meta_buffers
     head = len(_pack(model))
     offsets, pos = [], _align(head)
     for p in payloads:
         offsets.append(pos)
         pos = _align(pos + len(p))
-    for buf, off in zip(model.buffers[1:], offsets):
+    for buf, off in zip(model.buffers[1:1 + len(payloads)], offsets):
         buf.offset = off
     flat = _pack(model)
     if len(flat) != head:
@@ -205,23 +218,43 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
     return bytes(out)
 
 
+def _metadata(graphs: list[Graph]) -> list[tuple[str, bytes]]:
+    """The model's metadata entries ``(name, bytes)``: the declared output dtypes, when any
+    output's differs from its tensor's (see the module docstring)."""
+    declared = {g.name: [np.dtype(d).name for d in g.output_dtypes] for g in graphs}
+    if not any(np.dtype(d) != np.dtype(t.dtype) for g in graphs for d, t in zip(g.output_dtypes, g.outputs)):
+        return []
+    return [(OUTPUT_DTYPES_METADATA, json.dumps(declared, sort_keys=True).encode())]
+
+
+def _metadata_entry(name: str, buffer: int) -> schema.MetadataT:
+    """A ``Metadata`` table naming buffer ``buffer``."""
+    m = schema.MetadataT()
+    m.name, m.buffer = name, buffer
+    return m
+
+
 def _align(n: int) -> int:
+    """``n`` rounded up to the buffer alignment."""
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
 def _pack(model: schema.ModelT) -> bytes:
+    """Serialize a ModelT with the ``TFL3`` file identifier."""
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 
 
 def _tensor_map(name: str, index: int) -> schema.TensorMapT:
+    """A signature's ``TensorMap`` entry."""
     m = schema.TensorMapT()
     m.name, m.tensorIndex = name, index
     return m
 
 
 def _tensor(t: Tensor, payloads: list[bytes], buffer_of: dict[bytes, int]) -> schema.TensorT:
+    """A TensorT for ``t``; a constant's bytes go to ``payloads`` (deduplicated through ``buffer_of``)."""
     out = schema.TensorT()
     try:
         out.type = TFLITE_TYPES[np.dtype(t.dtype)]
@@ -238,7 +271,7 @@ def _tensor(t: Tensor, payloads: list[bytes], buffer_of: dict[bytes, int]) -> sc
         q.zeroPoint = [int(v) for v in np.asarray(t.quant.zero_point).reshape(-1)]
         q.quantizedDimension = int(t.quant.axis)
         out.quantization = q
-    if t.data is not None:
+    if t.data is not None and t.data.size:  # a zero-size constant has no bytes: buffer 0, as TFLite expects
         payload = np.ascontiguousarray(t.data, dtype=t.dtype).tobytes()
         key = hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little")
         if key not in buffer_of:

@@ -131,7 +131,8 @@ class Emitter:
         """A constant tensor (deduplicated by content inside the graph)."""
         arr = np.asarray(array)
         arr = np.require(arr.astype(tfl_dtype(dtype if dtype is not None else arr.dtype), copy=False), requirements="C")
-        key = (arr.dtype.str, arr.shape, hashlib.sha256(memoryview(arr).cast("B")).digest())
+        # The bytes through a uint8 view: memoryview refuses zero-size arrays and ml_dtypes (bfloat16).
+        key = (arr.dtype.str, arr.shape, hashlib.sha256(arr.reshape(-1).view(np.uint8)).digest())
         t = self._consts.get(key)
         if t is None:
             t = Tensor(arr.shape, arr.shape, arr.dtype, self._name(hint), arr)

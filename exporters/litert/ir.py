@@ -88,7 +88,12 @@ class Op:
 
 @dataclass(eq=False)
 class Graph:
-    """One subgraph: operators in execution order, the signature's inputs and outputs."""
+    """One subgraph: operators in execution order, the signature's inputs and outputs.
+
+    ``output_dtypes`` holds the dtype the program declares for each output, which differs
+    from the tensor's where the model computes in a narrower type (float64 runs as
+    float32); the artifact casts results back to it.
+    """
 
     name: str
     ops: list = field(default_factory=list)
@@ -96,6 +101,7 @@ class Graph:
     outputs: list = field(default_factory=list)
     input_names: list = field(default_factory=list)
     output_names: list = field(default_factory=list)
+    output_dtypes: list = field(default_factory=list)
 
     def consumers(self) -> dict[Tensor, list[Op]]:
         """Map each tensor to the ops that read it (in op order)."""

@@ -1,16 +1,24 @@
 """Indexing: gather → GATHER / GATHER_ND, scatter(-add) → SCATTER_ND + SELECT_V2/ADD,
 sort / top_k → TOPK_V2 (never STABLEHLO_SORT, which ai-edge-litert 2.3 refuses).
 
-Out-of-range indices are an error in TFLite (torch raises too); lax's clamp /
-fill modes only matter for such indices.
+Out-of-range indices abort TFLite's GATHER / SCATTER_ND, while lax gives them a
+meaning that lowerings rely on (``histc`` drops values outside its range through a
+scatter, ``masked_scatter`` gathers with index -1 and selects the result away), so
+the rules reproduce lax's modes: a gather clamps its index rows (CLIP,
+PROMISE_IN_BOUNDS: what XLA does) or also replaces out-of-range rows with the fill
+value (FILL_OR_DROP); a scatter clamps (CLIP; PROMISE_IN_BOUNDS, the torch write ops'
+mode: torch refuses such indices) or drops out-of-range updates (FILL_OR_DROP) by
+redirecting them to one padding slot appended to the operand and sliced off. Constant indices are checked at export time and cost
+nothing when they are in range.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from jax.extend.core import primitives as lax
+from jax.lax import GatherScatterMode
 
 from exporters.litert.emitter import Emitter, Val, is_static
 from exporters.litert.rules import Unsupported, out_aval, rule
@@ -24,6 +32,50 @@ def _index_tensor(em: Emitter, idx: Val) -> Any:
     if np.dtype(t.dtype) not in (np.dtype(np.int32), np.dtype(np.int64)):
         t = em.cast(t, np.int32)
     return t
+
+
+def _clamped(em: Emitter, it: Any, bounds: Sequence, mask: bool) -> tuple[Any, Any]:
+    """Clamp each index row of ``it`` (``[..., k]``) into ``[0, bounds[j] - 1]`` per column.
+
+    Returns:
+        (clamped index tensor, in-range mask shaped ``[..., 1]``); the mask is ``None``
+        unless ``mask`` is set, and also when constant indices are all in range.
+    """
+    if it.is_const:
+        a = np.asarray(it.data)
+        hi = np.asarray([int(b) - 1 for b in bounds], a.dtype)
+        c = np.minimum(np.maximum(a, 0), hi)
+        ok = np.all(c == a, axis=-1, keepdims=True)
+        return em.const(c), (em.const(ok) if mask and not ok.all() else None)
+    if all(is_static(b) for b in bounds):
+        hi = em.const(np.asarray([int(b) - 1 for b in bounds], it.dtype))
+    else:
+        hi = em.cast(em.shape_tensor([b - 1 for b in bounds]), it.dtype)
+    low = em.emit_like("MAXIMUM", [it, em.const(np.zeros((), it.dtype))], it)
+    c = em.emit_like("MINIMUM", [low, hi], it)
+    if not mask:
+        return c, None
+    same = em.emit_like("EQUAL", [it, c], it, np.bool_)
+    last = len(it.shape) - 1
+    ok = em.reduced(it, [last], "in_range")
+    ok.dtype = np.dtype(np.bool_)
+    em.op("REDUCE_ALL", [same, em.const(i32([last]))], [ok], keepDims=True)
+    return c, ok
+
+
+def _fill_value(eqn: Any, dtype: np.dtype) -> np.ndarray:
+    """A FILL_OR_DROP gather's fill value (lax's default when the eqn has none)."""
+    value = eqn.params.get("fill_value")
+    if value is None:
+        if dtype.kind in "fc":
+            value = np.nan
+        elif dtype.kind == "i":
+            value = np.iinfo(dtype).min
+        elif dtype.kind == "u":
+            value = np.iinfo(dtype).max
+        else:
+            value = True
+    return np.asarray(value, dtype)
 
 
 def _with_batching_indices(em: Emitter, idx: Val, operand_bdims: tuple, index_bdims: tuple,
@@ -63,7 +115,8 @@ def lower_gather(em: Emitter, eqn: Any, x: Val, idx: Val) -> Val:
             raise Unsupported("gather of partial slices (only whole-slice gathers map to TFLite)")
     rest = [d for d in range(x.rank) if d not in index_map]
     batch_shape = list(idx.shape[:-1])
-    it = _index_tensor(em, idx)
+    fill = eqn.params.get("mode") == GatherScatterMode.FILL_OR_DROP
+    it, in_range = _clamped(em, _index_tensor(em, idx), [x.shape[d] for d in index_map], fill)
     if len(index_map) == 1:
         a = index_map[0]
         it = em.emit("RESHAPE", [it, em.shape_operand(batch_shape)], batch_shape, it.dtype)
@@ -92,13 +145,32 @@ def lower_gather(em: Emitter, eqn: Any, x: Val, idx: Val) -> Val:
     y = _permuted(g, [order.index(s) for s in present])
     if len(present) != len(slots):
         y = reshape_to(em, y, aval.shape)
-    return y
+    if in_range is None:
+        return y
+    # FILL_OR_DROP: rows with an out-of-range index give the fill value (the mask's
+    # batch dims are in output order, the offset dims become 1 and broadcast).
+    mshape = _expand(batch_shape, dn.offset_dims)
+    mask = em.emit("RESHAPE", [in_range, em.shape_operand(mshape)], mshape, np.bool_)
+    yt = em.tensor_of(y, None, expand=True)
+    out = em.emit("SELECT_V2", [mask, yt, em.const(_fill_value(eqn, np.dtype(x.dtype)))], aval.shape, x.dtype)
+    return Val(aval.shape, x.dtype, tensor=out)
+
+
+def _expand(batch_shape: list, offset_dims: Sequence) -> list:
+    """``batch_shape`` placed at the output positions that are not ``offset_dims`` (1 elsewhere)."""
+    rank = len(batch_shape) + len(offset_dims)
+    dims = iter(batch_shape)
+    return [1 if pos in offset_dims else next(dims) for pos in range(rank)]
 
 
 def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Val:
+    """scatter / scatter-add of whole slices → SCATTER_ND (see the module docstring for
+    out-of-range indices); ``add``: operand + scattered, else SELECT_V2 on a hit mask."""
     dn = eqn.params["dimension_numbers"]
     if not x.static:
         raise Unsupported("scatter into a dynamically shaped operand")
+    if any(is_static(d) and d == 0 for d in upd.shape):
+        return x  # no updates
     idx, index_map = _with_batching_indices(em, idx, tuple(dn.operand_batching_dims),
                                             tuple(dn.scatter_indices_batching_dims),
                                             tuple(dn.scatter_dims_to_operand_dims))
@@ -116,21 +188,38 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Va
     order = list(index_map) + rest
     xt = em.tensor_of(x, tuple(order), expand=True)
     shape = [int(x.shape[d]) for d in order]
-    it = _index_tensor(em, idx)
-    shape_t = em.const(i32(shape))
-    scattered = em.emit("SCATTER_ND", [it, ut, shape_t], shape, x.dtype)
+    drop = eqn.params.get("mode") == GatherScatterMode.FILL_OR_DROP
+    it, in_range = _clamped(em, _index_tensor(em, idx), shape[:len(index_map)], drop)
+    full = list(shape)
+    if in_range is not None:  # dropped updates go to a padding slot after the first indexed dim
+        full[0] += 1
+        pad = np.zeros(len(index_map), np.dtype(it.dtype))
+        pad[0] = shape[0]
+        if it.is_const:
+            it = em.const(np.where(in_range.data, it.data, pad))
+        else:
+            it = em.emit_like("SELECT_V2", [in_range, it, em.const(pad)], it)
+    # SCATTER_ND takes int32 indices only, with an int32 shape (the clamped values fit).
+    it = em.cast(it, np.int32)
+    shape_t = em.const(i32(full))
+
+    def scatter_nd(updates: Any, dtype: Any) -> Any:
+        out = em.emit("SCATTER_ND", [it, updates, shape_t], full, dtype)
+        if full == shape:
+            return out
+        return em.emit("SLICE", [out, em.const(i32([0] * len(shape))), em.const(i32(shape))], shape, dtype)
+
     if add:
-        out = em.emit("ADD", [xt, scattered], shape, x.dtype)
+        out = em.emit("ADD", [xt, scatter_nd(ut, x.dtype)], shape, x.dtype)
     else:
         ones = em.const(np.ones(ut.shape, np.float32))
         keep = _last_writes(em, it, len(ut.shape) - (len(it.shape) - 1))
         if keep is not None:  # duplicate indices: only the last write to a position counts
             ut = em.emit("SELECT_V2", [keep, ut, em.const(np.zeros((), ut.dtype))], ut.shape, ut.dtype)
             ones = em.emit("SELECT_V2", [keep, ones, em.const(np.zeros((), np.float32))], ut.shape, np.float32)
-            scattered = em.emit("SCATTER_ND", [it, ut, shape_t], shape, x.dtype)
-        hits = em.emit("SCATTER_ND", [it, ones, shape_t], shape, np.float32)
+        hits = scatter_nd(ones, np.float32)
         mask = em.emit("GREATER", [hits, em.const(np.zeros((), np.float32))], shape, np.bool_)
-        out = em.emit("SELECT_V2", [mask, scattered, xt], shape, x.dtype)
+        out = em.emit("SELECT_V2", [mask, scatter_nd(ut, x.dtype), xt], shape, x.dtype)
     return Val(x.shape, x.dtype, tensor=out, perm=tuple(order))
 
 

@@ -302,12 +302,20 @@ def _interleave(em: Emitter, t: Any, dims: list, axis: int, k: int, value: Val) 
 
 @rule(lax.rev_p)
 def lower_rev(em: Emitter, eqn: Any, x: Val) -> Val:
-    """rev → REVERSE_V2 over the physical axes."""
+    """rev → one REVERSE_V2 per run of adjacent physical axes (the kernel takes contiguous
+    axes only); size-1 and pending-broadcast dims are constant along the axis and skipped."""
     p = x.perm
-    t = em.tensor_of(x, p, expand=True)
-    axes = i32([p.index(d) for d in eqn.params["dimensions"]])
-    out = em.emit_like("REVERSE_V2", [t, em.const(axes)], t)
-    return Val(x.shape, x.dtype, tensor=out, perm=p)
+    t = em.tensor_of(x, p)
+    axes = sorted(p.index(d) for d in eqn.params["dimensions"] if not (is_static(x.base[d]) and x.base[d] == 1))
+    runs: list[list[int]] = []
+    for a in axes:
+        if runs and runs[-1][-1] == a - 1:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    for run in runs:
+        t = em.emit_like("REVERSE_V2", [t, em.const(i32(run))], t)
+    return Val(x.shape, x.dtype, tensor=t, perm=p, base=x.base)
 
 
 @rule(lax.iota_p)
