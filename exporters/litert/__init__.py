@@ -62,7 +62,7 @@ from exporters.litert.quantize import check_mode, quantize_graphs
 __all__ = ["LiteRTArtifact", "build", "inspect_file"]
 
 _INT64_NOTE = ("int64 tensors stay int64 (inputs such as token ids keep torch's dtype); ops without an "
-               "int64 kernel (DIV, ABS, SIGN, POW, TOPK_V2 indices) compute in int32 between CASTs")
+               "int64 kernel (DIV, FLOOR_DIV, POW, TOPK_V2 indices) compute in int32 between CASTs")
 _OPTIONS = {"external_buffer_threshold_bytes", "description", "quantize"}
 
 

@@ -204,7 +204,14 @@ def lower_embedding(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | Non
 def lower_sdpa(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None:
     """scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask,
     float dropout_p, bool is_causal, *, float? scale, bool enable_gqa)
-    → MUL(scale), BATCH_MATMUL(adj_y), mask ADD/SELECT_V2, SOFTMAX, BATCH_MATMUL."""
+    → MUL(scale), BATCH_MATMUL(adj_y), mask ADD/SELECT_V2, SOFTMAX, BATCH_MATMUL.
+
+    A fully masked row gives 0, like torch and the lowering's guarded softmax (SOFTMAX alone gives
+    NaN, which would poison the next layer): where a mask can mask a whole row, the output rows whose
+    mask has no allowed key are SELECT_V2'd to 0 — the rows known at export for a constant mask, else
+    REDUCE_ANY of a bool mask / REDUCE_MAX > -inf of a float mask over keys, both mask-sized. No mask,
+    a causal one and a constant one without such rows add nothing.
+    """
     ops = named(attrs, vals)
     q, k, v, mask = ops.get("query"), ops.get("key"), ops.get("value"), ops.get("attn_mask")
     if q is None or k is None or v is None or float(attrs.get("dropout_p", 0.0)) != 0.0:
@@ -226,7 +233,7 @@ def lower_sdpa(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None:
     kt = em.tensor_of(k, None, expand=True)
     sdims = list(q.shape[:-1]) + [S]
     scores = em.emit("BATCH_MATMUL", [qt, kt], sdims, dtype, adjX=False, adjY=True)
-    if causal:
+    if causal:  # top-left aligned: every row keeps key 0, so none is fully masked
         tri = np.tril(np.ones((int(L), int(S)), dtype=bool))
         scores = em.emit("ADD", [scores, em.const(np.where(tri, 0.0, -np.inf).astype(dtype))], sdims, dtype)
     if mask is not None:
@@ -241,7 +248,28 @@ def lower_sdpa(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None:
     probs = em.emit("SOFTMAX", [scores], sdims, dtype, beta=1.0)
     vt = em.tensor_of(v, None, expand=True)
     out = em.emit("BATCH_MATMUL", [probs, vt], aval.shape, dtype, adjX=False, adjY=False)
+    keep = None if mask is None else _attended_rows(em, mask)
+    if keep is not None:
+        out = em.emit("SELECT_V2", [keep, out, em.const(np.asarray(0, dtype))], aval.shape, dtype)
     return Val(aval.shape, dtype, tensor=out)
+
+
+def _attended_rows(em: Emitter, mask: Val) -> Any:
+    """Bool ``(..., L, 1)`` tensor: which query rows of an attention mask allow at least one key;
+    ``None`` when a constant mask allows one in every row."""
+    last = mask.rank - 1
+    if mask.is_const:
+        allowed = mask.const if mask.dtype == np.bool_ else mask.const > -np.inf
+        rows = np.any(allowed, axis=last, keepdims=True) if mask.rank else np.asarray(allowed)
+        return None if np.all(rows) else em.const(rows)
+    mt = top = em.tensor_of(mask, None)
+    if mask.rank:
+        top = em.reduced(mt, [last], "attended")
+        em.op("REDUCE_ANY" if mask.dtype == np.bool_ else "REDUCE_MAX", [mt, em.const(i32([last]))], [top],
+              keepDims=True)
+    if mask.dtype == np.bool_:
+        return top
+    return em.emit_like("GREATER", [top, em.const(np.asarray(-np.inf, mt.dtype))], top, np.bool_)
 
 
 def _eq(a: Any, b: Any) -> bool:

@@ -1,5 +1,6 @@
 """Reductions: reduce_{sum,max,min,prod,and,or} → SUM / REDUCE_MAX / …, argmax/argmin →
-ARG_MAX / ARG_MIN, cumsum → CUMSUM. All work in the input's layout."""
+ARG_MAX / ARG_MIN, cumsum → CUMSUM, other scans → log-step scans. All work in the input's layout, and
+emit through :mod:`.kernels` (bool max/min → REDUCE_ANY/ALL, 8/16-bit sums in int32, …)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from jax.extend.core import primitives as lax
 from exporters.litert.builder import TFLITE_TYPES
 from exporters.litert.emitter import Emitter, Val
 from exporters.litert.rules import Unsupported, out_aval, rule
+from exporters.litert.rules.kernels import emit, emit_like, has_kernel
 from exporters.litert.rules.shape import i32
 
 _REDUCERS = {lax.reduce_sum_p: "SUM", lax.reduce_max_p: "REDUCE_MAX", lax.reduce_min_p: "REDUCE_MIN",
@@ -79,12 +81,12 @@ def lower_reduce_generic(em: Emitter, eqn: Any, *vals: Val) -> Val:
     code = {lax.add_p: "ADD", lax.mul_p: "MUL", lax.max_p: "MAXIMUM", lax.min_p: "MINIMUM",
             lax.and_p: "LOGICAL_AND", lax.or_p: "LOGICAL_OR"}[prim]
     t = em.tensor_of(out, out.perm)
-    return Val(out.shape, out.dtype, tensor=em.emit_like(code, [t, em.tensor_of(init)], t), perm=out.perm,
+    return Val(out.shape, out.dtype, tensor=emit_like(em, code, [t, em.tensor_of(init)], t), perm=out.perm,
                base=out.base)
 
 
 def reduce_to(em: Emitter, code: str, x: Val, axes: list, aval: Any) -> Val:
-    """Reduce ``x`` over logical ``axes`` with the TFLite reducer ``code``."""
+    """Reduce ``x`` over logical ``axes`` with the TFLite reducer ``code`` (bool max/min → REDUCE_ANY/ALL)."""
     if not axes:
         return x
     expand = code not in _IDEMPOTENT and any(x.base[a] != x.shape[a] for a in axes)
@@ -97,24 +99,35 @@ def reduce_to(em: Emitter, code: str, x: Val, axes: list, aval: Any) -> Val:
         base = [aval.shape[i] for i in range(len(base))]
     dims = [base[i] for i in perm]
     phys_axes = i32([p.index(a) for a in axes])
-    out = em.emit(code, [t, em.const(phys_axes)], dims, aval.dtype, keepDims=False)
+    out = emit(em, code, [t, em.const(phys_axes)], dims, aval.dtype, keepDims=False)
     return Val(aval.shape, aval.dtype, tensor=out, perm=perm, base=base)
 
 
 @rule(lax.argmax_p, lax.argmin_p)
 def lower_argmax(em: Emitter, eqn: Any, x: Val) -> Val:
-    """argmax/argmin → ARG_MAX/ARG_MIN (first index on ties, like torch)."""
+    """argmax/argmin → ARG_MAX/ARG_MIN (first index on ties, like torch).
+
+    A dtype the kernel lacks even widened (int64: "Unknown input type") takes the exact
+    ``ARG_MAX(x == REDUCE_MAX(x))``: the first index holding the extreme value.
+    """
     (axis,) = eqn.params["axes"]
     aval = out_aval(eqn)
     code = "ARG_MAX" if eqn.primitive is lax.argmax_p else "ARG_MIN"
     p = x.perm
     t = em.tensor_of(x, p, expand=True)
+    ax = p.index(axis)
     perm, _ = _kept_layout(x, [axis])
     dims = [aval.shape[i] for i in perm]
+    if not has_kernel(code, t.dtype):
+        full = [x.shape[i] for i in p]
+        kept = [1 if i == ax else d for i, d in enumerate(full)]
+        extreme = emit(em, "REDUCE_MAX" if code == "ARG_MAX" else "REDUCE_MIN", [t, em.const(i32([ax]))], kept,
+                       t.dtype, keepDims=True)
+        t, code = emit(em, "EQUAL", [t, extreme], full, np.bool_), "ARG_MAX"
     idx = np.dtype(eqn.params["index_dtype"])
     out_type = TFLITE_TYPES[np.dtype(np.int64 if idx == np.int64 else np.int32)]
-    out = em.emit(code, [t, em.const(i32([p.index(axis)]))], dims, idx if idx in (np.int32, np.int64) else np.int32,
-                  outputType=out_type)
+    out = emit(em, code, [t, em.const(i32([ax]))], dims, idx if idx in (np.int32, np.int64) else np.int32,
+               outputType=out_type)
     if idx not in (np.int32, np.int64):
         out = em.cast(out, idx)
     return Val(aval.shape, aval.dtype, tensor=out, perm=perm)
@@ -126,24 +139,25 @@ def lower_cumsum(em: Emitter, eqn: Any, x: Val) -> Val:
     axis = eqn.params["axis"]
     p = x.perm
     t = em.tensor_of(x, p, expand=True)
-    out = em.emit_like("CUMSUM", [t, em.const(np.asarray(p.index(axis), np.int32))], t,
-                       exclusive=False, reverse=bool(eqn.params.get("reverse", False)))
+    out = emit_like(em, "CUMSUM", [t, em.const(np.asarray(p.index(axis), np.int32))], t,
+                    exclusive=False, reverse=bool(eqn.params.get("reverse", False)))
     return Val(x.shape, x.dtype, tensor=out, perm=p)
 
 
-
 def _logaddexp(em: Emitter, a: Any, b: Any) -> Any:
-    """max(a, b) + log(1 + exp(-|a - b|))."""
-    m = em.emit_like("MAXIMUM", [a, b], a)
-    d = em.emit_like("NEG", [em.emit_like("ABS", [em.emit_like("SUB", [a, b], a)], a)], a)
-    one = em.const(np.asarray(1, a.dtype))
-    return em.emit_like("ADD", [m, em.emit_like("LOG", [em.emit_like("ADD", [em.emit_like("EXP", [d], a), one], a)],
-                                                a)], a)
+    """``m + log(exp(a - m) + exp(b - m))`` with ``m = max(a, b)`` clamped to the finite range: exact at the
+    infinities too (two -inf give -inf, two +inf give +inf, where ``max + log1p(exp(-|a - b|))`` gives NaN)."""
+    finfo = np.finfo(a.dtype)
+    m = em.emit_like("MAXIMUM", [em.emit_like("MAXIMUM", [a, b], a), em.const(np.asarray(finfo.min, a.dtype))], a)
+    m = em.emit_like("MINIMUM", [m, em.const(np.asarray(finfo.max, a.dtype))], a)
+    total = em.emit_like("ADD", [em.emit_like("EXP", [em.emit_like("SUB", [a, m], a)], a),
+                                 em.emit_like("EXP", [em.emit_like("SUB", [b, m], a)], a)], a)
+    return em.emit_like("ADD", [m, em.emit_like("LOG", [total], a)], a)
 
 
 _SCANS = {lax.cumprod_p: ("MUL", lambda dt: 1), lax.cummax_p: ("MAXIMUM", lambda dt: _lowest(np.zeros((), dt))),
           lax.cummin_p: ("MINIMUM", lambda dt: _highest(np.zeros((), dt))),
-          lax.cumlogsumexp_p: (_logaddexp, lambda dt: _lowest(np.zeros((), dt)))}
+          lax.cumlogsumexp_p: (_logaddexp, lambda dt: -np.inf)}
 
 
 @rule(*_SCANS)
@@ -170,7 +184,7 @@ def lower_cumulative(em: Emitter, eqn: Any, x: Val) -> Val:
         fill = em.const(np.full(head, identity_of(t.dtype), t.dtype))
         part = em.emit("SLICE", [t, em.const(i32([0] * len(dims))), em.const(i32(keep))], keep, t.dtype)
         shifted = em.emit("CONCATENATION", [fill, part], dims, t.dtype, axis=ax)
-        t = em.emit_like(code, [t, shifted], t) if isinstance(code, str) else code(em, t, shifted)
+        t = emit_like(em, code, [t, shifted], t) if isinstance(code, str) else code(em, t, shifted)
         k *= 2
     if reverse:
         t = em.emit_like("REVERSE_V2", [t, axes], t)

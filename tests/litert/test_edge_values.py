@@ -1,0 +1,270 @@
+"""Edge values and dtypes through the LiteRT exporter: broadcasting into ATAN2 (the one binary kernel
+that does not broadcast), fully masked attention rows, dtypes a TFLite kernel lacks (8/16-bit integers,
+bool, int64 ARG_MAX), ``x ** 0``, logcumsumexp at ±inf, exact float remainder. Each case is exported,
+run in the LiteRT Interpreter (XNNPACK on) and compared with PyTorch or JAX."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from converter.api import convert
+from converter.errors import UnsupportedOpError
+from exporters.litert import build
+from tests.litert.adapter import JaxProgram
+from tests.litert.conftest import REL_TOL, outputs, rel_error
+
+ROOT = Path(__file__).resolve().parents[2]
+inf, nan = float("inf"), float("nan")
+
+
+class Fn(nn.Module):
+    """``fn(*tensors)`` as a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor):
+        return self.fn(*xs)
+
+
+def litert_vs_torch(fn, *args: torch.Tensor, exact: bool = False):
+    """Convert ``fn`` to LiteRT, run it on ``args``; return (artifact, outputs, torch's outputs), checked."""
+    model = Fn(fn).eval()
+    art = convert(model, args, target="litert")
+    with torch.no_grad():
+        want = outputs(model(*args))
+    got = outputs(art(*args))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape, g.dtype, w.dtype)
+        if exact or w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i} (ops {dict(art.ops)})")
+        else:
+            assert np.array_equal(np.isnan(g), np.isnan(w)), f"output {i}: NaN at {np.argwhere(np.isnan(g))}"
+            assert rel_error(np.nan_to_num(g), np.nan_to_num(w)) <= REL_TOL, f"output {i}: {g} vs {w}"
+    return art, got, want
+
+
+# -- broadcasting ---------------------------------------------------------------------------------------
+
+
+def test_atan2_broadcasts_its_operands_like_torch():
+    """ATAN2 checks ranks only and reads out of bounds for unequal shapes: a row, a column, a 0-d tensor."""
+    y, row, col, s = torch.randn(2, 3), torch.tensor([2.0, -1.0, 0.5]), torch.randn(2, 1), torch.tensor(-2.0)
+    art, _, _ = litert_vs_torch(lambda y, row, col, s: (torch.atan2(y, row), torch.atan2(col, row),
+                                                        torch.atan2(y, s), torch.atan2(s, y)), y, row, col, s)
+    assert art.ops["ATAN2"] == 4
+
+
+def test_atan2_broadcast_in_jax():
+    """The same through a hand-written JAX function (a pending ``broadcast_in_dim`` on each side)."""
+    x = np.random.default_rng(0).standard_normal((4, 1, 3)).astype(np.float32)
+    z = np.random.default_rng(1).standard_normal((5, 1)).astype(np.float32)
+    prog = JaxProgram(lambda x, z: (jnp.arctan2(x, z), jnp.arctan2(z, 2.0), jnp.arctan2(3.0, x)), [x, z])
+    art = build(prog)
+    for g, w in zip(outputs(art(x, z)), prog.reference(x, z)):
+        assert rel_error(g, w) <= REL_TOL
+
+
+# -- attention --------------------------------------------------------------------------------------------
+
+
+def _qkv(L: int = 3, S: int = 4):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(2, 2, L, 8, generator=g), torch.randn(2, 2, S, 8, generator=g),
+            torch.randn(2, 2, S, 8, generator=g))
+
+
+def test_sdpa_fully_masked_row_gives_zero_not_nan():
+    """The issue's example: a bool mask input whose first row masks every key."""
+    q, k, v = torch.ones(1, 1, 2, 4), torch.ones(1, 1, 3, 4), torch.ones(1, 1, 3, 4)
+    mask = torch.tensor([[[[False, False, False], [True, False, True]]]])
+    art, got, _ = litert_vs_torch(F.scaled_dot_product_attention, q, k, v, mask)
+    assert art.ops["SOFTMAX"] == 1  # the composite rule, not the decomposition
+    np.testing.assert_array_equal(got[0][0, 0, 0], 0.0)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float", "bool_2d", "padding"])
+def test_sdpa_masks_with_fully_masked_rows_match_torch(kind):
+    """Runtime masks of every kind: bool and additive float (B, 1, L, S), a 2-D bool one and a
+    key-padding bool (B, 1, 1, S) one where one batch entry has no key at all."""
+    q, k, v = _qkv()
+    g = torch.Generator().manual_seed(3)
+    allowed = torch.rand(2, 1, 3, 4, generator=g) > 0.4
+    allowed[0, 0, 1] = False
+    allowed[1, 0, 2] = False
+    mask = {"bool": allowed, "float": torch.where(allowed, torch.randn(allowed.shape, generator=g), -inf),
+            "bool_2d": allowed[0, 0], "padding": torch.tensor([[True, False, True, True], [False] * 4])[:, None, None]}
+    art, got, want = litert_vs_torch(F.scaled_dot_product_attention, q, k, v, mask[kind])
+    assert art.ops["SOFTMAX"] == 1
+    assert np.all(np.isfinite(got[0]))
+
+
+class ConstMaskAttention(nn.Module):
+    """SDPA with a constant bool mask (folded at export) that masks all of query row 1."""
+
+    def __init__(self, full_row: bool):
+        super().__init__()
+        m = torch.tril(torch.ones(3, 4, dtype=torch.bool))
+        if full_row:
+            m[1] = False
+        self.register_buffer("mask", m)
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+
+
+def test_sdpa_guards_only_where_a_row_can_be_fully_masked():
+    """A constant mask masking a whole row gets the guard (a constant row select); no mask, a causal one
+    and a constant mask allowing a key in every row keep the bare SOFTMAX."""
+    q, k, v = _qkv()
+    art, got, _ = litert_vs_torch(ConstMaskAttention(full_row=True), q, k, v)
+    assert np.all(got[0][:, :, 1] == 0) and art.ops["SELECT_V2"] == 1 and art.ops["REDUCE_ANY"] == 0
+    for fn in (F.scaled_dot_product_attention, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+               ConstMaskAttention(full_row=False)):
+        art, _, _ = litert_vs_torch(fn, q, k, v)
+        assert art.ops["SOFTMAX"] == 1
+        assert art.ops["SELECT_V2"] == art.ops["REDUCE_ANY"] == art.ops["REDUCE_MAX"] == 0, dict(art.ops)
+
+
+# -- dtypes the kernels lack ----------------------------------------------------------------------------
+
+#: Ops on 8/16-bit integers and bools that reached quantized or missing TFLite kernels (several
+#: aborted the process), by name: ``fn(a, b)`` with ``b`` in 1..6.
+DTYPE_CASES = {
+    "add": "a + b", "sub": "a - b", "mul": "a * b", "mul_scalar": "a * 3", "bcast_add": "a + b[:1]",
+    "div_trunc": "torch.div(a, b, rounding_mode='trunc')", "div_floor": "torch.div(a, b, rounding_mode='floor')",
+    "remainder": "torch.remainder(a, b)", "fmod": "torch.fmod(a, b)", "eq": "a == b", "ne": "a != b",
+    "ne_bcast": "a != b[:, :1]", "lt": "a < b", "ge": "a >= b", "where": "torch.where(a > b, a, b)",
+    "bitwise_not": "~a", "neg": "-a", "abs": "torch.abs(a)", "sign": "torch.sign(a)", "square": "a * a",
+    "pow3": "a ** 3", "pow0": "a ** 0", "sum": "torch.sum(a, -1, dtype=a.dtype)",
+    "cumsum": "torch.cumsum(a, -1, dtype=a.dtype)", "cumprod": "torch.cumprod(a, -1, dtype=a.dtype)",
+    "cummax": "torch.cummax(a, -1)[0]", "amax": "torch.amax(a, -1)", "amin": "torch.amin(a, 0)",
+    "argmax": "torch.argmax(a, -1)", "argmin": "torch.argmin(a, 0)", "maximum": "torch.maximum(a, b)",
+    "minimum": "torch.minimum(a, b[:, :1])", "clamp": "torch.clamp(a, 1, 5)",
+}
+DTYPES = ["uint8", "int8", "int16", "bool"]
+
+_RUNNER = r'''
+import json, sys, warnings
+import numpy as np, torch
+from converter.api import convert
+warnings.filterwarnings("ignore")
+class Fn(torch.nn.Module):
+    def __init__(self, src):
+        super().__init__(); self.src = src
+    def forward(self, a, b):
+        return eval(self.src)
+for name, src, dt in json.loads(sys.argv[1]):
+    g = torch.Generator().manual_seed(0)
+    if dt == "bool":
+        a, b = (torch.rand(3, 4, generator=g) > 0.5 for _ in range(2))
+    else:
+        lo, hi = (0, 250) if dt == "uint8" else (-120, 120)
+        a = torch.randint(lo, hi, (3, 4), generator=g).to(getattr(torch, dt))
+        b = torch.randint(1, 7, (3, 4), generator=g).to(getattr(torch, dt))
+    m = Fn(src).eval()
+    try:
+        want = m(a, b)
+    except Exception:
+        print(json.dumps([name, dt, "torch refuses"]), flush=True)
+        continue
+    print(json.dumps([name, dt, "started"]), flush=True)  # a kernel that aborts leaves this last
+    try:
+        got = convert(m, (a, b), target="litert")(a, b)
+    except Exception as e:
+        print(json.dumps([name, dt, f"{type(e).__name__}: {str(e).splitlines()[0]}"]), flush=True)
+        continue
+    same = got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    print(json.dumps([name, dt, "ok" if same else f"{got.tolist()} != {want.tolist()}"]), flush=True)
+'''
+
+
+def _run_isolated(cases: list) -> dict:
+    """Run ``cases`` in a child interpreter (a kernel may abort the process); ``{(name, dtype): result}``."""
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(cases)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("["):
+            name, dt, res = json.loads(line)
+            results[(name, dt)] = res
+    if proc.returncode != 0:
+        last = [k for k, v in results.items() if v == "started"]
+        raise AssertionError(f"the child died (rc {proc.returncode}) on {last[-1:]}: {proc.stderr[-600:]}")
+    return results
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ops_on_dtypes_the_kernels_lack_match_torch(dtype):
+    """Every case exports, runs without aborting the interpreter and equals torch exactly (wrapping included)."""
+    results = _run_isolated([[name, src, dtype] for name, src in DTYPE_CASES.items()])
+    bad = {name: r for (name, _), r in results.items() if r not in ("ok", "torch refuses")}
+    assert not bad, bad
+    assert sum(r == "ok" for r in results.values()) >= len(DTYPE_CASES) // 2
+
+
+def test_bool_max_min_use_logical_ops():
+    a, b = torch.tensor([[True, False], [False, False]]), torch.tensor([[False, False], [True, False]])
+    art, _, _ = litert_vs_torch(lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.amax(a, -1),
+                                              torch.amin(b, 0)), a, b)
+    assert art.ops["LOGICAL_OR"] == art.ops["LOGICAL_AND"] == art.ops["REDUCE_ANY"] == art.ops["REDUCE_ALL"] == 1
+    assert art.ops["MAXIMUM"] == art.ops["MINIMUM"] == art.ops["REDUCE_MAX"] == art.ops["REDUCE_MIN"] == 0
+
+
+def test_argmax_of_int64_is_exact_beyond_int32():
+    """ARG_MAX has no int64 kernel: ``ARG_MAX(x == REDUCE_MAX(x))``, first index on ties, full int64 range."""
+    x = torch.tensor([[2, -6, 3, 3], [2**40 + 1, 2**40, 2**40 + 1, -2**62], [-2**63, -2**63, 5, 2**63 - 1]])
+    litert_vs_torch(lambda x: (torch.argmax(x, -1), torch.argmin(x, -1), torch.argmax(x, 0), torch.argmin(x, 0)), x)
+
+
+def test_int64_abs_and_sign_are_exact_beyond_int32():
+    """ABS and SIGN have no int64 kernel: MAXIMUM(x, -x) and clamp(x, -1, 1) instead of int32 CASTs."""
+    x = torch.tensor([2**40, -2**40 - 3, -7, 0, 2**63 - 1, -2**63, 2**32])
+    litert_vs_torch(lambda x: (torch.abs(x), torch.sign(x)), x)
+
+
+def test_integer_pow_zero_is_ones():
+    x = torch.tensor([[1, 2], [3, -4]])
+    litert_vs_torch(lambda x: (torch.pow(x, 0), torch.pow(x.to(torch.int32), 0) + x.to(torch.int32)), x)
+
+
+def test_kernel_without_an_exact_type_is_refused_at_export():
+    """int64 has no RIGHT_SHIFT kernel and no wider type: refused when exporting, naming the kernel."""
+    x = np.array([-5, 7, 2**40], np.int64)
+    with pytest.raises(UnsupportedOpError, match="RIGHT_SHIFT has no int64 kernel"):
+        build(JaxProgram(lambda x: jax.lax.shift_right_arithmetic(x, jnp.int64(1)), [x]))
+
+
+# -- float edge values ----------------------------------------------------------------------------------
+
+
+def test_logcumsumexp_keeps_infinities():
+    x = torch.tensor([[-inf, -inf, 1.0, -inf], [inf, inf, 0.0, -inf], [-inf, inf, 2.0, 3.0], [0.5, -1.0, 2.0, 80.0]])
+    _, got, want = litert_vs_torch(lambda x: (torch.logcumsumexp(x, -1), torch.logcumsumexp(x, 0)), x)
+    assert np.isneginf(got[0][0, :2]).all() and np.isposinf(got[0][1, :2]).all()
+
+
+def test_float_remainder_and_fmod_are_exact():
+    """``a / b`` rounding to an integer used to give 0 (or ``b``) instead of fmod's exact result."""
+    a = torch.tensor([-1.5, 1.5, 3.0, -3.0, 7.25, 1e7, -0.7, 5.0, inf, 2.0])
+    b = torch.tensor([-0.3, 0.1, 1.5, 0.7, -2.0, 3.3, 0.7, inf, 1.0, 0.0])
+    litert_vs_torch(lambda a, b: (torch.remainder(a, b), torch.fmod(a, b), torch.fmod(a, 0.3)), a, b, exact=True)
+
+
+def test_float_floor_division_exports():
+    """``torch.div(..., rounding_mode='floor')`` on floats needs ``signbit`` (an arithmetic right shift)."""
+    a, b = torch.tensor([7.0, -7.0, 7.5, -0.0, 0.0, 1.0]), torch.tensor([2.0, 2.0, -2.5, 3.0, -3.0, 0.0])
+    litert_vs_torch(lambda a, b: (torch.div(a, b, rounding_mode="floor"), a // 2.0), a, b)
