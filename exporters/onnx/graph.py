@@ -146,6 +146,13 @@ class OnnxGraph:
         parts = [self.dim_tensor(d) for d in dims]
         return parts[0] if len(parts) == 1 else self.op("Concat", parts, axis=0)
 
+    def where(self, cond: str, a: str, b: str, dtype: Any) -> str:
+        """``Where(cond, a, b)`` for values of ``dtype``; bool values (ONNX Runtime's Where has no bool
+        kernel) as ``Or(And(cond, a), And(Not(cond), b))``."""
+        if np.dtype(dtype) != np.bool_:
+            return self.op("Where", [cond, a, b])
+        return self.op("Or", [self.op("And", [cond, a]), self.op("And", [self.op("Not", [cond]), b])])
+
     def reshape(self, name: str, dims: Sequence) -> str:
         """Reshape ``name`` to ``dims`` with ``allowzero=1``: a 0 in the shape operand is a zero-size
         dim (ONNX's default copies the input's dim there, which no jaxpr reshape means)."""

@@ -80,6 +80,9 @@ CASES = {
                 [ints(3, 4), ints(3, 4)]),
     "bool_logic": (lambda x, y: (jnp.logical_and(x > 0, y > 0), jnp.logical_or(x > 0, y < 0), jnp.logical_not(x > 0)),
                    [r(5), r(5)]),
+    # (ONNX Runtime's Where has no bool kernel: a select or filled gather of bool values)
+    "bool_where": (lambda x, y, i: (jnp.where(x > y, x > 0, y > 0), jnp.take_along_axis(x > 0, i, axis=1, mode="fill")),
+                   [r(2, 5), r(2, 5), np.array([[0, 4, 9], [1, -7, 2]], np.int64)]),
     "cast": (lambda x: (x.astype(jnp.int32), (x > 0).astype(jnp.float32), x.astype(jnp.int64) * 2), [r(4, 4) * 5]),
     # constants folded at export time keep 64 bits (2**40 + 3 and 1e-300 do not fit 32)
     "fold_64bit_constants": (lambda x: (x + jnp.asarray(np.int64(2 ** 40 + 3)) % 1000003,

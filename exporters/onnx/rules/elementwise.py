@@ -29,7 +29,8 @@ def nary(g: OnnxGraph, eqn: Any, op: str, vals: list[Val], **attrs: Any) -> Val:
     names = [g.tensor(v, expand=False) for v in vals]
     base = tuple(1 if all(is_one(v.base[i]) for v in vals if v.rank == len(shape)) else shape[i]
                  for i in range(len(shape)))
-    return g.val(g.op(op, names, **attrs), shape, aval.dtype, base)
+    out = g.where(*names, aval.dtype) if op == "Where" else g.op(op, names, **attrs)
+    return g.val(out, shape, aval.dtype, base)
 
 
 def unary(g: OnnxGraph, eqn: Any, x: Val, name: str) -> Val:

@@ -53,7 +53,7 @@ def _filled(g: OnnxGraph, out: str, it: str, clamped: str, slice_rank: int, aval
         valid = g.op("Squeeze", [valid, g.i64([-1])])
     elif slice_rank > 1:
         valid = g.op("Unsqueeze", [valid, g.i64(list(range(rank - slice_rank + 1, rank)))])
-    return g.op("Where", [valid, out, g.const(np.asarray(fill, aval.dtype))])
+    return g.where(valid, out, g.const(np.asarray(fill, aval.dtype)), aval.dtype)
 
 
 @rule(lax.gather_p)
@@ -108,7 +108,7 @@ def _window(g: OnnxGraph, eqn: Any, aval: Any, x: Val, idx: Val, sim: list, size
     out = g.op("Slice", [g.tensor(x), start, ends, g.i64(sim)])
     if start is not it and "FILL" in str(eqn.params.get("mode", "")):
         valid = g.op("ReduceMin", [g.op("Equal", [it, start]), g.i64([0])], keepdims=0)
-        out = g.op("Where", [valid, out, g.const(np.asarray(eqn.params["fill_value"], aval.dtype))])
+        out = g.where(valid, out, g.const(np.asarray(eqn.params["fill_value"], aval.dtype)), aval.dtype)
     return g.val(out, aval.shape, aval.dtype)
 
 
