@@ -248,6 +248,13 @@ def test_kernel_without_an_exact_type_is_refused_at_export():
         build(JaxProgram(lambda x: jax.lax.shift_right_arithmetic(x, jnp.int64(1)), [x]))
 
 
+def test_right_shift_by_a_negative_or_wide_amount_fills_with_the_sign():
+    """TFLite's RIGHT_SHIFT does not shift for a negative amount; torch (and lax) fill with the sign bit."""
+    a = torch.tensor([1, -1, 5, -8, 8, 7], dtype=torch.int32)
+    b = torch.tensor([31, 32, -1, 3, 40, 0], dtype=torch.int32)
+    litert_vs_torch(lambda a, b: (a >> b, a >> torch.tensor([-2, 33, -1, 1, 0, 2], dtype=torch.int32)), a, b)
+
+
 # -- float edge values ----------------------------------------------------------------------------------
 
 

@@ -117,7 +117,15 @@ def lower_shift_right_arithmetic(em: Emitter, eqn: Any, x: Val, s: Val) -> Val:
     """shift_right_arithmetic → RIGHT_SHIFT on signed 8/16/32-bit integers (e.g. ``signbit`` inside
     ``copysign`` of float floor division). TFLite shifts signed values arithmetically and, like lax,
     fills with the sign bit for shifts of the width or more; only negative shifts differ (lax: sign
-    fill, TFLite: no shift). int64 has no RIGHT_SHIFT kernel and is refused at export."""
+    fill, TFLite: no shift), so a negative shift becomes one of the width - 1 (a constant's now, else
+    LESS + SELECT_V2). int64 has no RIGHT_SHIFT kernel and is refused at export."""
     if tfl_dtype(x.dtype).kind != "i":
         raise Unsupported(f"arithmetic right shift of {x.dtype.name} (RIGHT_SHIFT shifts unsigned values logically)")
+    widest = np.asarray(np.dtype(s.dtype).itemsize * 8 - 1, s.dtype)
+    if s.is_const:
+        s = Val(s.shape, s.dtype, const=np.where(np.asarray(s.const) < 0, widest, s.const))
+    elif np.dtype(s.dtype).kind == "i":
+        t = em.tensor_of(s, None, expand=True)
+        neg = em.emit_like("LESS", [t, em.const(np.zeros((), s.dtype))], t, np.bool_)
+        s = Val(s.shape, s.dtype, tensor=em.emit_like("SELECT_V2", [neg, em.const(widest), t], t))
     return elementwise(em, eqn, "RIGHT_SHIFT", [x, s])
