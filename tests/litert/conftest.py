@@ -45,6 +45,29 @@ def check_program(program: JaxProgram, *inputs: Any, tol: float = REL_TOL, **opt
     return art
 
 
+def check_model(model: Any, args: tuple, exact: bool = False) -> tuple[LiteRTArtifact, list, list]:
+    """Convert ``model`` (eval) to LiteRT, run it on ``args`` and compare with PyTorch: shapes and dtypes
+    exactly, integer and bool outputs (all outputs with ``exact``) bit for bit, floats within
+    :data:`REL_TOL` with NaN in the same places. Returns (artifact, its outputs, torch's outputs)."""
+    import torch
+
+    from converter.api import convert
+
+    art = convert(model, args, target="litert")
+    with torch.no_grad():
+        want = outputs(model(*args))
+    got = outputs(art(*args))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape, g.dtype, w.dtype)
+        if exact or w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i} (ops {dict(art.ops)})")
+        else:
+            assert np.array_equal(np.isnan(g), np.isnan(w)), f"output {i}: NaN at {np.argwhere(np.isnan(g))}"
+            assert rel_error(np.nan_to_num(g), np.nan_to_num(w)) <= REL_TOL, f"output {i}: {g} vs {w}"
+    return art, got, want
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)

@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from converter.api import convert
 from converter.errors import UnsupportedOpError
 from exporters.litert import build
 from tests.litert.adapter import JaxProgram
-from tests.litert.conftest import REL_TOL, outputs, rel_error
+from tests.litert.conftest import REL_TOL, check_model, outputs, rel_error
 
 ROOT = Path(__file__).resolve().parents[2]
 inf, nan = float("inf"), float("nan")
@@ -41,20 +40,7 @@ class Fn(nn.Module):
 
 def litert_vs_torch(fn, *args: torch.Tensor, exact: bool = False):
     """Convert ``fn`` to LiteRT, run it on ``args``; return (artifact, outputs, torch's outputs), checked."""
-    model = Fn(fn).eval()
-    art = convert(model, args, target="litert")
-    with torch.no_grad():
-        want = outputs(model(*args))
-    got = outputs(art(*args))
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape, g.dtype, w.dtype)
-        if exact or w.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=f"output {i} (ops {dict(art.ops)})")
-        else:
-            assert np.array_equal(np.isnan(g), np.isnan(w)), f"output {i}: NaN at {np.argwhere(np.isnan(g))}"
-            assert rel_error(np.nan_to_num(g), np.nan_to_num(w)) <= REL_TOL, f"output {i}: {g} vs {w}"
-    return art, got, want
+    return check_model(Fn(fn).eval(), args, exact)
 
 
 # -- broadcasting ---------------------------------------------------------------------------------------

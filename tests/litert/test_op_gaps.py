@@ -13,7 +13,7 @@ from torch import nn
 
 from converter.api import convert
 from converter.errors import UnsupportedOpError
-from tests.litert.conftest import REL_TOL, outputs, rel_error
+from tests.litert.conftest import check_model
 
 
 class EdgePads(nn.Module):
@@ -88,15 +88,7 @@ MODELS = {
 def test_op_gap_model_matches_pytorch(name):
     cls, make_args, expect = MODELS[name]
     torch.manual_seed(0)
-    model, args = cls().eval(), make_args()
-    art = convert(model, args, target="litert")
-    with torch.no_grad():
-        want = outputs(model(*args))
-    got = outputs(art(*args))
-    assert len(got) == len(want)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape)
-        assert rel_error(g, w) <= REL_TOL, f"output {i}: {rel_error(g, w)}"
+    art, _, _ = check_model(cls().eval(), make_args())
     for op, count in expect.items():
         assert art.ops[op] == count, f"{name}: {op} ×{art.ops[op]}, expected {count}; ops {dict(art.ops)}"
 
