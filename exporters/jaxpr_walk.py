@@ -150,7 +150,7 @@ class JaxprTranslator:
     COMPOSITES: ClassVar[dict] = {}
     #: Primitive names never folded (their rules handle constant inputs themselves).
     NO_FOLD: ClassVar[frozenset] = frozenset()
-    #: Names of dtypes the target has no type for: an eqn making one is refused where it is.
+    #: Names of dtypes the target has no type for: an eqn making or reading one is refused where it is.
     NO_DTYPES: ClassVar[frozenset] = frozenset()
 
     def __init__(self, em: Any, locate: Any = None):
@@ -242,9 +242,13 @@ class JaxprTranslator:
         if rule is None:
             raise self.unsupported(eqn, f"jaxpr primitive '{prim.name}' has no {self.TARGET} rule "
                                         f"(add one in exporters/{self.KEY}/rules/)")
-        for v in eqn.outvars if self.NO_DTYPES else ():
-            if v.aval.dtype.name in self.NO_DTYPES:
-                raise self.unsupported(eqn, f"dtype {v.aval.dtype.name} has no {self.TARGET} type")
+        if self.NO_DTYPES:
+            for v in eqn.outvars:
+                if v.aval.dtype.name in self.NO_DTYPES:
+                    raise self.unsupported(eqn, f"dtype {v.aval.dtype.name} has no {self.TARGET} type")
+            for v in ins if not all(v.is_const for v in ins) else ():  # (a program input: abs of complex)
+                if np.dtype(v.dtype).name in self.NO_DTYPES:
+                    raise self.unsupported(eqn, f"dtype {np.dtype(v.dtype).name} has no {self.TARGET} type")
         return self._apply(rule, eqn, ins)
 
     def _apply(self, rule: Any, eqn: Any, ins: list, attrs: dict | None = None,

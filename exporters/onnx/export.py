@@ -54,16 +54,6 @@ class Translator(JaxprTranslator):
     #: Dtypes no rule computes with (ONNX Runtime has no complex kernels for Abs, MatMul, …).
     NO_DTYPES = frozenset({"complex64", "complex128"})
 
-    def eqn(self, eqn: Any, ins: list[Val]) -> list[Val]:
-        """Translate one eqn; besides the walker's check of the dtypes an eqn makes, refuse a
-        primitive that reads a :data:`NO_DTYPES` value (``abs`` of complex makes a float)."""
-        if eqn.primitive in self.RULES and not all(v.is_const for v in ins):
-            for v in ins:
-                if v.dtype.name in self.NO_DTYPES:
-                    raise self.unsupported(eqn, f"dtype {v.dtype.name}: the ONNX exporter has no complex "
-                                                "arithmetic (ONNX Runtime has no complex kernels for it)")
-        return super().eqn(eqn, ins)
-
     def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
         """Evaluate an eqn on constant inputs now (:func:`fold`)."""
         return fold(eqn, ins)
