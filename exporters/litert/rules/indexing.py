@@ -64,18 +64,8 @@ def _clamped(em: Emitter, it: Any, bounds: Sequence, mask: bool) -> tuple[Any, A
 
 
 def _fill_value(eqn: Any, dtype: np.dtype) -> np.ndarray:
-    """A FILL_OR_DROP gather's fill value (lax's default when the eqn has none)."""
-    value = eqn.params.get("fill_value")
-    if value is None:
-        if dtype.kind in "fc":
-            value = np.nan
-        elif dtype.kind == "i":
-            value = np.iinfo(dtype).min
-        elif dtype.kind == "u":
-            value = np.iinfo(dtype).max
-        else:
-            value = True
-    return np.asarray(value, dtype)
+    """A FILL_OR_DROP gather's fill value (lax.gather puts its default, NaN or the dtype's extreme, in the eqn)."""
+    return np.asarray(eqn.params["fill_value"], dtype)
 
 
 def _with_batching_indices(em: Emitter, idx: Val, operand_bdims: tuple, index_bdims: tuple,
