@@ -72,6 +72,9 @@ CASES = {
                         jnp.floor(x), jnp.ceil(x), jnp.round(x * 3), jnp.sign(x), jnp.log(jnp.abs(x) + 1),
                         jax.nn.sigmoid(x), jnp.tanh(x), jnp.sin(x), jnp.cos(x), jnp.log1p(jnp.abs(x)),
                         jnp.expm1(x), jnp.exp2(x), jnp.tan(x * 0.5), jnp.isfinite(x / x)), [r(3, 5)], None),
+    # (the largest floats below a half: floor(|x| + 0.5) rounds them up)
+    "round": (lambda x: (jnp.round(x), jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO)),
+              [np.array([[0.49999997, -0.49999997, 2.4999998, -2.5, 0.5, 1.5]], np.float32)], None),
     "erf": (lambda x: (jax.scipy.special.erf(x * 2), jax.nn.gelu(x, approximate=False), jax.lax.erfc(x)),
             [r(4, 5)], None),
     "compare_select": (lambda x, y: (jnp.where(x > y, x, y), x == y, x <= y, x != y, x >= 0.5,

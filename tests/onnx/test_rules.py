@@ -72,6 +72,9 @@ CASES = {
                          jax.lax.erf(x), jnp.floor(x), jnp.ceil(x), jnp.log1p(jnp.abs(x)), jnp.expm1(x)), [r(3, 5)]),
     "round": (lambda x: (jnp.round(x * 3), jax.lax.round(x * 3, jax.lax.RoundingMethod.AWAY_FROM_ZERO)),
               [np.array([[0.5, 1.5, -0.5, -2.5, 0.2, 2.49]], np.float32) / 3]),
+    # (the largest floats below a half: Floor(|x| + 0.5) rounds them up)
+    "round_near_half": (lambda x: (jnp.round(x), jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO)),
+                        [np.array([[0.49999997, -0.49999997, 2.4999998, -2.5, 0.5, 1.5]], np.float32)]),
     "powers": (lambda x: (x ** 3, jax.lax.integer_pow(x, -2), jnp.power(jnp.abs(x), 0.7), jnp.square(x)), [r(2, 6) + 3]),
     "compare_select": (lambda x, y: (x > y, x <= y, x == y, x != y, jnp.where(x > 0, x, y * 2),
                                      jnp.clip(x, -0.3, 0.4), jnp.isfinite(x / y), jnp.arctan2(x, y),

@@ -46,12 +46,16 @@ def lower_tan(em: Emitter, eqn: Any, x: Val) -> Val:
 
 @rule(lax.round_p)
 def lower_round(em: Emitter, eqn: Any, x: Val) -> Val:
-    """round → ROUND (half to even); away-from-zero rounding → ``sign(x) * floor(|x| + 0.5)``."""
+    """round → ROUND (half to even); away-from-zero rounding → ``sign(x) * (f + (|x| - f >= 0.5))`` with
+    ``f = floor(|x|)`` (``|x| - f`` is exact; ``floor(|x| + 0.5)`` is not: 0.49999997 + 0.5 rounds to 1)."""
     if eqn.params.get("rounding_method") == jax.lax.RoundingMethod.TO_NEAREST_EVEN:
         return elementwise(em, eqn, "ROUND", [x])
     t = em.tensor_of(x, x.perm)
-    fl = unary_tensor(em, "FLOOR", emit_like(em, "ADD", [unary_tensor(em, "ABS", t), scalar(em, 0.5, x.dtype)], t))
-    return like(em, eqn, x, emit_like(em, "MUL", [unary_tensor(em, "SIGN", t), fl], t))
+    a = unary_tensor(em, "ABS", t)
+    fl = unary_tensor(em, "FLOOR", a)
+    half = emit_like(em, "GREATER_EQUAL", [emit_like(em, "SUB", [a, fl], t), scalar(em, 0.5, x.dtype)], t, np.bool_)
+    up = emit_like(em, "ADD", [fl, em.cast(half, x.dtype)], t)
+    return like(em, eqn, x, emit_like(em, "MUL", [unary_tensor(em, "SIGN", t), up], t))
 
 
 @rule(lax.is_finite_p)

@@ -177,11 +177,15 @@ def lower_integer_pow(g: OnnxGraph, eqn: Any, x: Val) -> Val:
 
 @rule(lax.round_p)
 def lower_round(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """round → Round (half to even), or Sign(x) * Floor(|x| + 0.5) for half away from zero."""
+    """round → Round (half to even), or for half away from zero Sign(x) * (f + (|x| - f >= 0.5)) with
+    f = Floor(|x|) (``|x| - f`` is exact; Floor(|x| + 0.5) is not: 0.49999997 + 0.5 rounds to 1)."""
     t = g.tensor(x, expand=False)
     if int(eqn.params.get("rounding_method", 0)) == 1:
         return unary(g, eqn, x, g.op("Round", [t]))
-    up = g.op("Floor", [g.op("Add", [g.op("Abs", [t]), scalar(g, 0.5, x.dtype)])])
+    a = g.op("Abs", [t])
+    fl = g.op("Floor", [a])
+    half = g.op("GreaterOrEqual", [g.op("Sub", [a, fl]), scalar(g, 0.5, x.dtype)])
+    up = g.op("Add", [fl, g.cast(half, np.bool_, x.dtype)])
     return unary(g, eqn, x, g.op("Mul", [g.op("Sign", [t]), up]))
 
 
