@@ -108,7 +108,10 @@ class OnnxArtifact(FileBytes):
                 arr = arr.astype(want)
             feed[spec.name] = np.require(arr, requirements="C")  # 0-d inputs stay 0-d
         try:
-            outs = sess.run(None, feed)
+            if any(spec.type in _BIT_TYPES for spec in (*specs, *sess.get_outputs())):
+                outs = _run_bit_typed(sess, feed)
+            else:
+                outs = sess.run(None, feed)
         except Exception as e:  # onnxruntime raises its own exception types
             raise InputError(f"running the ONNX model failed: {str(e).strip().splitlines()[0]}") from e
         if self._output_dtypes is not None:
@@ -135,3 +138,49 @@ _ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(double)": np.dtype(
               "tensor(int32)": np.dtype(np.int32), "tensor(int16)": np.dtype(np.int16),
               "tensor(int8)": np.dtype(np.int8), "tensor(uint8)": np.dtype(np.uint8),
               "tensor(bool)": np.dtype(np.bool_)}
+
+
+def _bit_types() -> dict:
+    """ORT type name → (ml_dtypes dtype, ONNX element type, integer dtype of its width): the types ONNX Runtime's
+    ``run`` cannot take or return as NumPy arrays (NumPy has them only through ml_dtypes)."""
+    import ml_dtypes
+    from onnx import TensorProto as P
+
+    kinds = {"bfloat16": (ml_dtypes.bfloat16, P.BFLOAT16, np.uint16),
+             "float8e4m3fn": (ml_dtypes.float8_e4m3fn, P.FLOAT8E4M3FN, np.uint8),
+             "float8e5m2": (ml_dtypes.float8_e5m2, P.FLOAT8E5M2, np.uint8),
+             "float8e4m3fnuz": (ml_dtypes.float8_e4m3fnuz, P.FLOAT8E4M3FNUZ, np.uint8),
+             "float8e5m2fnuz": (ml_dtypes.float8_e5m2fnuz, P.FLOAT8E5M2FNUZ, np.uint8)}
+    return {f"tensor({k})": (np.dtype(d), e, np.dtype(b)) for k, (d, e, b) in kinds.items()}
+
+
+_BIT_TYPES = _bit_types()
+
+
+def _run_bit_typed(sess: Any, feed: dict) -> list[np.ndarray]:
+    """``sess.run`` for a model with bfloat16/float8 inputs or outputs: through ``OrtValue``s, each such array
+    passed and read back as the bits of its width (ONNX Runtime's NumPy conversion has no type for them)."""
+    import ctypes
+
+    import onnxruntime as ort
+
+    kinds = {spec.name: _BIT_TYPES.get(spec.type) for spec in sess.get_inputs()}
+    values = {}
+    for name, arr in feed.items():
+        kind = kinds[name]
+        if kind is None:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(arr)
+        else:
+            bits = np.ascontiguousarray(arr.astype(kind[0], copy=False).view(kind[2]))
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, kind[1])
+    outs = []
+    for value in sess.run_with_ort_values(None, values):
+        kind = _BIT_TYPES.get(value.data_type())
+        if kind is None:
+            outs.append(value.numpy())
+            continue
+        out = np.empty(value.shape(), kind[2])
+        if out.size:
+            ctypes.memmove(out.ctypes.data, value.data_ptr(), out.nbytes)
+        outs.append(out.view(kind[0]))
+    return outs

@@ -1,6 +1,7 @@
 """Torch ops an op-database sweep found broken in the ONNX target, converted whole and run in
 ONNX Runtime: out-of-range scatter indices (dropped), zero-size reshapes, 64-bit constants
-folded at export time, integer matmul and max pooling, and complex operands (refused)."""
+folded at export time, integer matmul and max pooling, complex operands (refused), and bfloat16/float8
+inputs and outputs (run through OrtValues)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,21 @@ def test_complex_input_is_refused_naming_the_dtype():
     z = torch.ones(3, dtype=torch.complex64)
     with pytest.raises(UnsupportedOpError, match=r"linalg_vector_norm.*complex64"):
         convert(FnModule(torch.linalg.vector_norm, (z,), {}).eval(), (z,), target="onnx")
+
+
+def test_bfloat16_and_float8_inputs_and_outputs_round_trip_through_onnx_runtime():
+    # ONNX Runtime's NumPy conversion has no type for them: the artifact passes their bits through OrtValues
+    class Casts(torch.nn.Module):
+        def forward(self, x, y):
+            z = x.float() * y
+            return z.to(torch.bfloat16), z.sum(), z.to(torch.float8_e4m3fn)
+
+    x = torch.tensor([[0.5, -1.25, 3.0], [1e-3, 7.0, -0.0]], dtype=torch.bfloat16)
+    y = torch.tensor([[2.0, 3.0, -1.0], [5.0, 0.5, 4.0]])
+    art = convert(Casts().eval(), (x, y), target="onnx")
+    got, want = art(x, y), Casts()(x, y)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert torch.equal(g.float(), w.float())
+    raw = art.run_raw(x.float().numpy().astype("bfloat16"), y.numpy())  # (ml_dtypes arrays in and out)
+    assert [r.dtype.name for r in raw] == ["bfloat16", "float32", "float8_e4m3fn"]
