@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-import tpu_runtime  # noqa: F401  (registers the backend)
+import tpu_runtime
 
 
 def test_compiled_attention_trains_on_cpu_tensors():
@@ -27,3 +27,18 @@ def test_compiled_attention_trains_on_cpu_tensors():
     torch.compile(attend, backend="tpu")(q, k, v, mask).backward()
     for got, want in zip((q.grad, k.grad, v.grad), expected):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_tpu_graph_reads_a_cpu_input_as_it_was_at_the_call():
+    # a CPU input of a tpu graph (AdamW's step counts, when the step is compiled) is passed to the executable as a
+    # copy: the graph may run after the call returns, when torch has written the tensor again
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, s: (x @ x.T).sum(0) * s, backend="tpu")
+    x = torch.ones(64, 64).to("tpu")
+    for mode in ("strict", "fused"):
+        with tpu_runtime.set_eager_mode(mode):
+            s = torch.tensor(2.0)
+            out = fn(x, s)
+            s.fill_(5.0)
+            assert out.device.type == "tpu" and torch.equal(out.cpu(), torch.full((64,), 8192.0))
+            assert torch.equal(fn(x, s).cpu(), torch.full((64,), 20480.0))
