@@ -108,9 +108,12 @@ def payload(t: TpuTensor) -> torch.Tensor:
     if fake is not None:
         return fake
     p = TpuPayload(t)
-    for k, v in t.__dict__.items():
+    d = t.__dict__
+    for k, v in d.items():
         if k.startswith("_dynamo_"):
             setattr(p, k, v)
+    if "_static_dims" in d or "_is_param" in d:  # (a property of the tpu tensor: a parameter's dims are static)
+        p._dynamo_static_indices = t._dynamo_static_indices
     return p
 
 

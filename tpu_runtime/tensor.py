@@ -284,6 +284,24 @@ class TpuTensor(torch.Tensor):
         return coerce_tangent(self, expected_meta, expected_type)
 
     @property
+    def _dynamo_static_indices(self) -> set:
+        """The dims ``torch.compile`` keeps static (``torch._dynamo.mark_static`` adds to them): every dim of a
+        parameter, as dynamo keeps a plain ``nn.Parameter``'s (``force_parameter_static_shapes``, which checks for
+        the class itself: a tpu parameter is a tpu tensor flagged ``_is_param``). Without them, an optimizer step
+        compiled again for parameters of other shapes made them dynamic and dynamo built a graph that read a
+        parameter's inner tensor before the parameter (a second model's ``torch.compile(opt.step)`` failed)."""
+        d = self.__dict__
+        marks = d.get("_static_dims")
+        if marks is None:
+            param = d.get("_is_param", False) and torch._dynamo.config.force_parameter_static_shapes
+            marks = d["_static_dims"] = set(range(self.dim())) if param else set()
+        return marks
+
+    @_dynamo_static_indices.setter
+    def _dynamo_static_indices(self, marks: set) -> None:
+        self.__dict__["_static_dims"] = marks
+
+    @property
     def _payload(self) -> torch.Tensor:
         from tpu_runtime.compile_tensors import payload
 
@@ -365,7 +383,7 @@ def _empty(shape: tuple, dtype: torch.dtype) -> "TpuTensor":
 
 #: Attributes the runtime keeps on a tpu tensor (everything else in its ``__dict__`` was set by the user).
 _INTERNAL = frozenset({"_storage", "_chain", "_spec", "_cached", "_seen", "_fake", "_payload_stride", "_prefix",
-                       "_strides", "_offset", "_opaque", "_traced_view", "_is_param", "_payload"})
+                       "_strides", "_offset", "_opaque", "_traced_view", "_is_param", "_payload", "_static_dims"})
 
 
 def _user_state(t: TpuTensor) -> dict:

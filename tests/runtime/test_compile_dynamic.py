@@ -209,3 +209,29 @@ def test_compile_tpu_window_functions(window):
     compiled = torch.compile(lambda x: x * fn(x.shape[-1], device=x.device), backend="tpu")
     x = torch.randn(2, 8)
     torch.testing.assert_close(compiled(x.to("tpu")).cpu(), x * fn(8))
+
+
+def test_compile_tpu_optimizer_steps_of_two_models_keep_parameter_shapes_static():
+    # the second model's compiled AdamW step recompiles the same code for parameters of other shapes: dynamo keeps
+    # a parameter's shape static, as for a plain nn.Parameter (it made them dynamic and built a graph that read a
+    # parameter's inner tensor before the parameter: the step failed); mark_static still adds to the marks
+    torch._dynamo.reset()
+    for width in (4, 6):
+        torch.manual_seed(width)
+        ref = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 3))
+        model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Linear(width, 3)).to("tpu")
+        model.load_state_dict(ref.state_dict())
+        opt, ref_opt = torch.optim.AdamW(model.parameters(), lr=0.05), torch.optim.AdamW(ref.parameters(), lr=0.05)
+        step = torch.compile(opt.step, backend="tpu")
+        x = torch.randn(2, width)
+        for _ in range(2):
+            for m, o, s, dev in ((model, opt, step, "tpu"), (ref, ref_opt, ref_opt.step, "cpu")):
+                o.zero_grad()
+                m(x.to(dev)).square().sum().backward()
+                s()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert p._dynamo_static_indices == set(range(p.dim()))
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    t = torch.ones(3, 2, device="tpu")
+    torch._dynamo.mark_static(t, 1)
+    assert t._dynamo_static_indices == {1}
