@@ -39,6 +39,7 @@ from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_aliases import split_shared_views
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
+from tpu_runtime.compile_writes import donatable, input_writes, output_order, write_back
 from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.module import host_array, to_jax, to_torch
 from tpu_runtime.tensor import DEVICE, TpuTensor, wrap_strided
@@ -132,6 +133,14 @@ _refcount = sys.getrefcount
 _ONLY_LISTED = 3  # the outputs list, the local variable, getrefcount's argument
 
 
+def _unpermute(outs: Any, order: list) -> list:
+    """The outputs of an executable that returned them in ``order`` (see :func:`output_order`), in graph order."""
+    every = [None] * len(outs)
+    for pos, i in enumerate(order):
+        every[i] = outs[pos]
+    return every
+
+
 def _scalar(a: Any) -> Any:
     """A graph output that stands for a SymInt/SymFloat, as the python number AOTAutograd expects."""
     return np.asarray(a).item() if hasattr(a, "dtype") else a
@@ -205,6 +214,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     tensors, CPU tensors from a CPU graph, and tpu tensors a CPU graph makes on the device).
     """
     end_tracing()  # AOTAutograd traced fw and bw before compiling either: tpu ops need no tracing check now
+    writes = input_writes(gm)  # inputs an inference graph writes in place: extra outputs, written back here
     check_supported(gm, "tpu")
     device = jax.devices()[0]
     on_tpu = any(isinstance(a, torch.Tensor) and a.device == DEVICE for a in example_inputs)
@@ -219,12 +229,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     # outputs that are sizes (a symbolic batch saved for backward) or python numbers the graph returns as
     # constants (``int(b) + 1`` of a python float argument, guarded on) go back as python numbers
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    leaves = torch.utils._pytree.tree_leaves(out_node.args[0])
+    leaves = leaves[:len(leaves) - len(writes)]
     scalars = [type(a) in (int, float, bool) or
                isinstance(getattr(a, "meta", {}).get("val"), (int, float, torch.SymInt, torch.SymFloat))
-               for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
+               for a in leaves]
     # each output goes where its traced value is (a graph without tpu inputs may make tpu tensors:
     # torch.ones(3, device="tpu"), a module moved .to("tpu") inside the compiled code)
-    vals = [getattr(a, "meta", {}).get("val") for a in torch.utils._pytree.tree_leaves(out_node.args[0])]
+    vals = [getattr(a, "meta", {}).get("val") for a in leaves]
     to_tpu = [v.device == DEVICE if isinstance(v, torch.Tensor) else on_tpu for v in vals]
     out_fns = [array_to_tpu if t else to_torch for t in to_tpu]
     layouts = [_view_layout(v) if t else None for v, t in zip(vals, to_tpu)]
@@ -240,6 +252,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     checks: list = []
     checks_of: dict = {}  # signature → the checks its trace made (their messages hold that signature's sizes)
     observers = graph_checks.observers(gm)
+    positions = list(itertools.accumulate((isinstance(v, torch.Tensor) for v in placeholders), initial=-1))[1:]
+    orders: dict = {}  # signature with donated inputs → the order its executable returns the outputs in
 
     def run(args: list) -> list:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -251,6 +265,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             arrays = [host_array(t) if host and not isinstance(t, (TpuTensor, TpuPayload)) else _array(t, device)
                       for t in tensors]
             key = rng.next_input() if draws else no_draw
+            pairs = donatable(args, arrays, positions, writes, n_out) if writes else ()
+            if pairs:  # (the executable returns its outputs in the order that pairs them with their inputs)
+                sig = sig + (pairs,)
             fn = CACHE.lookup(sig)
             if fn is None:
 
@@ -260,16 +277,25 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
                     checks.clear()
                     outs = run_graph_module(gm, tuple(full), rng=jax.random.fold_in(jax.random.key(k[0]), k[1]),
                                             checks=checks, observers=observers)
-                    return tuple(outs) + tuple(c[0] for c in checks)
+                    every = tuple(outs) + tuple(c[0] for c in checks)
+                    if not pairs:
+                        return every
+                    order = orders[sig] = output_order(pairs, len(every))[1]
+                    return tuple(every[i] for i in order)
 
-                outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}")
+                outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}",
+                                     donate=tuple(sorted(p[0] for p in pairs)))
                 checks_of[sig] = list(checks)
             else:
                 outs = fn(key, *arrays)
+            if pairs:
+                outs = _unpermute(outs, orders[sig])
+            if writes:  # (before the checks: a donated input's storage must hold its new value if they raise)
+                write_back(args, writes, outs[n_out:n_out + len(writes)], to_torch)
             args.clear()
             if wait:
                 jax.block_until_ready(outs)
-            _run_checks(outs[n_out:], checks_of.get(sig, checks), host)
+            _run_checks(outs[n_out + len(writes):], checks_of.get(sig, checks), host)
             outs = list(outs[:n_out])
             handoff = _handoff(outs, out_fns, arrays)
             now = layouts if bound is None else [
@@ -339,7 +365,8 @@ def _host_state_runs_eagerly() -> None:
 _host_state_runs_eagerly()
 
 _DECOMPOSITIONS = _decompositions()
-_AOT = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_DECOMPOSITIONS)
+_AOT = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_DECOMPOSITIONS,
+                    keep_inference_input_mutations=True)  # (written back by the runner: tpu_runtime.compile_writes)
 
 
 def _fma(a: Any, b: Any, c: Any) -> Any:
