@@ -33,7 +33,7 @@ warm-up, reporting the median over rounds of the per-round time ratio
    PyTorch time``; first with the model and data on the CPU (each call moves the inputs to
    the device and the outputs back; the optimizer is PyTorch's own on the CPU), then as
    TorchTPU users write it: ``model.to("tpu")``, the compiled forward and backward on the
-   device, the optimizer step in strict and in fused eager;
+   device, the optimizer step in strict and in fused eager, and compiled (``torch.compile(opt.step)``);
 4. **attention in eager**: ``F.scaled_dot_product_attention`` forward and backward on tpu tensors
    (B=4, L=64, H=4, E=16, causal, the heads split as models split them) as the one fused op the
    runtime runs against torch's math decomposition (``sdpa_kernel([SDPBackend.MATH])``), in strict
@@ -120,24 +120,26 @@ def _task(name: str) -> Task:
 
 def training_step(name: str, where: str, optimizer: str = "default") -> Callable[[], float]:
     """One AdamW step of ``name`` on ``where`` (``strict``/``fused`` tpu, ``compile``, ``cpu``;
-    ``compile-strict``/``compile-fused``: the compiled model on the tpu device, the rest in that eager mode);
+    ``compile-strict``/``compile-fused``: the compiled model on the tpu device, the rest in that eager mode;
+    ``compile-all``: the compiled model and a compiled ``opt.step`` on the tpu device);
     ``optimizer`` ``"loop"``/``"fused"`` builds ``AdamW(..., foreach=False)`` (one op per parameter
     and update) / ``AdamW(..., fused=True)`` (one optimizer op per step)."""
     task = _task(name)
     torch.manual_seed(0)
     model = _no_dropout(task.make().train())
     mode = where.removeprefix("compile-")
-    device = "tpu" if mode in ("strict", "fused") else "cpu"
+    device = "tpu" if mode in ("strict", "fused", "all") else "cpu"
     model = model.to(device)
     forward = torch.compile(model, backend="tpu") if where.startswith("compile") else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **_OPTIMIZERS[optimizer])
+    update = torch.compile(opt.step, backend="tpu") if where == "compile-all" else opt.step
     x, y = (t.to(device) for t in task.batches[0])
 
     def step() -> float:
         loss = task.loss(forward(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        update()
         return loss.item()
 
     def sync() -> None:
@@ -151,7 +153,7 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
 
     step.sync = sync
     if device == "tpu":
-        step.mode = mode  # (each timed block runs in it: see paired)
+        step.mode = "strict" if mode == "all" else mode  # (each timed block runs in it: see paired)
     return step
 
 
@@ -389,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n3. training step, torch.compile(backend='tpu') vs PyTorch eager on CPU")
     places = {"compile": "model on cpu", "compile-strict": "on tpu, strict optimizer",
-              "compile-fused": "on tpu, fused optimizer"}
+              "compile-fused": "on tpu, fused optimizer", "compile-all": "on tpu, compiled optimizer"}
     for name in args.models.split(","):
         cpu = training_step(name, "cpu")
         for where, place in places.items():
