@@ -45,6 +45,8 @@ PRESERVED_OPS: tuple = (
     # kept whole: one scatter per plane, not torch's index arithmetic over the flattened output
     aten.max_unpool2d.default,
     aten.max_unpool3d.default,
+    # kept whole: torch's decomposition counts the positions after a target list's -1 as targets of class 0
+    aten.multilabel_margin_loss_forward.default,
     # kept whole: torch's decomposition traces a Python loop per layer (most of a small RNN's capture time)
     aten.lstm.input,
     aten.gru.input,
@@ -53,12 +55,23 @@ PRESERVED_OPS: tuple = (
 )
 
 
+def _multilabel_margin_loss(self: Any, target: Any, reduction: int = 1) -> Any:
+    """multilabel_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor, as its forward op (torch's
+    entry computes the loss with the decomposition :data:`PRESERVED_OPS` keeps out)."""
+    return aten.multilabel_margin_loss_forward.default(self, target, reduction)[0]
+
+
+#: Decompositions of ours: into an op :data:`PRESERVED_OPS` keeps, where torch's entry goes around it.
+DECOMPOSITIONS = {aten.multilabel_margin_loss.default: _multilabel_margin_loss}
+
+
 @functools.lru_cache(maxsize=1)
 def _base_table() -> Any:
     table = torch.export.default_decompositions()
     for op in PRESERVED_OPS:
         if op in table:
             table.pop(op)
+    table.update(DECOMPOSITIONS)
     return table
 
 

@@ -47,3 +47,19 @@ def test_decompose_program_matches_run_decompositions():
             "aten.group_norm.default", "aten.softmax.int", "aten.silu.default"} <= targets
     assert not {"aten.matmul.default", "aten.dropout.default", "aten.flatten.using_ints", "aten.numpy_T.default",
                 "aten.instance_norm.default"} & targets
+
+
+def test_multilabel_margin_loss_exports_with_padded_targets():
+    # torch's decomposition of multilabel_margin_loss_forward counts the positions after a target list's -1 as
+    # targets of class 0; the entry op goes to the forward op, kept whole and lowered by the table
+    from validators import assert_parity
+
+    class Loss(torch.nn.Module):
+        def forward(self, x, target):
+            return F.multilabel_margin_loss(x, target, reduction="none"), F.multilabel_margin_loss(x, target)
+
+    x = torch.tensor([[0.3, -1.2, 0.8, 0.1], [1.5, 0.2, -0.4, 0.9], [0.0, 0.5, 0.5, -2.0]])
+    target = torch.tensor([[1, -1, 2, 0], [3, 0, -1, 1], [-1, 2, 1, 0]])  # the last sample has no targets: loss 0
+    ops = {str(n.target) for n in decompose_program(torch.export.export(Loss(), (x, target))).graph.nodes}
+    assert "aten.multilabel_margin_loss_forward.default" in ops
+    assert_parity(Loss(), (x, target), targets=["tpu", "onnx", "litert"], num_random_inputs=0)

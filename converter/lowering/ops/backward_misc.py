@@ -149,7 +149,7 @@ def _multilabel_margin(x, target, reduction, out_shape):
     its first -1) and the classes ``i`` that are not targets; reduced (0 none, 1 mean, 2 sum)."""
     c = x.shape[-1] if x.ndim else 1
     x2, t = x.reshape(-1, c), target.reshape(-1, c)
-    valid = jnp.cumprod(t >= 0, axis=1).astype(bool)  # targets before the first -1
+    valid = jnp.cumsum((t < 0).astype(jnp.int32), axis=1) == 0  # targets before the first -1
     y = jnp.where(valid, t, 0)
     is_target = jnp.any((y[:, :, None] == jnp.arange(c)) & valid[:, :, None], axis=1)
     xy = jnp.take_along_axis(x2, y, axis=1)
