@@ -81,6 +81,19 @@ CASES = {
                                      jnp.arctan2(x, y * (x > 0))), [r(4, 3), r(4, 3)]),
     "int_ops": (lambda a, b: (a // 3, jax.lax.rem(a, 3), a & b, a | b, a ^ b, ~a, jnp.maximum(a, b), a * b - 1),
                 [ints(3, 4), ints(3, 4)]),
+    # BitShift takes unsigned words and leaves amounts past the width undefined: lax gives 0 (or the sign's fill)
+    "shifts": (lambda a, s, b, t, u, v: tuple(f(x, n) for x, n in ((a, s), (b, t), (u, v))
+                                              for f in (jax.lax.shift_left, jax.lax.shift_right_logical,
+                                                        jax.lax.shift_right_arithmetic) if x.dtype.kind == "i"
+                                              or f is not jax.lax.shift_right_arithmetic),
+               [np.array([I32_MIN, -5, -1, 0, 1, 7, 2 ** 31 - 1, 100], np.int32),
+                np.array([0, 1, 3, 31, 32, -1, 2, 5], np.int32),
+                np.array([-128, -5, -1, 0, 1, 7, 127, 100], np.int8), np.array([0, 1, 3, 7, 8, -1, 2, 5], np.int8),
+                np.array([0, 5, 1, 2 ** 32 - 1, 1, 7, 2 ** 31, 3], np.uint32),
+                np.array([0, 1, 3, 31, 32, 40, 2, 5], np.uint32)]),
+    # the signed zeros: atan2(±0, -0) = ±π, atan2(±0, +0) = ±0, atan2(-0, x < 0) = -π
+    "atan2_zeros": (lambda y, x: jnp.arctan2(y, x), [np.array([0.0, -0.0, 0.0, -0.0, -0.0, 1.0, -1.0], np.float32),
+                                                      np.array([-0.0, -0.0, 0.0, 0.0, -2.0, -0.0, 0.0], np.float32)]),
     "bool_logic": (lambda x, y: (jnp.logical_and(x > 0, y > 0), jnp.logical_or(x > 0, y < 0), jnp.logical_not(x > 0)),
                    [r(5), r(5)]),
     # (ONNX Runtime's Where has no bool kernel: a select or filled gather of bool values)

@@ -31,6 +31,12 @@ CASES = {
                torch.arange(1024).reshape(64, 16).to(torch.int8)),
     "max_pool1d_int64_with_indices": (lambda x: F.max_pool1d(x, 2, return_indices=True),
                                       torch.arange(8).flip(0).reshape(1, 1, 8)),
+    # (jnp.signbit, an arithmetic shift of the float's bits: ONNX had no rule for it)
+    "float_floor_division_and_copysign": (lambda a, b: (a // b, torch.div(a, b, rounding_mode="floor"),
+                                                        torch.copysign(a, b)),
+                                          torch.tensor([-7.5, 7.5, -0.0, 5.0, 0.0]),
+                                          torch.tensor([2.0, -2.0, 3.0, -0.5, -1.0])),
+    "int_shifts": (lambda a: (a << 3, a >> 1, a >> 40), torch.tensor([-5, 3, 7, -(2 ** 40)])),
 }
 
 

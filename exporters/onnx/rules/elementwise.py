@@ -265,19 +265,28 @@ def lower_clamp(g: OnnxGraph, eqn: Any, lo: Val, x: Val, hi: Val) -> Val:
 
 @rule(lax.atan2_p)
 def lower_atan2(g: OnnxGraph, eqn: Any, y: Val, x: Val) -> Val:
-    """atan2(y, x) → Atan(y / x) plus the quadrant: +π (y ≥ 0) or -π (y < 0) where x < 0, and
-    ±π/2 by the sign of y where x = 0 (0 where both are 0)."""
+    """atan2(y, x) → Atan(y / x) plus the quadrant: +π (y ≥ +0) or -π (y ≤ -0) where x ≤ -0, and ±π/2
+    by the sign of y where x = ±0; where both are zero, ±π by y's sign for x = -0 and y itself for x = +0
+    (a zero's sign is read as the sign of its reciprocal, ±inf)."""
     if x.dtype.kind != "f":
         raise Unsupported(f"atan2 of {x.dtype.name}")
     aval = out_aval(eqn)
     base = nary(g, eqn, "Div", [y, x])
     yt, xt = g.tensor(y, expand=False), g.tensor(x, expand=False)
     zero = scalar(g, 0, x.dtype)
-    pi = g.op("Where", [g.op("Less", [yt, zero]), scalar(g, -np.pi, x.dtype), scalar(g, np.pi, x.dtype)])
+
+    def negative(t: str) -> str:  # t < 0, or t = -0
+        return g.op("Or", [g.op("Less", [t, zero]), g.op("Less", [g.op("Reciprocal", [t]), zero])])
+
+    neg_x = negative(xt)
+    pi = g.op("Where", [negative(yt), scalar(g, -np.pi, x.dtype), scalar(g, np.pi, x.dtype)])
     t = g.op("Atan", [base.name])
-    t = g.op("Where", [g.op("Less", [xt, zero]), g.op("Add", [t, pi]), t])
+    t = g.op("Where", [neg_x, g.op("Add", [t, pi]), t])
     half = g.op("Mul", [g.op("Sign", [yt]), scalar(g, np.pi / 2, x.dtype)])
-    t = g.op("Where", [g.op("Equal", [xt, zero]), half, t])
+    x_zero = g.op("Equal", [xt, zero])
+    t = g.op("Where", [x_zero, half, t])
+    both = g.op("And", [x_zero, g.op("Equal", [yt, zero])])
+    t = g.op("Where", [both, g.op("Where", [neg_x, pi, yt]), t])
     return g.val(t, aval.shape, aval.dtype, base.base)
 
 
