@@ -63,3 +63,17 @@ def test_multilabel_margin_loss_exports_with_padded_targets():
     ops = {str(n.target) for n in decompose_program(torch.export.export(Loss(), (x, target))).graph.nodes}
     assert "aten.multilabel_margin_loss_forward.default" in ops
     assert_parity(Loss(), (x, target), targets=["tpu", "onnx", "litert"], num_random_inputs=0)
+
+
+def test_a_program_with_torch_linalg_error_checks_converts_and_runs():
+    # inv/cholesky decompose into *_ex plus an effectful error check: the program takes an effect token first,
+    # which took the place of the first user input (StopIteration)
+    from converter.api import convert
+
+    class Solve(torch.nn.Module):
+        def forward(self, a):
+            return torch.linalg.inv(a), torch.linalg.cholesky(a @ a.T + torch.eye(3))
+
+    a = torch.tensor([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
+    for got, want in zip(convert(Solve().eval(), (a,), target="tpu")(a), Solve()(a)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -209,6 +209,8 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
             spec = kinds.get(node.name)
             if spec is not None and spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
                 env[node.name] = state[spec.target]
+            elif spec is not None and spec.kind == InputKind.TOKEN:  # an effect token (with_effects): no data
+                env[node.name] = jnp.zeros((0,), jnp.float32)
             elif isinstance(node.meta.get("val"), torch.Tensor):
                 env[node.name] = next(user_iter)
             else:
