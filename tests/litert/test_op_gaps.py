@@ -1,5 +1,5 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
-3-D and grouped transposed convolutions, integer bitwise and/or, vector norms. Each model is converted
+3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -64,6 +64,20 @@ class Norms(nn.Module):
                 torch.linalg.vector_norm(x, ord=3.0, dim=1), x.norm(dim=1))
 
 
+class Repeats(nn.Module):
+    """``Tensor.repeat`` / ``torch.tile`` (lax.tile) of float, int64 and bool values, of a conv's output (NHWC
+    inside) and of a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 1)
+        self.pos = nn.Parameter(torch.randn(1, 4))
+
+    def forward(self, x: torch.Tensor, i: torch.Tensor) -> tuple:
+        return (self.conv(x).repeat(1, 2, 1, 3), x[0].repeat(2, 1, 1, 1), torch.tile(i, (3, 1)), (i > 0).repeat(2, 2),
+                self.pos.repeat(3, 1) + i[:1].float())
+
+
 def _int64s(*shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     x = torch.randint(-2**62, 2**62, shape, generator=g, dtype=torch.int64) * 2
@@ -81,6 +95,8 @@ MODELS = {
     "bitwise": (Bitwise, lambda: (_int64s(3, 4), _int64s(3, 4).flip(0), torch.rand(3, 4) > 0.5),
                 {"BITCAST": 6, "RIGHT_SHIFT": 4, "BITWISE_XOR": 8, "LOGICAL_AND": 1, "LOGICAL_OR": 1}),
     "norms": (Norms, lambda: (torch.randn(3, 5),), {"ABS": 5, "SQRT": 2, "REDUCE_MAX": 1, "POW": 2}),
+    "repeats": (Repeats, lambda: (torch.randn(2, 3, 4, 5), torch.randint(-5, 5, (2, 4))),
+                {"TILE": 4}),  # (the parameter's repeat is folded into a constant)
 }
 
 

@@ -1,7 +1,7 @@
 """Torch ops an op-database sweep found broken in the ONNX target, converted whole and run in
 ONNX Runtime: out-of-range scatter indices (dropped), zero-size reshapes, 64-bit constants
 folded at export time, integer matmul and max pooling, complex operands (refused), and bfloat16/float8
-inputs and outputs (run through OrtValues)."""
+inputs and outputs (run through OrtValues), integer shifts, Tensor.repeat."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ CASES = {
                                           torch.tensor([-7.5, 7.5, -0.0, 5.0, 0.0]),
                                           torch.tensor([2.0, -2.0, 3.0, -0.5, -1.0])),
     "int_shifts": (lambda a: (a << 3, a >> 1, a >> 40), torch.tensor([-5, 3, 7, -(2 ** 40)])),
+    "repeat_and_tile": (lambda x: (x.repeat(2, 1, 3), torch.tile(x, (2,)), (x > 0).repeat(1, 2)), torch.randn(2, 4)),
 }
 
 

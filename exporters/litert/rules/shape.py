@@ -318,6 +318,17 @@ def lower_rev(em: Emitter, eqn: Any, x: Val) -> Val:
     return Val(x.shape, x.dtype, tensor=t, perm=p, base=x.base)
 
 
+@rule(lax_internal.tile_p)
+def lower_tile(em: Emitter, eqn: Any, x: Val) -> Val:
+    """tile (``Tensor.repeat``) → TILE with the repeats in the value's layout (its pending broadcasts made first)."""
+    aval = out_aval(eqn)
+    p = x.perm
+    reps = [int(eqn.params["reps"][d]) for d in p]
+    out = em.emit("TILE", [em.tensor_of(x, p, expand=True), em.const(i32(reps))], [aval.shape[d] for d in p],
+                  aval.dtype)
+    return Val(aval.shape, aval.dtype, tensor=out, perm=p)
+
+
 @rule(lax.iota_p)
 def lower_iota(em: Emitter, eqn: Any) -> Val:
     """iota → a (pending-broadcast) constant; RANGE when the iota's length is dynamic."""

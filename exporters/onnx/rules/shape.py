@@ -122,6 +122,14 @@ def lower_rev(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     return g.val(out, x.shape, x.dtype)
 
 
+@rule(lax_internal.tile_p)
+def lower_tile(g: OnnxGraph, eqn: Any, x: Val) -> Val:
+    """tile (``Tensor.repeat``) → Tile with the repeats."""
+    aval = out_aval(eqn)
+    out = g.op("Tile", [g.tensor(x), g.i64([int(r) for r in eqn.params["reps"]])])
+    return g.val(out, aval.shape, aval.dtype)
+
+
 @rule(lax.pad_p)
 def lower_pad(g: OnnxGraph, eqn: Any, x: Val, value: Val) -> Val:
     """pad → Pad(mode=constant) for the non-negative edges, then Slice for negative ones;
