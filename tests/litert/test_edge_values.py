@@ -1,6 +1,7 @@
 """Edge values and dtypes through the LiteRT exporter: broadcasting into ATAN2 (the one binary kernel
 that does not broadcast), fully masked attention rows, dtypes a TFLite kernel lacks (8/16-bit integers,
-bool, int64 ARG_MAX), ``x ** 0``, logcumsumexp at ±inf, exact float remainder. Each case is exported,
+bool, int64 ARG_MAX), ``x ** 0``, logcumsumexp at ±inf, exact float remainder, the inverse trigonometric and
+hyperbolic functions, log1p and expm1 near 0. Each case is exported,
 run in the LiteRT Interpreter (XNNPACK on) and compared with PyTorch or JAX."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from converter.api import convert
 from converter.errors import UnsupportedOpError
 from exporters.litert import build
 from tests.litert.adapter import JaxProgram
@@ -261,3 +263,24 @@ def test_float_floor_division_exports():
     """``torch.div(..., rounding_mode='floor')`` on floats needs ``signbit`` (an arithmetic right shift)."""
     a, b = torch.tensor([7.0, -7.0, 7.5, -0.0, 0.0, 1.0]), torch.tensor([2.0, 2.0, -2.5, 3.0, -3.0, 0.0])
     litert_vs_torch(lambda a, b: (torch.div(a, b, rounding_mode="floor"), a // 2.0), a, b)
+
+
+_INVERSE_AND_HYPERBOLIC = {"atan": torch.atan, "asin": torch.asin, "acos": torch.acos, "sinh": torch.sinh,
+                           "cosh": torch.cosh, "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh,
+                           "log1p": torch.log1p, "expm1": torch.expm1}
+
+
+def test_inverse_trigonometric_and_hyperbolic_functions_match_torch_elementwise():
+    """No TFLite builtins: built from ATAN2 / EXP / LOG with series where they cancel (|x| < 0.1 for log1p and
+    expm1, 1 for sinh); every element within 1e-5 of torch's, relative, the infinities and NaNs the same."""
+    x = torch.cat([torch.linspace(-3, 3, 25), torch.tensor([0.0, -0.0, 1e-8, -1e-6, 1e-3, 0.5, -0.999, 1.0, -1.0,
+                                                           1.5, 50.0, 85.0, 89.0, -89.0, 1e10, -1e20, inf, -inf, nan])])
+    names = list(_INVERSE_AND_HYPERBOLIC)
+    art = convert(Fn(lambda t: tuple(_INVERSE_AND_HYPERBOLIC[n](t) for n in names)).eval(), (x,), target="litert")
+    for name, got in zip(names, art(x), strict=True):
+        want = _INVERSE_AND_HYPERBOLIC[name](x)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), name
+        finite = torch.isfinite(want)
+        assert torch.equal(got[~finite & ~torch.isnan(want)], want[~finite & ~torch.isnan(want)]), name
+        err = ((got[finite] - want[finite]).abs() / want[finite].abs().clamp_min(1e-30)).max().item()
+        assert err < 1e-5, f"{name}: relative error {err:.2e}"

@@ -1,5 +1,6 @@
-"""Elementwise math functions TFLite has no builtin for (exp2, log1p, expm1, tan, away-from-zero round,
-is_finite, erf, erfc), built from EXP / LOG / SIN / COS / FLOOR / arithmetic builtins."""
+"""Elementwise math functions TFLite has no builtin for (exp2, log1p, expm1, tan, the inverse trigonometric and
+the hyperbolic functions, away-from-zero round, is_finite, erf, erfc), built from ATAN2 / EXP / LOG / SIN / COS /
+FLOOR / arithmetic builtins."""
 
 from __future__ import annotations
 
@@ -23,18 +24,157 @@ def lower_exp2(em: Emitter, eqn: Any, x: Val) -> Val:
     return like(em, eqn, x, unary_tensor(em, "EXP", emit_like(em, "MUL", [t, scalar(em, math.log(2), x.dtype)], t)))
 
 
+class _Ops:
+    """Elementwise builtins on tensors like ``t`` (its shape and layout), for the composed functions below."""
+
+    def __init__(self, em: Emitter, t: Any, dtype: Any):
+        self.em, self.t, self.dtype = em, t, dtype
+
+    def c(self, value: float) -> Any:
+        return scalar(self.em, value, self.dtype)
+
+    def __call__(self, code: str, *xs: Any) -> Any:
+        return emit_like(self.em, code, list(xs), self.t)
+
+    def cmp(self, code: str, a: Any, b: Any) -> Any:
+        return emit_like(self.em, code, [a, b], self.t, np.bool_)
+
+    def select(self, cond: Any, a: Any, b: Any) -> Any:
+        return self.em.emit_like("SELECT_V2", [cond, a, b], self.t)
+
+    def poly(self, t: Any, coeffs: tuple) -> Any:
+        """``Σ coeffs[k] · t^k`` (Horner)."""
+        acc = self.c(coeffs[-1])
+        for k in reversed(coeffs[:-1]):
+            acc = self("ADD", self("MUL", acc, t), self.c(k))
+        return acc
+
+    def nan_through(self, t: Any, out: Any) -> Any:
+        """``out`` with NaN where ``t`` is NaN (XNNPACK's EXP gives 0 for NaN)."""
+        return self.select(self.cmp("NOT_EQUAL", t, t), t, out)
+
+    def log1p(self, d: Any) -> Any:
+        """log(1 + d) to float precision: its series to d⁹ for |d| < 0.1 (LOG loses the digits below float epsilon
+        of 1 + d, and is off by a unit of 1 near 1), LOG(1 + d) beyond."""
+        series = self("MUL", d, self.poly(d, tuple((-1) ** k / (k + 1) for k in range(9))))
+        small = self.cmp("LESS", unary_tensor(self.em, "ABS", d), self.c(0.1))
+        return self.select(small, series, unary_tensor(self.em, "LOG", self("ADD", d, self.c(1.0))))
+
+
+def _function(em: Emitter, eqn: Any, x: Val, body: Any) -> Val:
+    t = em.tensor_of(x, x.perm)
+    return like(em, eqn, x, body(_Ops(em, t, x.dtype), t))
+
+
 @rule(lax.log1p_p)
 def lower_log1p(em: Emitter, eqn: Any, x: Val) -> Val:
-    """log1p(x) → LOG(1 + x)."""
-    t = em.tensor_of(x, x.perm)
-    return like(em, eqn, x, unary_tensor(em, "LOG", emit_like(em, "ADD", [t, scalar(em, 1, x.dtype)], t)))
+    """log1p(x) → its series for |x| < 0.1, LOG(1 + x) beyond (see :meth:`_Ops.log1p`)."""
+    return _function(em, eqn, x, lambda f, t: f.log1p(t))
 
 
 @rule(lax.expm1_p)
 def lower_expm1(em: Emitter, eqn: Any, x: Val) -> Val:
-    """expm1(x) → EXP(x) - 1."""
-    t = em.tensor_of(x, x.perm)
-    return like(em, eqn, x, emit_like(em, "SUB", [unary_tensor(em, "EXP", t), scalar(em, 1, x.dtype)], t))
+    """expm1(x) → its series to x⁹ for |x| < 0.1, EXP(x) - 1 beyond (which alone loses every digit below float
+    epsilon)."""
+    def body(f: _Ops, t: Any) -> Any:
+        series = f("MUL", t, f.poly(t, tuple(1 / math.factorial(k + 1) for k in range(9))))
+        small = f.cmp("LESS", unary_tensor(em, "ABS", t), f.c(0.1))
+        out = f.select(small, series, f("SUB", unary_tensor(em, "EXP", t), f.c(1.0)))
+        return f.nan_through(t, out)
+    return _function(em, eqn, x, body)
+
+
+@rule(lax.atan_p)
+def lower_atan(em: Emitter, eqn: Any, x: Val) -> Val:
+    """atan(x) → ATAN2(x, 1)."""
+    return _function(em, eqn, x, lambda f, t: f("ATAN2", t, f.c(1.0)))
+
+
+def _root_one_minus_square(f: _Ops, t: Any) -> Any:
+    return unary_tensor(f.em, "SQRT", f("MUL", f("SUB", f.c(1.0), t), f("ADD", f.c(1.0), t)))  # (NaN past ±1)
+
+
+@rule(lax.asin_p)
+def lower_asin(em: Emitter, eqn: Any, x: Val) -> Val:
+    """asin(x) → ATAN2(x, sqrt((1 - x)(1 + x)))."""
+    return _function(em, eqn, x, lambda f, t: f("ATAN2", t, _root_one_minus_square(f, t)))
+
+
+@rule(lax.acos_p)
+def lower_acos(em: Emitter, eqn: Any, x: Val) -> Val:
+    """acos(x) → ATAN2(sqrt((1 - x)(1 + x)), x)."""
+    return _function(em, eqn, x, lambda f, t: f("ATAN2", _root_one_minus_square(f, t), t))
+
+
+_LN2 = math.log(2.0)
+
+
+@rule(lax.sinh_p)
+def lower_sinh(em: Emitter, eqn: Any, x: Val) -> Val:
+    """sinh(x) → ``(e^|x| - e^-|x|) / 2`` with x's sign (``e^(|x| - ln 2)`` past 80, where e^|x| overflows first);
+    the series to x⁹ below 1, where the difference cancels."""
+    def body(f: _Ops, t: Any) -> Any:
+        a = unary_tensor(em, "ABS", t)
+        e = unary_tensor(em, "EXP", a)
+        mid = f("MUL", f("SUB", e, f("DIV", f.c(1.0), e)), f.c(0.5))
+        mid = f.select(f.cmp("LESS", a, f.c(80.0)), mid, unary_tensor(em, "EXP", f("SUB", a, f.c(_LN2))))
+        x2 = f("MUL", a, a)
+        series = f.c(1 / 362880)
+        for k in (1 / 5040, 1 / 120, 1 / 6, 1.0):
+            series = f("ADD", f("MUL", series, x2), f.c(k))
+        out = f.select(f.cmp("LESS", a, f.c(1.0)), f("MUL", series, a), mid)
+        return f.nan_through(t, f("MUL", unary_tensor(em, "SIGN", t), out))
+    return _function(em, eqn, x, body)
+
+
+@rule(lax.cosh_p)
+def lower_cosh(em: Emitter, eqn: Any, x: Val) -> Val:
+    """cosh(x) → ``(e^|x| + e^-|x|) / 2`` (``e^(|x| - ln 2)`` past 80, where e^|x| overflows first)."""
+    def body(f: _Ops, t: Any) -> Any:
+        a = unary_tensor(em, "ABS", t)
+        e = unary_tensor(em, "EXP", a)
+        mid = f("MUL", f("ADD", e, f("DIV", f.c(1.0), e)), f.c(0.5))
+        return f.nan_through(t, f.select(f.cmp("LESS", a, f.c(80.0)), mid,
+                                         unary_tensor(em, "EXP", f("SUB", a, f.c(_LN2)))))
+    return _function(em, eqn, x, body)
+
+
+@rule(lax.asinh_p)
+def lower_asinh(em: Emitter, eqn: Any, x: Val) -> Val:
+    """asinh(x) → ``log1p(|x| + x² / (1 + sqrt(1 + x²)))`` with x's sign (``log|x| + ln 2`` past 1e9, where x²
+    overflows first)."""
+    def body(f: _Ops, t: Any) -> Any:
+        a = unary_tensor(em, "ABS", t)
+        x2 = f("MUL", a, a)
+        d = f("ADD", a, f("DIV", x2, f("ADD", f.c(1.0), unary_tensor(em, "SQRT", f("ADD", f.c(1.0), x2)))))
+        big = f("ADD", unary_tensor(em, "LOG", a), f.c(_LN2))
+        out = f.select(f.cmp("LESS", a, f.c(1e9)), f.log1p(d), big)
+        return f("MUL", unary_tensor(em, "SIGN", t), out)
+    return _function(em, eqn, x, body)
+
+
+@rule(lax.acosh_p)
+def lower_acosh(em: Emitter, eqn: Any, x: Val) -> Val:
+    """acosh(x) → ``log1p((x - 1) + sqrt((x - 1)(x + 1)))`` (``log x + ln 2`` past 1e9; NaN below 1)."""
+    def body(f: _Ops, t: Any) -> Any:
+        m = f("SUB", t, f.c(1.0))
+        d = f("ADD", m, unary_tensor(em, "SQRT", f("MUL", m, f("ADD", t, f.c(1.0)))))
+        big = f("ADD", unary_tensor(em, "LOG", t), f.c(_LN2))
+        out = f.select(f.cmp("LESS", t, f.c(1e9)), f.log1p(d), big)
+        return f.select(f.cmp("LESS", t, f.c(1.0)), f.c(np.nan), out)
+    return _function(em, eqn, x, body)
+
+
+@rule(lax.atanh_p)
+def lower_atanh(em: Emitter, eqn: Any, x: Val) -> Val:
+    """atanh(x) → ``log1p(2|x| / (1 - |x|)) / 2`` with x's sign (±inf at ±1, NaN past them)."""
+    def body(f: _Ops, t: Any) -> Any:
+        a = unary_tensor(em, "ABS", t)
+        d = f("DIV", f("MUL", a, f.c(2.0)), f("SUB", f.c(1.0), a))
+        out = f("MUL", f.log1p(d), f.c(0.5))
+        out = f.select(f.cmp("EQUAL", a, f.c(1.0)), f.c(np.inf), out)
+        return f("MUL", unary_tensor(em, "SIGN", t), out)
+    return _function(em, eqn, x, body)
 
 
 @rule(lax.tan_p)
