@@ -1,5 +1,6 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
-3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``. Each model is converted
+3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
+ops (add_any). Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -78,6 +79,15 @@ class Repeats(nn.Module):
                 self.pos.repeat(3, 1) + i[:1].float())
 
 
+class BackwardOps(nn.Module):
+    """Backward ops whose lowering is a ``jax.vjp`` (their jaxprs sum cotangents with ``add_any``)."""
+
+    def forward(self, g: torch.Tensor, x: torch.Tensor, gu: torch.Tensor) -> tuple:
+        aten = torch.ops.aten
+        return (aten.replication_pad1d_backward(g, x, [1, 2]),
+                aten.upsample_bilinear2d_backward(gu, [4, 6], [1, 1, 2, 3], False, None, None))
+
+
 def _int64s(*shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     x = torch.randint(-2**62, 2**62, shape, generator=g, dtype=torch.int64) * 2
@@ -97,6 +107,7 @@ MODELS = {
     "norms": (Norms, lambda: (torch.randn(3, 5),), {"ABS": 5, "SQRT": 2, "REDUCE_MAX": 1, "POW": 2}),
     "repeats": (Repeats, lambda: (torch.randn(2, 3, 4, 5), torch.randint(-5, 5, (2, 4))),
                 {"TILE": 4}),  # (the parameter's repeat is folded into a constant)
+    "backward_ops": (BackwardOps, lambda: (torch.randn(1, 1, 8), torch.randn(1, 1, 5), torch.randn(1, 1, 4, 6)), {}),
 }
 
 

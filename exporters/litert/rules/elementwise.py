@@ -52,7 +52,7 @@ def scalar(em: Emitter, value: float, dtype: Any) -> Any:
     return em.const(np.asarray(value, dtype=tfl_dtype(dtype)))
 
 
-_BINARY = {lax.add_p: "ADD", lax.sub_p: "SUB", lax.mul_p: "MUL", lax.pow_p: "POW",
+_BINARY = {lax.add_p: "ADD", lax.add_jaxvals_p: "ADD", lax.sub_p: "SUB", lax.mul_p: "MUL", lax.pow_p: "POW",
            lax.atan2_p: "ATAN2", lax.eq_p: "EQUAL", lax.ne_p: "NOT_EQUAL", lax.lt_p: "LESS",
            lax.le_p: "LESS_EQUAL", lax.gt_p: "GREATER", lax.ge_p: "GREATER_EQUAL",
            # total-order comparisons: the same except for NaN and -0.0
