@@ -289,6 +289,8 @@ def _view_layout(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[bool, 
         return False, None
     if x._traced_view:
         return True, None
+    if func is torch.ops.aten.as_strided.default:  # its layout is its arguments', symbolic or not, whatever x's
+        return False, [(tuple(o.stride()), o.storage_offset()) for o in tree_leaves(out) if isinstance(o, torch.Tensor)]
     stride, offset = tuple(x.stride()), x.storage_offset()
     rest = tuple(args[1:])
     if func in _RESHAPES:

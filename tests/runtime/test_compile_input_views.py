@@ -51,3 +51,21 @@ def test_compiled_output_viewing_a_mutated_input_view_gets_the_cpu_gradient():
     got.sum().backward()
     assert got.detach().cpu().tolist() == expected.tolist()
     assert w_tpu.grad.cpu().tolist() == w.grad.tolist()
+
+
+def test_a_function_compiled_for_cpu_views_then_for_tpu_views_writes_them():
+    # the recompile for tpu views makes their sizes symbolic: dynamo replays each view on its base's fake as
+    # as_strided and checks the replay's storage offset, which a traced as_strided reported as 0
+    torch._dynamo.reset()
+
+    def bump(a, b):
+        a.mul_(2)
+        b.add_(1)
+        return a.sum() + b.sum()
+
+    compiled = torch.compile(bump, backend="tpu")
+    for device in ("cpu", "tpu"):
+        base, want = torch.arange(12.0).reshape(3, 4).to(device), torch.arange(12.0).reshape(3, 4)
+        with torch.no_grad():
+            got = compiled(base[0], base[2])
+        assert float(got) == float(bump(want[0], want[2])) and torch.equal(base.cpu(), want)
