@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -75,5 +76,12 @@ def test_a_program_with_torch_linalg_error_checks_converts_and_runs():
             return torch.linalg.inv(a), torch.linalg.cholesky(a @ a.T + torch.eye(3))
 
     a = torch.tensor([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
-    for got, want in zip(convert(Solve().eval(), (a,), target="tpu")(a), Solve()(a)):
+    art = convert(Solve().eval(), (a,), target="tpu")
+    for got, want in zip(art(a), Solve()(a)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # the artifact runs the checks after the program, as torch raises: a singular matrix is refused
+    singular = torch.tensor([[1.0, 2.0, 0.0], [2.0, 4.0, 0.0], [0.0, 0.0, 1.0]])
+    with pytest.raises(torch.linalg.LinAlgError, match="linalg.inv: .*singular"):
+        Solve()(singular)
+    with pytest.raises(torch.linalg.LinAlgError, match="linalg.inv: .*singular"):
+        art(singular)

@@ -78,7 +78,7 @@ class TpuModule:
             self.state = {k: jax.device_put(v, self.device) for k, v in program.state.items()}
         self._seed, self._calls = seed, 0
         self._cache_id = next(_MODULE_IDS)  # programs differ in weights and code: never share entries
-        self._fn = lambda state, k, *xs: program.fn(state, *xs, rng=jax.random.key(k))
+        self._checks: dict = {}  # signature → the error checks its trace recorded (see _run)
         self._keys: list[tuple] = []  # this module's cache entries, dropped when the module is freed
         weakref.finalize(self, CACHE.discard, self._keys)
         self.stats = CompileStats()
@@ -117,7 +117,9 @@ class TpuModule:
         return torch.utils._pytree.tree_unflatten(result, self._out_spec)
 
     def _run(self, key: Any, inputs: list[Any]) -> tuple:
-        """Run the program's executable for this input signature, compiling it on a miss.
+        """Run the program's executable for this input signature, compiling it on a miss; then its error checks
+        (``torch.linalg``'s on a singular matrix, ``_assert_async``), which raise PyTorch's own errors (a sync,
+        only for programs that have them).
 
         Raises:
             CacheMissError: a compile was needed inside :func:`tpu_runtime.cache_only`.
@@ -127,14 +129,26 @@ class TpuModule:
         fn = CACHE.lookup(sig)
         if fn is not None:
             self.stats.hits += 1
-            return fn(self.state, key, *inputs)
-        self.stats.misses += 1
-        start = time.perf_counter()
-        out = CACHE.compile(sig, self._fn, (self.state, key, *inputs),
-                            describe=lambda: f"{self!r} at input shapes {[list(s) for s, _ in sig[2]]}")
-        self.stats.compile_seconds += time.perf_counter() - start
-        self._keys.append(sig)
-        return out
+            outs, muts, infos = fn(self.state, key, *inputs)
+        else:
+            self.stats.misses += 1
+            start = time.perf_counter()
+            checks: list = []
+            program = self.program
+
+            def traced(state: dict, k: Any, *xs: Any) -> tuple:
+                checks.clear()
+                outs, muts = program.fn(state, *xs, rng=jax.random.key(k), checks=checks)
+                return outs, muts, tuple(c[0] for c in checks)
+
+            outs, muts, infos = CACHE.compile(sig, traced, (self.state, key, *inputs),
+                                              describe=lambda: f"{self!r} at input shapes {[list(s) for s, _ in sig[2]]}")
+            self._checks[sig] = list(checks)
+            self.stats.compile_seconds += time.perf_counter() - start
+            self._keys.append(sig)
+        for info, (_, op, rest, kwargs) in zip(infos, self._checks.get(sig, ())):
+            op(torch.from_numpy(np.array(info)), *rest, **kwargs)
+        return outs, muts
 
     def stablehlo(self, *sample_inputs: Any) -> str:
         """StableHLO text of the program (at the captured sample shapes by default)."""

@@ -5,7 +5,8 @@ The one effectful op a graph of ordinary PyTorch code carries is ``torch.linalg`
 zero (a singular matrix for ``inv``/``solve``, a non positive-definite one for ``cholesky``). A compiled
 program cannot raise on a value it computes, so the check is recorded in the context
 (``ctx.checks``) and its ``info`` handed to whoever runs the program, which raises torch's own error
-after the run (``torch.compile``'s backend does). The token passes through unchanged.
+after the run (``torch.compile``'s backend and ``convert(target="tpu")``'s module do; an exported file
+cannot). The token passes through unchanged.
 """
 
 from __future__ import annotations

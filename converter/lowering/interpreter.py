@@ -68,9 +68,10 @@ class LoweredProgram:
     target: str = "tpu"
     options: dict = field(default_factory=dict)
 
-    def fn(self, state: dict, *inputs: Any, rng: Any = None) -> tuple[tuple, dict]:
-        """Run the graph on JAX values (traceable; call it under ``jax.jit``)."""
-        return run_graph(self, state, inputs, rng)
+    def fn(self, state: dict, *inputs: Any, rng: Any = None, checks: list | None = None) -> tuple[tuple, dict]:
+        """Run the graph on JAX values (traceable; call it under ``jax.jit``); ``checks`` (a list) collects the
+        error checks of its ops (``torch.linalg``'s, ``_assert_async``) for a caller that can raise after the run."""
+        return run_graph(self, state, inputs, rng, checks=checks)
 
     @property
     def dynamic(self) -> bool:
@@ -183,7 +184,8 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = None,
-              observer: Callable[[torch.fx.Node, Any], None] | None = None) -> tuple[tuple, dict]:
+              observer: Callable[[torch.fx.Node, Any], None] | None = None,
+              checks: list | None = None) -> tuple[tuple, dict]:
     """Evaluate the FX graph node by node with the lowering table.
 
     Args:
@@ -194,6 +196,8 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
         observer: called as ``observer(node, value)`` after every placeholder,
             ``get_attr`` and ``call_function`` node (the validators record
             intermediates with it to find the first op that diverges).
+        checks: a list the error checks of the graph's ops are appended to (see
+            :class:`~converter.lowering.context.LoweringContext`); ``None``: dropped.
 
     Returns:
         ``(outputs, mutations)`` as described in the module docstring.
@@ -203,7 +207,8 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
     env: dict[str, Any] = {}
     user_iter = iter(inputs)
     kinds = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
-    ctx = LoweringContext(target=program.target, options=program.options, rng=rng)
+    ctx = LoweringContext(target=program.target, options=program.options, rng=rng,
+                          checks=checks if checks is not None else [])
     for node in ep.graph.nodes:
         if node.op == "placeholder":
             spec = kinds.get(node.name)

@@ -119,8 +119,8 @@ def lower__assert_async_default(ctx, self, assert_msg=None):
     Also _assert_async.msg(Tensor self, str assert_msg) -> (). A condition the program
     computes (``F.one_hot`` of traced indices asserts they are in range): recorded as an
     error check (``ctx.checks``) whose value a caller that can raise after the run checks with
-    torch's own kernel (``torch.compile``'s backend: the same error as on CPU); exported
-    programs carry no check (torch.export checked it on the sample inputs).
+    torch's own kernel (``torch.compile``'s backend and ``convert(target="tpu")``'s module: the same
+    error as on CPU); exported files carry no check (torch.export checked it on the sample inputs).
     """
     args = () if assert_msg is None else (assert_msg,)
     op = aten._assert_async.default if assert_msg is None else aten._assert_async.msg
