@@ -1,4 +1,5 @@
-"""Reductions → ReduceSum / ReduceMax / ReduceMin / ReduceProd, ArgMax / ArgMin, CumSum."""
+"""Reductions → ReduceSum / ReduceMax / ReduceMin / ReduceProd, ArgMax / ArgMin, CumSum, and the other cumulative
+scans as log-step scans."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from jax.extend.core import primitives as lax
 
 from exporters.onnx.graph import OnnxGraph, Val
 from exporters.onnx.rules import Unsupported, out_aval, rule
+from exporters.onnx.rules.elementwise import scalar
 
 _REDUCE = {lax.reduce_sum_p: "ReduceSum", lax.reduce_max_p: "ReduceMax", lax.reduce_min_p: "ReduceMin",
            lax.reduce_prod_p: "ReduceProd", lax.reduce_and_p: "ReduceMin", lax.reduce_or_p: "ReduceMax"}
@@ -71,3 +73,62 @@ def lower_cumsum(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     out = g.op("CumSum", [g.tensor(x), g.const(np.asarray(axis, np.int64))],
                reverse=int(bool(eqn.params.get("reverse", False))))
     return g.val(out, aval.shape, aval.dtype)
+
+
+def _logaddexp(g: OnnxGraph, a: str, b: str, dtype: Any) -> str:
+    """``m + log(exp(a - m) + exp(b - m))`` with ``m = max(a, b)`` clamped to the finite range: exact at the
+    infinities too (two -inf give -inf, two +inf give +inf)."""
+    finfo = np.finfo(dtype)
+    m = g.op("Max", [g.op("Max", [a, b]), scalar(g, finfo.min, dtype)])
+    m = g.op("Min", [m, scalar(g, finfo.max, dtype)])
+    total = g.op("Add", [g.op("Exp", [g.op("Sub", [a, m])]), g.op("Exp", [g.op("Sub", [b, m])])])
+    return g.op("Add", [m, g.op("Log", [total])])
+
+
+def _extreme(dtype: Any, low: bool) -> Any:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return -np.inf if low else np.inf
+    info = np.iinfo(dtype)
+    return info.min if low else info.max
+
+
+_SCANS = {lax.cumprod_p: ("Mul", lambda dt: 1), lax.cummax_p: ("Max", lambda dt: _extreme(dt, True)),
+          lax.cummin_p: ("Min", lambda dt: _extreme(dt, False)), lax.cumlogsumexp_p: (_logaddexp, lambda dt: -np.inf)}
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+@rule(*_SCANS)
+def lower_cumulative(g: OnnxGraph, eqn: Any, x: Val) -> Val:
+    """cumprod / cummax / cummin / cumlogsumexp → a log-step (Hillis–Steele) scan: ceil(log2 n) rounds of
+    ``y = op(y, shift(y, k))``, the shift a Pad with the op's identity and a Slice (ONNX has CumSum only);
+    ``reverse`` reverses the axis around it. The scanned axis must be static."""
+    aval = out_aval(eqn)
+    dtype = np.dtype(x.dtype)
+    if dtype.kind not in "fiu":
+        raise Unsupported(f"{eqn.primitive.name} of {dtype.name}")
+    code, identity = _SCANS[eqn.primitive]
+    axis, rank = int(eqn.params["axis"]), len(x.shape)
+    n = x.shape[axis]
+    if not isinstance(n, (int, np.integer)):
+        raise Unsupported(f"{eqn.primitive.name} over a dynamic axis")
+    n, t = int(n), g.tensor(x)
+
+    def flip(name: str) -> str:
+        return g.op("Slice", [name, g.i64([-1]), g.i64([_INT64_MIN]), g.i64([axis]), g.i64([-1])])
+
+    reverse = bool(eqn.params.get("reverse", False))
+    if reverse:
+        t = flip(t)
+    fill = scalar(g, identity(dtype), dtype)
+    k = 1
+    while k < n:
+        pads = [0] * (2 * rank)
+        pads[axis] = k
+        shifted = g.op("Slice", [g.op("Pad", [t, g.i64(pads), fill], mode="constant"), g.i64([0]), g.i64([n]),
+                                 g.i64([axis])])
+        t = g.op(code, [t, shifted]) if isinstance(code, str) else code(g, t, shifted, dtype)
+        k *= 2
+    if reverse:
+        t = flip(t)
+    return g.val(t, aval.shape, aval.dtype)
