@@ -91,6 +91,10 @@ CASES = {
                 np.array([-128, -5, -1, 0, 1, 7, 127, 100], np.int8), np.array([0, 1, 3, 7, 8, -1, 2, 5], np.int8),
                 np.array([0, 5, 1, 2 ** 32 - 1, 1, 7, 2 ** 31, 3], np.uint32),
                 np.array([0, 1, 3, 31, 32, 40, 2, 5], np.uint32)]),
+    # interior padding (jax's associative scans, strided convolutions' gradients), with negative edges too
+    "pad_interior": (lambda x: (jax.lax.pad(x, np.float32(0), [(1, 2, 1), (0, -1, 2)]),
+                                jax.lax.pad(x, np.float32(-1), [(-1, 0, 3), (2, 1, 0)]),
+                                jax.lax.pad(x[:1], np.float32(5), [(0, 0, 4), (0, 0, 1)])), [r(3, 4)]),
     # the signed zeros: atan2(±0, -0) = ±π, atan2(±0, +0) = ±0, atan2(-0, x < 0) = -π
     "atan2_zeros": (lambda y, x: jnp.arctan2(y, x), [np.array([0.0, -0.0, 0.0, -0.0, -0.0, 1.0, -1.0], np.float32),
                                                       np.array([-0.0, -0.0, 0.0, 0.0, -2.0, -0.0, 0.0], np.float32)]),

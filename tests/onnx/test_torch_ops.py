@@ -2,7 +2,7 @@
 ONNX Runtime: out-of-range scatter indices (dropped), zero-size reshapes, 64-bit constants
 folded at export time, integer matmul and max pooling, complex operands (refused), and bfloat16/float8
 inputs and outputs (run through OrtValues), integer shifts, Tensor.repeat,
-cumulative products, logcumsumexp and mode."""
+cumulative products, logcumsumexp, cummax/cummin and mode."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ CASES = {
     "repeat_and_tile": (lambda x: (x.repeat(2, 1, 3), torch.tile(x, (2,)), (x > 0).repeat(1, 2)), torch.randn(2, 4)),
     # ONNX has CumSum only: the other scans are log-step scans (values exact in float: powers of two)
     "cumulative_scans": (lambda x, i: (torch.cumprod(x, 1), torch.cumprod(i, 0), torch.logcumsumexp(x, 1),
-                                       torch.logcumsumexp(x.flip(1), 1), *torch.mode(i, 1)),
+                                       torch.logcumsumexp(x.flip(1), 1), *torch.mode(i, 1), *torch.cummax(x, 1),
+                                       *torch.cummin(i, 1)),
                          torch.tensor([[0.5, -2.0, 1.0, 4.0, -0.25, 2.0, 1.0], [1.0, 0.5, 0.5, -1.0, 8.0, 0.0, 2.0]]),
                          torch.tensor([[2, -1, 3, 3, 0], [1, 1, -2, 4, 4]])),
 }

@@ -132,15 +132,32 @@ def lower_tile(g: OnnxGraph, eqn: Any, x: Val) -> Val:
 
 @rule(lax.pad_p)
 def lower_pad(g: OnnxGraph, eqn: Any, x: Val, value: Val) -> Val:
-    """pad → Pad(mode=constant) for the non-negative edges, then Slice for negative ones;
-    interior padding is not supported."""
+    """pad → Pad(mode=constant) for the non-negative edges, then Slice for negative ones. Interior padding
+    (``i`` values between neighbours: jax's associative scans, strided convolutions' gradients) goes first, per
+    axis of static length ``n``: Unsqueeze a unit axis after it, Pad that to ``1 + i``, Reshape the two into
+    ``n·(1 + i)`` and Slice off the trailing ``i``."""
     aval = out_aval(eqn)
     config = eqn.params["padding_config"]
-    if any(int(i) != 0 for _, _, i in config):
-        raise Unsupported("interior padding (lax.pad with interior > 0)")
     lo = [int(c[0]) for c in config]
     hi = [int(c[1]) for c in config]
     t = g.tensor(x)
+    shape, rank = list(x.shape), x.rank
+    for ax, (_, _, interior) in enumerate(config):
+        interior = int(interior)
+        if not interior:
+            continue
+        n = shape[ax]
+        if not is_static(n):
+            raise Unsupported("interior padding (lax.pad with interior > 0) of a dynamic axis")
+        n = int(n)
+        if n <= 1:
+            continue
+        pads = [0] * (2 * (rank + 1))
+        pads[rank + 1 + ax + 1] = interior
+        spaced = g.op("Pad", [g.op("Unsqueeze", [t, g.i64([ax + 1])]), g.i64(pads), g.tensor(value)], mode="constant")
+        merged = g.reshape(spaced, shape[:ax] + [n * (1 + interior)] + shape[ax + 1:])
+        shape[ax] = n + (n - 1) * interior
+        t = g.op("Slice", [merged, g.i64([0]), g.i64([shape[ax]]), g.i64([ax])])
     if any(v > 0 for v in lo + hi):
         pads = [max(v, 0) for v in lo] + [max(v, 0) for v in hi]
         t = g.op("Pad", [t, g.i64(pads), g.tensor(value)], mode="constant")
