@@ -1,6 +1,6 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
-ops (add_any). Each model is converted
+ops (add_any), 3-D pooling. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -88,6 +88,20 @@ class BackwardOps(nn.Module):
                 aten.upsample_bilinear2d_backward(gu, [4, 6], [1, 1, 2, 3], False, None, None))
 
 
+class Pool3d(nn.Module):
+    """3-D max / average pooling (padded, ceil mode, without the padding in the count, adaptive) after a CONV_3D:
+    TFLite pools 2-D only, so each is separable strided slices."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(3, 4, 3, padding=1)
+
+    def forward(self, v: torch.Tensor) -> tuple:
+        y = torch.relu(self.conv(v))
+        return (F.max_pool3d(y, 3, 2, 1), F.max_pool3d(v, (2, 3, 2), (2, 2, 1), (1, 1, 0), ceil_mode=True),
+                F.avg_pool3d(v, 3, 2, 1, ceil_mode=True, count_include_pad=False), F.adaptive_avg_pool3d(y, (2, 3, 3)))
+
+
 def _int64s(*shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     x = torch.randint(-2**62, 2**62, shape, generator=g, dtype=torch.int64) * 2
@@ -107,6 +121,7 @@ MODELS = {
     "norms": (Norms, lambda: (torch.randn(3, 5),), {"ABS": 5, "SQRT": 2, "REDUCE_MAX": 1, "POW": 2}),
     "repeats": (Repeats, lambda: (torch.randn(2, 3, 4, 5), torch.randint(-5, 5, (2, 4))),
                 {"TILE": 4}),  # (the parameter's repeat is folded into a constant)
+    "pool3d": (Pool3d, lambda: (torch.randn(2, 3, 5, 6, 7),), {"CONV_3D": 1, "MAX_POOL_2D": 0, "AVERAGE_POOL_2D": 0}),
     "backward_ops": (BackwardOps, lambda: (torch.randn(1, 1, 8), torch.randn(1, 1, 5), torch.randn(1, 1, 4, 6)), {}),
 }
 

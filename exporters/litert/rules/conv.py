@@ -1,6 +1,6 @@
 """Convolutions and pooling: conv_general_dilated → CONV_2D / DEPTHWISE_CONV_2D /
 TRANSPOSE_CONV (grouped: one per group + CONCATENATION) / CONV_3D / CONV_3D_TRANSPOSE,
-reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D.
+reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D (3-D windows: separable strided slices).
 
 Inputs are requested in NHWC (``perm`` puts batch, spatial, feature) and outputs
 are NHWC values, so consecutive layers need no TRANSPOSE. 1-D convolutions and
@@ -271,6 +271,45 @@ def _pool_layout(x: Val, window: Sequence, strides: Sequence, pads: Sequence) ->
     return rest[0], rest[1], spatial
 
 
+def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
+    """A window reduction no TFLite pooling builtin takes (three spatial dims: a 3-D pooling), one reduced dim at
+    a time (max and sum over a box are separable): PADV2 with ``fill``, then per window offset a STRIDED_SLICE
+    with the window stride, combined with ``combine`` (MAXIMUM / ADD: 3 + 3 + 3 slices for a 3×3×3 window), in
+    the value's layout. Static shapes only."""
+    p = eqn.params
+    window, strides, pads = list(p["window_dimensions"]), list(p["window_strides"]), list(p["padding"])
+    aval = out_aval(eqn)
+    dtype, perm, rank = np.dtype(aval.dtype), x.perm, x.rank
+    dims = [x.shape[i] for i in perm]
+    if not all(is_static(d) for d in dims):
+        raise Unsupported(f"window reduction over three or more dims of a dynamic shape {list(x.shape)}")
+    dims = [int(d) for d in dims]
+    t = em.tensor_of(x, perm, expand=True)
+    for d in range(rank):
+        k, s, (lo, hi) = int(window[d]), int(strides[d]), (int(pads[d][0]), int(pads[d][1]))
+        if (k, s, lo, hi) == (1, 1, 0, 0):
+            continue
+        ax = perm.index(d)
+        if lo or hi:
+            table = [[0, 0] for _ in range(rank)]
+            table[ax] = [lo, hi]
+            dims[ax] += lo + hi
+            t = em.emit("PADV2", [t, em.const(i32(table)), em.const(np.asarray([fill], dtype))], list(dims), dtype)
+        out_dims = list(dims)
+        out_dims[ax] = (dims[ax] - k) // s + 1
+        step = [1] * rank
+        step[ax] = s
+        acc = None
+        for off in range(k):
+            begin, end = [0] * rank, list(dims)
+            begin[ax], end[ax] = off, off + (out_dims[ax] - 1) * s + 1
+            part = em.emit("STRIDED_SLICE", [t, em.const(i32(begin)), em.const(i32(end)), em.const(i32(step))],
+                           out_dims, dtype)
+            acc = part if acc is None else em.emit(combine, [acc, part], out_dims, dtype)
+        t, dims = acc, out_dims
+    return Val(aval.shape, aval.dtype, tensor=t, perm=perm)
+
+
 def _pool(em: Emitter, eqn: Any, x: Val, code: str, fill: float | None = None) -> Val:
     p = eqn.params
     window, strides, pads = list(p["window_dimensions"]), list(p["window_strides"]), list(p["padding"])
@@ -280,7 +319,15 @@ def _pool(em: Emitter, eqn: Any, x: Val, code: str, fill: float | None = None) -
     dtype = np.dtype(aval.dtype)
     if dtype.kind != "f":
         raise Unsupported(f"pooling on {dtype.name}")
-    batch, feature, spatial = _pool_layout(x, window, strides, pads)
+    try:
+        batch, feature, spatial = _pool_layout(x, window, strides, pads)
+    except Unsupported:
+        if x.rank < 5:
+            raise
+        if code == "MAX_POOL_2D":
+            low = float(np.finfo(dtype).min)
+            return _separable(em, eqn, x, "MAXIMUM", low if fill is None else max(fill, low))
+        return _separable(em, eqn, x, "ADD", 0.0)
     ks, ss, ps = [window[d] for d in spatial], [strides[d] for d in spatial], [pads[d] for d in spatial]
     sizes = [x.shape[d] for d in spatial]
     if len(spatial) == 1:
