@@ -1,6 +1,6 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
-ops (add_any), 3-D pooling. Each model is converted
+ops (add_any), 3-D pooling, convolutions with kernels computed at run time. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -102,6 +102,20 @@ class Pool3d(nn.Module):
                 F.avg_pool3d(v, 3, 2, 1, ceil_mode=True, count_include_pad=False), F.adaptive_avg_pool3d(y, (2, 3, 3)))
 
 
+class PredictedKernels(nn.Module):
+    """Convolutions with kernels computed at run time (a hypernetwork): 2-D (padded, strided and dilated, a
+    1-row kernel), depthwise and 1-D."""
+
+    def __init__(self):
+        super().__init__()
+        self.gen, self.gen_dw = nn.Linear(4, 6 * 3 * 3 * 3), nn.Linear(4, 3 * 3 * 3)
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> tuple:
+        w, wd = self.gen(z).view(6, 3, 3, 3), self.gen_dw(z).view(3, 1, 3, 3)
+        return (F.conv2d(x, w, padding=1), F.conv2d(x, w, stride=2, dilation=2), F.conv2d(x, wd, padding=1, groups=3),
+                F.conv2d(x, torch.tanh(w[:, :, :1, :]), padding=(0, 1)), F.conv1d(x[:, :, 0], w[:, :, 0], padding=1))
+
+
 def _int64s(*shape: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     x = torch.randint(-2**62, 2**62, shape, generator=g, dtype=torch.int64) * 2
@@ -121,6 +135,8 @@ MODELS = {
     "norms": (Norms, lambda: (torch.randn(3, 5),), {"ABS": 5, "SQRT": 2, "REDUCE_MAX": 1, "POW": 2}),
     "repeats": (Repeats, lambda: (torch.randn(2, 3, 4, 5), torch.randint(-5, 5, (2, 4))),
                 {"TILE": 4}),  # (the parameter's repeat is folded into a constant)
+    "predicted_kernels": (PredictedKernels, lambda: (torch.randn(2, 3, 8, 9), torch.randn(4)),
+                          {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 1}),
     "pool3d": (Pool3d, lambda: (torch.randn(2, 3, 5, 6, 7),), {"CONV_3D": 1, "MAX_POOL_2D": 0, "AVERAGE_POOL_2D": 0}),
     "backward_ops": (BackwardOps, lambda: (torch.randn(1, 1, 8), torch.randn(1, 1, 5), torch.randn(1, 1, 4, 6)), {}),
 }

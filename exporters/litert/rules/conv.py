@@ -86,8 +86,8 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
         raise Unsupported(f"{nsp}-D convolution")
     if p["batch_group_count"] != 1:
         raise Unsupported("convolution with batch_group_count > 1")
-    if not w.is_const:
-        raise Unsupported("convolution with non-constant weights")
+    if not w.is_const and (nsp == 3 or any(d != 1 for d in p["lhs_dilation"])):
+        raise Unsupported("a 3-D or transposed convolution with non-constant weights")
     if nsp == 3:
         return _conv3d(em, eqn, x, w)
     aval = out_aval(eqn)
@@ -95,13 +95,20 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
     groups = int(p["feature_group_count"])
     strides, rdil, ldil = list(p["window_strides"]), list(p["rhs_dilation"]), list(p["lhs_dilation"])
     pads = list(p["padding"])
-    # Kernel as (O, I, *spatial); promote 1-D to 2-D.
-    k = np.transpose(w.full(), [rhs_spec[0], rhs_spec[1]] + rhs_spec[2:]).astype(dtype)
     in_sizes = [x.shape[d] for d in lhs_spec[2:]]
-    if nsp == 1:
-        k = k[:, :, None, :]
+    if w.is_const:  # kernel as (O, I, *spatial)
+        k = np.transpose(w.full(), [rhs_spec[0], rhs_spec[1]] + rhs_spec[2:]).astype(dtype)
+        kshape = k.shape
+    else:
+        k, kshape = None, tuple(w.shape[d] for d in [rhs_spec[0], rhs_spec[1]] + rhs_spec[2:])
+        if not all(is_static(d) for d in kshape):
+            raise Unsupported("convolution with non-constant weights of a dynamic shape")
+        kshape = tuple(int(d) for d in kshape)
+    if nsp == 1:  # promote 1-D to 2-D
+        k = None if k is None else k[:, :, None, :]
+        kshape = kshape[:2] + (1,) + kshape[2:]
         strides, rdil, ldil, pads, in_sizes = [1] + strides, [1] + rdil, [1] + ldil, [(0, 0)] + pads, [1] + in_sizes
-    cout, cin_g, kh, kw = k.shape
+    cout, cin_g, kh, kw = kshape
     batch, feature, spatial = lhs_spec[0], lhs_spec[1], lhs_spec[2:]
     if any(d != 1 for d in ldil):
         return _transpose_conv(em, eqn, x, k, strides, ldil, rdil, pads, groups, lhs_spec, out_spec)
@@ -112,11 +119,14 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
     common = dict(padding=padding, strideH=strides[0], strideW=strides[1],
                   dilationHFactor=rdil[0], dilationWFactor=rdil[1])
     cin = cin_g * groups
+    if k is None and groups != 1 and not (groups == cin and cin_g == 1):
+        raise Unsupported("a grouped convolution with non-constant weights")
     if groups == 1:
-        out = em.emit("CONV_2D", [t, em.const(k.transpose(0, 2, 3, 1)), em.const(np.zeros(cout, dtype))],
-                      out_dims, dtype, **common)
+        filt = em.const(k.transpose(0, 2, 3, 1)) if k is not None else _runtime_filter(em, w, rhs_spec, kshape, False)
+        out = em.emit("CONV_2D", [t, filt, em.const(np.zeros(cout, dtype))], out_dims, dtype, **common)
     elif groups == cin and cin_g == 1:
-        out = em.emit("DEPTHWISE_CONV_2D", [t, em.const(k.transpose(1, 2, 3, 0)), em.const(np.zeros(cout, dtype))],
+        filt = em.const(k.transpose(1, 2, 3, 0)) if k is not None else _runtime_filter(em, w, rhs_spec, kshape, True)
+        out = em.emit("DEPTHWISE_CONV_2D", [t, filt, em.const(np.zeros(cout, dtype))],
                       out_dims, dtype, depthMultiplier=cout // cin, **common)
     else:
         parts = [em.tensor(out_dims[:3] + [cin_g], dtype, "group") for _ in range(groups)]
@@ -128,6 +138,20 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
         out = em.emit("CONCATENATION", outs, out_dims, dtype, axis=3)
         em.note("grouped convolutions are split into one CONV_2D per group")
     return _result(em, out, aval, out_spec[0], out_spec[1], out_spec[2:])
+
+
+def _runtime_filter(em: Emitter, w: Val, rhs_spec: list, kshape: tuple, depthwise: bool) -> Any:
+    """The filter tensor of weights computed at run time (a kernel a network predicts): OHWI for CONV_2D, 1HWO
+    for DEPTHWISE_CONV_2D, in the weight value's layout TRANSPOSEd at run time (``kshape``: O, I, H, W, a 1-D
+    kernel's H being 1). XNNPACK takes constant weights only: the interpreter's own kernels run these."""
+    o, i, sp = rhs_spec[0], rhs_spec[1], rhs_spec[2:]
+    perm = (i, *sp, o) if depthwise else (o, *sp, i)
+    t = em.tensor_of(w, perm, expand=True)
+    cout, cin_g, kh, kw = kshape
+    dims = [1, kh, kw, cout] if depthwise else [cout, kh, kw, cin_g]
+    if len(sp) == 1:  # (the 1-D kernel gains its unit height)
+        t = em.emit("RESHAPE", [t, em.shape_operand(dims)], dims, w.dtype)
+    return t
 
 
 def _transpose_conv(em: Emitter, eqn: Any, x: Val, k: np.ndarray, strides: list, ldil: list, rdil: list,
