@@ -1,5 +1,5 @@
-"""Convolutions and pooling: conv_general_dilated → CONV_2D / DEPTHWISE_CONV_2D /
-TRANSPOSE_CONV (grouped: one per group + CONCATENATION) / CONV_3D / CONV_3D_TRANSPOSE,
+"""Convolutions and pooling: conv_general_dilated → CONV_2D / DEPTHWISE_CONV_2D (constant kernels, or ones
+computed at run time) / TRANSPOSE_CONV (grouped: one per group + CONCATENATION) / CONV_3D / CONV_3D_TRANSPOSE,
 reduce_window_{max,sum,min} → MAX_POOL_2D / AVERAGE_POOL_2D (3-D windows: separable strided slices).
 
 Inputs are requested in NHWC (``perm`` puts batch, spatial, feature) and outputs
@@ -143,7 +143,7 @@ def lower_conv(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
 def _runtime_filter(em: Emitter, w: Val, rhs_spec: list, kshape: tuple, depthwise: bool) -> Any:
     """The filter tensor of weights computed at run time (a kernel a network predicts): OHWI for CONV_2D, 1HWO
     for DEPTHWISE_CONV_2D, in the weight value's layout TRANSPOSEd at run time (``kshape``: O, I, H, W, a 1-D
-    kernel's H being 1). XNNPACK takes constant weights only: the interpreter's own kernels run these."""
+    kernel's H being 1)."""
     o, i, sp = rhs_spec[0], rhs_spec[1], rhs_spec[2:]
     perm = (i, *sp, o) if depthwise else (o, *sp, i)
     t = em.tensor_of(w, perm, expand=True)
