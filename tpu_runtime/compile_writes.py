@@ -69,14 +69,15 @@ def donatable(args: list, arrays: list, positions: list, writes: list, first_wri
     JAX array nothing but that storage holds. ``positions[i]``: the position in ``arrays`` of argument ``i``;
     the new value of ``writes[k]`` is output ``first_write + k``; argument positions count the random key
     the executable takes first."""
-    pairs = []
+    pairs, taken = [], set()
     for k, i in enumerate(writes):
         t = _target(args[i])
-        if type(t) is not TpuTensor or t._chain or t._opaque or t._strides is not None:
-            continue
+        if i in taken or type(t) is not TpuTensor or t._chain or t._opaque or t._strides is not None:
+            continue  # (an input written twice is donated once)
         j = positions[i]
         if type(arrays[j]) is _ARRAY and t._storage.value is arrays[j] and _refcount(arrays[j]) == _UNHELD:
             pairs.append((j + 1, first_write + k))
+            taken.add(i)
     return tuple(pairs)
 
 
