@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tpu_runtime.cache import donation_order
 from tpu_runtime.compile_tensors import TpuPayload
 from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.tensor import TpuTensor
@@ -79,12 +78,6 @@ def donatable(args: list, arrays: list, positions: list, writes: list, first_wri
             pairs.append((j + 1, first_write + k))
             taken.add(i)
     return tuple(pairs)
-
-
-def output_order(pairs: tuple, n: int) -> tuple[tuple, list]:
-    """``donate_argnums`` and the order the executable returns its ``n`` outputs in, for donated ``pairs``
-    (JAX writes each donated input's buffer with the first output of its shape and dtype not yet given one)."""
-    return donation_order(list(pairs), list(range(n)))
 
 
 def write_back(args: list, writes: list, values: list, to_torch: Any) -> None:

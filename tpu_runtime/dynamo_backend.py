@@ -39,7 +39,8 @@ from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_aliases import split_shared_views
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
-from tpu_runtime.compile_writes import donatable, input_writes, output_order, write_back
+from tpu_runtime.cache import donation_order
+from tpu_runtime.compile_writes import donatable, input_writes, write_back
 from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.module import host_array, to_jax, to_torch
 from tpu_runtime.tensor import DEVICE, TpuTensor, wrap_strided
@@ -134,7 +135,8 @@ _ONLY_LISTED = 3  # the outputs list, the local variable, getrefcount's argument
 
 
 def _unpermute(outs: Any, order: list) -> list:
-    """The outputs of an executable that returned them in ``order`` (see :func:`output_order`), in graph order."""
+    """The outputs of an executable that returned them in ``order`` (see :func:`~tpu_runtime.cache.donation_order`),
+    in graph order."""
     every = [None] * len(outs)
     for pos, i in enumerate(order):
         every[i] = outs[pos]
@@ -194,17 +196,6 @@ def _strided(value: Any, layout: tuple) -> TpuTensor:
     strides and offset: AOTAutograd rebuilds an output that aliases an input (or an intermediate)
     as ``base.as_strided(out.size(), out.stride(), out.storage_offset())`` from this tensor's layout."""
     return wrap_strided(value, (tuple(value.shape), to_torch_dtype(value.dtype)), *layout)
-
-
-def _run_checks(infos: tuple, checks: list, at_once: bool) -> None:
-    """Run the graph's error checks on their computed values: ``torch.linalg``'s ``info`` and ``_assert_async``
-    conditions (read back: a sync, as the check is on any device); index checks (:mod:`tpu_runtime.graph_checks`:
-    ``at_once``, the graph ended on the host, else at the next sync point). Raises torch's own errors."""
-    for info, (_, op, rest, kwargs) in zip(infos, checks):
-        if type(op) in (graph_checks.Check, graph_checks.Refusal):
-            graph_checks.report(info, op, at_once)
-        else:
-            op(torch.from_numpy(np.array(info)), *rest, **kwargs)
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -280,7 +271,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
                     every = tuple(outs) + tuple(c[0] for c in checks)
                     if not pairs:
                         return every
-                    order = orders[sig] = output_order(pairs, len(every))[1]
+                    order = orders[sig] = donation_order(list(pairs), list(range(len(every))))[1]
                     return tuple(every[i] for i in order)
 
                 outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}",
@@ -295,7 +286,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             args.clear()
             if wait:
                 jax.block_until_ready(outs)
-            _run_checks(outs[n_out + len(writes):], checks_of.get(sig, checks), host)
+            graph_checks.run(outs[n_out + len(writes):], checks_of.get(sig, checks), host)
             outs = list(outs[:n_out])
             handoff = _handoff(outs, out_fns, arrays)
             now = layouts if bound is None else [

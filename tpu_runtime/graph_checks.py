@@ -169,4 +169,16 @@ def report(flags: Any, check: Check | Refusal, at_once: bool) -> None:
         raise e
 
 
-__all__ = ["Check", "Refusal", "observers", "report"]
+def run(infos: tuple, checks: list, at_once: bool) -> None:
+    """Run a program's error checks on their computed values (``checks``: ``(value, op, args, kwargs)`` as the
+    lowering recorded them): ``torch.linalg``'s ``info`` and ``_assert_async`` conditions through torch's own
+    kernel (read back: a sync, as the check is on any device), index checks through :func:`report`. Raises
+    torch's own errors."""
+    for info, (_, op, rest, kwargs) in zip(infos, checks):
+        if type(op) in (Check, Refusal):
+            report(info, op, at_once)
+        else:
+            op(torch.from_numpy(np.array(info)), *rest, **kwargs)
+
+
+__all__ = ["Check", "Refusal", "observers", "report", "run"]

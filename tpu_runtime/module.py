@@ -23,6 +23,7 @@ import torch
 from converter.errors import InputError
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram
+from tpu_runtime import graph_checks
 from tpu_runtime.cache import CACHE
 from tpu_runtime.tensor import TpuTensor
 from tpu_runtime.values import array_to_torch, array_to_tpu, materialize, numpy_view
@@ -146,8 +147,7 @@ class TpuModule:
             self._checks[sig] = list(checks)
             self.stats.compile_seconds += time.perf_counter() - start
             self._keys.append(sig)
-        for info, (_, op, rest, kwargs) in zip(infos, self._checks.get(sig, ())):
-            op(torch.from_numpy(np.array(info)), *rest, **kwargs)
+        graph_checks.run(infos, self._checks.get(sig, ()), True)
         return outs, muts
 
     def stablehlo(self, *sample_inputs: Any) -> str:

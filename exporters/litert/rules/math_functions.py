@@ -218,16 +218,9 @@ def erf_tensor(em: Emitter, t: Any, dtype: Any) -> Any:
     c = emit_like(em, "MAXIMUM", [emit_like(em, "MINIMUM", [t, scalar(em, 4.0, dtype)], t),
                                  scalar(em, -4.0, dtype)], t)
     x2 = emit_like(em, "MUL", [c, c], t)
-
-    def poly(coeffs: tuple) -> Any:
-        acc = None
-        for k in coeffs:
-            acc = scalar(em, k, dtype) if acc is None else emit_like(em, 
-                "ADD", [emit_like(em, "MUL", [acc, x2], t), scalar(em, k, dtype)], t)
-        return acc
-
-    p = emit_like(em, "MUL", [c, poly(_ERF_ALPHA)], t)
-    return emit_like(em, "DIV", [p, poly(_ERF_BETA)], t)
+    f = _Ops(em, t, dtype)  # (the coefficients are listed from the highest power down)
+    p = emit_like(em, "MUL", [c, f.poly(x2, _ERF_ALPHA[::-1])], t)
+    return emit_like(em, "DIV", [p, f.poly(x2, _ERF_BETA[::-1])], t)
 
 
 @rule(lax.erf_p)

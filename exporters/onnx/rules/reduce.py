@@ -11,6 +11,7 @@ from jax.extend.core import primitives as lax
 from exporters.onnx.graph import OnnxGraph, Val
 from exporters.onnx.rules import Unsupported, out_aval, rule
 from exporters.onnx.rules.elementwise import scalar
+from exporters.onnx.rules.shape import reverse
 
 _REDUCE = {lax.reduce_sum_p: "ReduceSum", lax.reduce_max_p: "ReduceMax", lax.reduce_min_p: "ReduceMin",
            lax.reduce_prod_p: "ReduceProd", lax.reduce_and_p: "ReduceMin", lax.reduce_or_p: "ReduceMax"}
@@ -95,7 +96,6 @@ def _extreme(dtype: Any, low: bool) -> Any:
 
 _SCANS = {lax.cumprod_p: ("Mul", lambda dt: 1), lax.cummax_p: ("Max", lambda dt: _extreme(dt, True)),
           lax.cummin_p: ("Min", lambda dt: _extreme(dt, False)), lax.cumlogsumexp_p: (_logaddexp, lambda dt: -np.inf)}
-_INT64_MIN = np.iinfo(np.int64).min
 
 
 @rule(*_SCANS)
@@ -113,13 +113,9 @@ def lower_cumulative(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     if not isinstance(n, (int, np.integer)):
         raise Unsupported(f"{eqn.primitive.name} over a dynamic axis")
     n, t = int(n), g.tensor(x)
-
-    def flip(name: str) -> str:
-        return g.op("Slice", [name, g.i64([-1]), g.i64([_INT64_MIN]), g.i64([axis]), g.i64([-1])])
-
-    reverse = bool(eqn.params.get("reverse", False))
-    if reverse:
-        t = flip(t)
+    backwards = bool(eqn.params.get("reverse", False))
+    if backwards:
+        t = reverse(g, t, [axis])
     fill = scalar(g, identity(dtype), dtype)
     k = 1
     while k < n:
@@ -129,6 +125,6 @@ def lower_cumulative(g: OnnxGraph, eqn: Any, x: Val) -> Val:
                                  g.i64([axis])])
         t = g.op(code, [t, shifted]) if isinstance(code, str) else code(g, t, shifted, dtype)
         k *= 2
-    if reverse:
-        t = flip(t)
+    if backwards:
+        t = reverse(g, t, [axis])
     return g.val(t, aval.shape, aval.dtype)

@@ -113,13 +113,16 @@ def lower_slice(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     return g.val(out, aval.shape, aval.dtype)
 
 
+def reverse(g: OnnxGraph, name: str, axes: list[int]) -> str:
+    """Tensor ``name`` reversed along ``axes``: Slice with step -1."""
+    n = len(axes)
+    return g.op("Slice", [name, g.i64([-1] * n), g.i64([_INT64_MIN] * n), g.i64(axes), g.i64([-1] * n)])
+
+
 @rule(lax.rev_p)
 def lower_rev(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     """rev → Slice with step -1 on the reversed axes."""
-    axes = [int(a) for a in eqn.params["dimensions"]]
-    n = len(axes)
-    out = g.op("Slice", [g.tensor(x), g.i64([-1] * n), g.i64([_INT64_MIN] * n), g.i64(axes), g.i64([-1] * n)])
-    return g.val(out, x.shape, x.dtype)
+    return g.val(reverse(g, g.tensor(x), [int(a) for a in eqn.params["dimensions"]]), x.shape, x.dtype)
 
 
 @rule(lax_internal.tile_p)
