@@ -84,7 +84,9 @@ OPS = [
            dtypes=(f32, f64), tol=TOL),
     OpInfo("frexp", torch.frexp, (aten.frexp.Tensor,),
            lambda dt: [Sample((make((3, 4), dt, low=-1e4, high=1e4),)),
-                       Sample((torch.tensor([0.0, -0.0, 1.0, 0.5, -3.0, 1e-30], dtype=dt),), name="special")],
+                       Sample((torch.tensor([0.0, -0.0, 1.0, 0.5, -3.0, 1e-30], dtype=dt),), name="special"),
+                       Sample((torch.finfo(dt).tiny * torch.tensor([0.5, -1 / 3, 2.0 ** -20, 0.999], dtype=dt),),
+                              name="subnormal")],
            dtypes=(f32, f64)),
 ]
 

@@ -143,7 +143,45 @@ def lower_igammac_default(ctx, self, other):
 def lower_frexp_tensor(ctx, self):
     """frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)
 
-    ``self = mantissa * 2**exponent`` with ``|mantissa|`` in [0.5, 1); ``exponent`` is int32.
+    ``self = mantissa * 2**exponent`` with ``|mantissa|`` in [0.5, 1); ``exponent`` is int32; zeros,
+    infinities and NaN give themselves and exponent 0. Computed on the bits (:func:`_frexp_bits`), so
+    subnormal inputs split exactly as the CPU's ``std::frexp`` splits them: a backend that flushes
+    subnormals to zero (XLA on the CPU) would see them as 0 in any arithmetic.
     """
-    mantissa, exponent = jnp.frexp(self)
-    return mantissa, exponent.astype(jnp.int32)
+    return _frexp_bits(self)
+
+
+#: Per float dtype: (signed integer dtype of its width, mantissa bits, exponent bias).
+_FLOAT_LAYOUT = {
+    jnp.dtype(jnp.float16): (jnp.int16, 10, 15),
+    jnp.dtype(jnp.bfloat16): (jnp.int16, 7, 127),
+    jnp.dtype(jnp.float32): (jnp.int32, 23, 127),
+    jnp.dtype(jnp.float64): (jnp.int64, 52, 1023),
+}
+
+
+def _frexp_bits(x):
+    """``frexp`` of ``x`` on its bit pattern (see :func:`lower_frexp_tensor`).
+
+    A subnormal is ``frac * 2**(1 - bias - mbits)`` for its integer fraction field ``frac``: converting
+    ``frac`` to the float type is exact and gives a normal number, whose own fields give the mantissa and
+    the exponent's offset. Only masks, right shifts of non-negative words, integer adds and selects: every
+    exporter has them."""
+    idt, mbits, bias = _FLOAT_LAYOUT[jnp.dtype(x.dtype)]
+    bits = jax.lax.bitcast_convert_type(x, idt)
+    magnitude = bits & jnp.iinfo(idt).max
+    sign = bits & jnp.iinfo(idt).min
+    field, frac = _float_fields(magnitude, mbits)
+    sub_field, sub_frac = _float_fields(jax.lax.bitcast_convert_type(frac.astype(x.dtype), idt), mbits)
+    subnormal = field == 0
+    special = (subnormal & (frac == 0)) | (field == (jnp.iinfo(idt).max >> mbits))  # zeros, inf, NaN
+    exponent = jnp.where(subnormal, sub_field.astype(jnp.int32) - (2 * bias + mbits - 2),
+                         field.astype(jnp.int32) - (bias - 1))
+    frac = jnp.where(subnormal, sub_frac, frac)
+    mantissa = jax.lax.bitcast_convert_type(sign | jnp.asarray((bias - 1) << mbits, idt) | frac, x.dtype)
+    return jnp.where(special, x, mantissa), jnp.where(special, 0, exponent).astype(jnp.int32)
+
+
+def _float_fields(magnitude, mbits):
+    """The biased exponent and the fraction field of a sign-cleared float bit pattern."""
+    return magnitude >> mbits, magnitude & ((1 << mbits) - 1)
