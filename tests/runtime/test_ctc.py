@@ -113,3 +113,19 @@ def test_ctc_loss_argument_checks_as_the_cpu(case):
         F.ctc_loss(lp, targets, il, tl, reduction="none")
     with pytest.raises(RuntimeError, match=message):
         F.ctc_loss(lp.to("tpu"), targets.to("tpu"), il, tl, reduction="none")
+
+
+def test_ctc_loss_backward_of_a_large_batch():
+    # enough elements (> plans._PROBE_NUMEL) that a CPU probe of the backward op would shrink its inputs to size-1
+    # dims while its length lists stay: the CPU kernel trusts them and read out of bounds (the process crashed)
+    torch.manual_seed(0)
+    t, b, c, s = 50, 16, 21, 10
+    logits = torch.randn(t, b, c)
+    targets = torch.randint(1, c, (b, s))
+    lengths = [s - i % 4 for i in range(b)]
+    grads = []
+    for device in ("cpu", "tpu"):
+        x = logits.clone().to(device).requires_grad_()
+        F.ctc_loss(x.log_softmax(-1), targets.to(device), [t] * b, lengths, reduction="sum").backward()
+        grads.append(x.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
