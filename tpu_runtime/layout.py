@@ -42,15 +42,16 @@ def meta_layouts(func: Any, rest: tuple, kwargs: dict, shape: tuple, dtype: torc
     output has no static layout or torch's meta kernel fails otherwise.
 
     Raises:
-        RuntimeError: ``view`` of a layout the CPU cannot view (torch's message: use ``.reshape()``)."""
+        RuntimeError: ``view`` of a layout the CPU cannot view (torch's message: use ``.reshape()``), or
+            ``view(dtype)`` of another element size where the last dim's stride is not 1 (a channels-last tensor)."""
     span = offset + 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides)) if all(shape) else offset
     try:
         with _disable_current_modes(), torch._C._DisableTorchDispatch():
             x = torch.empty((span,), dtype=dtype, device=_META).as_strided(shape, strides, offset)
             out = func(x, *rest, **kwargs)
     except RuntimeError as e:
-        if func is aten.view.default and "view size is not compatible" in str(e):
-            raise  # (the CPU refuses this view of this layout: .reshape() copies)
+        if (func is aten.view.default and "view size is not compatible" in str(e)) or func is aten.view.dtype:
+            raise  # (the CPU refuses this view of this layout: .reshape() copies; a dtype view needs stride(-1) 1)
         return None
     except (ValueError, TypeError, IndexError, NotImplementedError):
         return None

@@ -252,6 +252,7 @@ def make_view(src: TpuTensor, plan: OpPlan, index: int, spec: tuple) -> TpuTenso
     return view_tensor(storage, spec, chain + ((plan, index),), strides, offset)
 
 
+_VIEW_DTYPE = torch.ops.aten.view.dtype
 #: (plan uid, output index[, source strides, source offset]) → the view's (strides, offset), or None.
 _LAYOUTS: dict[tuple, tuple | None] = {}
 CACHE.on_clear(_LAYOUTS.clear)
@@ -261,6 +262,9 @@ _UNKNOWN = object()
 def _view_layout(plan: OpPlan, index: int, spec: tuple, strides: tuple, offset: int) -> tuple | None:
     """The CPU's layout of ``plan``'s output ``index`` for a source of ``spec`` laid out as given."""
     targs, tkwargs = plan.extra.get("targs"), plan.extra.get("tkwargs", {})
+    if plan.op is _VIEW_DTYPE and targs and type(targs[0]) is _Slot and strides != dense_strides(spec[0]):
+        meta_layouts(plan.op, tuple(targs[1:]), dict(tkwargs), spec[0], spec[1], strides, offset)  # (the CPU's refusal)
+        return None  # (it reports the dense strides of its shape)
     if plan.op not in LAYOUT_VIEWS or not targs or type(targs[0]) is not _Slot \
             or any(type(a) is _Slot for a in (*targs[1:], *tkwargs.values())):
         return None

@@ -165,3 +165,15 @@ def test_an_out_tensor_resized_by_the_op_takes_the_results_layout():
         assert out.stride() == (60, 1, 15, 3) and same.stride() == (60, 20, 5, 1)
         out.as_strided((3,), (1,), 0).fill_(-7.0)  # the first pixel's channels, in storage order
         assert (out.cpu() == -7.0).nonzero().tolist() == [[0, c, 0, 0] for c in range(3)]
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float64])
+def test_a_dtype_view_of_another_size_refuses_a_layout_the_cpu_refuses(dtype):
+    # the CPU needs stride(-1) 1 to view as another element size; the dense value would have given a silent reshape
+    x = torch.randn(2, 3, 4, 4)
+    for laid_out in (lambda t: t.to(memory_format=_CL), lambda t: t.transpose(-1, -2)):
+        for device in ("cpu", "tpu"):
+            with pytest.raises(RuntimeError, match="stride\\(-1\\) must be 1 to view Float as"):
+                laid_out(x.to(device)).view(dtype)
+    got = x.to("tpu")[..., :2].view(dtype)  # stride(-1) 1: allowed
+    assert torch.equal(got.cpu(), x[..., :2].view(dtype))
