@@ -11,6 +11,9 @@ and constant folding:
   lowered through its decomposition jaxpr.
 * An eqn whose inputs are all constants is evaluated now (constant folding), except
   the primitives in ``NO_FOLD``, whose rules handle constant inputs themselves.
+* A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled.
+* A primitive neither format has an operator for, and the exporter no rule, is translated through its
+  expansion (:mod:`exporters.expansions`: written once, for both).
 * Everything else goes to ``RULES``, keyed on the primitive object; a primitive
   without a rule raises :class:`UnsupportedOpError` naming the primitive, the
   enclosing ATen op and the user's source line.
@@ -28,12 +31,15 @@ from jax._src import source_info_util
 from jax._src.lax import lax as lax_internal
 
 from converter.errors import ConversionError, ExportError, SourceLocation, UnsupportedOpError
+from exporters.expansions import EXPANSIONS, expansion_jaxpr
 from exporters.rule_table import Unsupported
 
 #: Parameters that hold an inlinable body, per call-like primitive.
 _BODY_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 _CALL_LIKE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
               "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "custom_lin"}
+#: The longest ``scan`` the exporters unroll (:meth:`JaxprTranslator._unrolled_scan`).
+MAX_UNROLLED_SCAN = 64
 #: Values the runtime does not need (identity at inference).
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient", "reduce_precision", "sharding_constraint"}
 
@@ -235,10 +241,19 @@ class JaxprTranslator:
                 self.outer.pop()
         if prim.name in _IDENTITY:
             return list(ins)
+        if prim.name == "scan" and prim not in self.RULES:
+            return self._unrolled_scan(eqn, ins)
         if all(v.is_const for v in ins) and prim.name not in self.NO_FOLD \
                 and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars):
             return self.fold(eqn, ins)
         rule = self.RULES.get(prim)
+        if rule is None and prim in EXPANSIONS:
+            closed = expansion_jaxpr(eqn)
+            self.outer.append(eqn)
+            try:
+                return self.eval_jaxpr(closed.jaxpr, closed.consts, ins)
+            finally:
+                self.outer.pop()
         if rule is None:
             raise self.unsupported(eqn, f"jaxpr primitive '{prim.name}' has no {self.TARGET} rule "
                                         f"(add one in exporters/{self.KEY}/rules/)")
@@ -250,6 +265,39 @@ class JaxprTranslator:
                 if np.dtype(v.dtype).name in self.NO_DTYPES:
                     raise self.unsupported(eqn, f"dtype {np.dtype(v.dtype).name} has no {self.TARGET} type")
         return self._apply(rule, eqn, ins)
+
+    def _unrolled_scan(self, eqn: Any, ins: list) -> list:
+        """A ``scan`` of at most :data:`MAX_UNROLLED_SCAN` steps, unrolled: its body translated once per step
+        on that step's slices of ``xs`` (constants fold: the polynomial coefficients ``jax.scipy.special``
+        scans over), the per-step outputs stacked. Neither format has a loop the rules could map it to."""
+        p = eqn.params
+        length, n_consts, n_carry = p["length"], p["num_consts"], p["num_carry"]
+        if not is_static(length) or not 0 < length <= MAX_UNROLLED_SCAN:
+            raise self.unsupported(eqn, f"a scan of {length} steps (up to {MAX_UNROLLED_SCAN} are unrolled; "
+                                        f"{self.TARGET} has no loop)")
+        body = p["jaxpr"]
+        consts, carry, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
+        per_step: list = []
+        self.outer.append(eqn)
+        try:
+            for i in (range(length - 1, -1, -1) if p["reverse"] else range(length)):
+                step = [self._through(lambda x, i=i: x[i], x) for x in xs]
+                outs = self.eval_jaxpr(body.jaxpr, body.consts, [*consts, *carry, *step])
+                carry = outs[:n_carry]
+                per_step.append(outs[n_carry:])
+            if p["reverse"]:
+                per_step.reverse()
+            ys = [self._through(lambda *y: jax.numpy.stack(y), *column) for column in zip(*per_step)]
+        finally:
+            self.outer.pop()
+        return [*carry, *ys]
+
+    def _through(self, fn: Callable, *vals: Any) -> Any:
+        """``fn`` (one output) of translated values, translated through this exporter's own rules."""
+        avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in vals]
+        with jax.enable_x64(True):  # (64-bit values stay 64-bit)
+            closed = jax.make_jaxpr(fn)(*avals)
+        return self.eval_jaxpr(closed.jaxpr, closed.consts, list(vals))[0]
 
     def _apply(self, rule: Any, eqn: Any, ins: list, attrs: dict | None = None,
                strict: bool = True) -> list | None:

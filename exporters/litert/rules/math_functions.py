@@ -1,5 +1,5 @@
 """Elementwise math functions TFLite has no builtin for (exp2, log1p, expm1, tan, the inverse trigonometric and
-the hyperbolic functions, away-from-zero round, is_finite, erf, erfc), built from ATAN2 / EXP / LOG / SIN / COS /
+the hyperbolic functions, away-from-zero round, is_finite, erf; erfc is shared: exporters.expansions), built from ATAN2 / EXP / LOG / SIN / COS /
 FLOOR / arithmetic builtins."""
 
 from __future__ import annotations
@@ -228,10 +228,3 @@ def lower_erf(em: Emitter, eqn: Any, x: Val) -> Val:
     """erf → rational approximation (see :func:`erf_tensor`)."""
     em.note("erf outside GELU is computed with XLA's float32 rational approximation (no TFLite ERF builtin)")
     return like(em, eqn, x, erf_tensor(em, em.tensor_of(x, x.perm), x.dtype))
-
-
-@rule(lax.erfc_p)
-def lower_erfc(em: Emitter, eqn: Any, x: Val) -> Val:
-    """erfc → 1 - erf."""
-    t = em.tensor_of(x, x.perm)
-    return like(em, eqn, x, emit_like(em, "SUB", [scalar(em, 1.0, x.dtype), erf_tensor(em, t, x.dtype)], t))

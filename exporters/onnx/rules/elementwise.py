@@ -125,28 +125,10 @@ def lower_square(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     return unary(g, eqn, x, g.op("Mul", [t, t]))
 
 
-@rule(lax.log1p_p)
-def lower_log1p(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """log1p → Log(Add(x, 1)) (ONNX has no log1p; loses precision for |x| ≪ 1)."""
-    return unary(g, eqn, x, g.op("Log", [g.op("Add", [g.tensor(x, expand=False), scalar(g, 1, x.dtype)])]))
-
-
-@rule(lax.expm1_p)
-def lower_expm1(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """expm1 → Sub(Exp(x), 1)."""
-    return unary(g, eqn, x, g.op("Sub", [g.op("Exp", [g.tensor(x, expand=False)]), scalar(g, 1, x.dtype)]))
-
-
 @rule(lax.exp2_p)
 def lower_exp2(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     """exp2 → Pow(2, x)."""
     return unary(g, eqn, x, g.op("Pow", [scalar(g, 2, x.dtype), g.tensor(x, expand=False)]))
-
-
-@rule(lax.erfc_p)
-def lower_erfc(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """erfc → Sub(1, Erf(x))."""
-    return unary(g, eqn, x, g.op("Sub", [scalar(g, 1, x.dtype), g.op("Erf", [g.tensor(x, expand=False)])]))
 
 
 @rule(lax.is_finite_p)

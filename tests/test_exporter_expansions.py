@@ -1,0 +1,65 @@
+"""The exporters' shared jaxpr mechanisms (``exporters/jaxpr_walk.py``, ``exporters/expansions.py``), run through both
+formats: short scans unrolled (carries, stacked outputs, reversed, constant inputs) and primitives neither format has
+an operator for (``erfc``, ``log1p``, ``expm1``), element by element against JAX."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+
+from converter.errors import UnsupportedOpError
+from exporters.litert import build as build_litert
+from exporters.onnx import build as build_onnx
+from tests.litert.adapter import JaxProgram
+
+BUILD = {"onnx": build_onnx, "litert": build_litert}
+R = np.random.default_rng(0)
+X = R.standard_normal((5, 3)).astype(np.float32)
+COEFFS = np.array([0.5, -1.25, 2.0, 0.75], np.float32)
+
+
+def _scans(x):
+    carry, ys = jax.lax.scan(lambda h, a: (h * 0.5 + a, h * a), x[0], x)
+    _, back = jax.lax.scan(lambda h, a: (h + a, h), jnp.zeros_like(x[0]), x, reverse=True)
+    poly, _ = jax.lax.scan(lambda h, k: (h * x[1] + k, None), jnp.zeros_like(x[1]), jnp.asarray(COEFFS))
+    return carry, ys, back, poly
+
+
+#: The expansions' inputs: erfc's whole range (both signs, the tail to 1e-37, ±inf, NaN), log1p/expm1 near 0.
+TAIL = np.concatenate([np.linspace(-9.0, 9.0, 721), [np.inf, -np.inf, np.nan, 0.0]]).astype(np.float32)
+SMALL = np.concatenate([np.linspace(-0.3, 0.3, 601), [1e-7, -1e-9, 5.0, -0.999, np.nan]]).astype(np.float32)
+
+
+def _close(got, want, rtol):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = np.isclose(got, want, rtol=rtol, atol=0) | (np.isnan(want)) | ((np.abs(want) < 1e-37) & (np.abs(got) < 1e-37))
+    assert ok.all(), f"at {np.nonzero(~ok)[0][:5]}: {got[~ok][:5]} vs {want[~ok][:5]}"
+
+
+@pytest.mark.parametrize("target", list(BUILD))
+def test_short_scans_are_unrolled(target):
+    program = JaxProgram(_scans, [X])
+    got = BUILD[target](program)(X)
+    for g, w in zip(got, program.reference(X)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", list(BUILD))
+def test_a_long_scan_is_refused_by_name(target):
+    program = JaxProgram(lambda x: jax.lax.scan(lambda h, a: (h + a, None), x[0], jnp.tile(x, (40, 1)))[0], [X])
+    with pytest.raises(UnsupportedOpError, match="a scan of 200 steps"):
+        BUILD[target](program)
+
+
+@pytest.mark.parametrize("target", list(BUILD))
+def test_expansions_keep_their_digits(target):
+    program = JaxProgram(lambda t, s: (jax.lax.erfc(t), jnp.log1p(s), jnp.expm1(s)), [TAIL, SMALL])
+    got = BUILD[target](program)(TAIL, SMALL)
+    want = [scipy.special.erfc(TAIL.astype(np.float64)), np.log1p(SMALL.astype(np.float64)),
+            np.expm1(SMALL.astype(np.float64))]
+    for g, w, rtol in zip(got, want, (1e-5, 2e-6, 2e-6)):
+        _close(g, w, rtol)
