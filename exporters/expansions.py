@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import primitives as lax
 
+from exporters.rule_table import Unsupported
+
 #: ``erfc(z) ≈ t·exp(-z² + P(t))`` with ``t = 1 / (1 + z/2)`` for ``z ≥ 0`` (Chebyshev fit, relative error
 #: below 1.1e-7 for every z ≥ 0: W. H. Press et al., Numerical Recipes, §6.2); P's coefficients, lowest first.
 _ERFC_TAIL = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
@@ -64,11 +66,36 @@ def expm1(x: Any, **_: Any) -> Any:
     return jnp.where(jnp.abs(x) < 0.1, series, jnp.exp(x) - 1)
 
 
+#: ``erfinv(x) = x · P(w)`` with ``w = -log((1 - x)(1 + x))``: P in ``w - 2.5`` below w = 5, in ``sqrt(w) - 3`` above
+#: (M. Giles, "Approximating the erfinv function", GPU Computing Gems, 2011: single precision; 2.5e-7 relative
+#: against SciPy in float32). Coefficients from the highest power down.
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                   -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                0.00943887047, 1.00167406, 2.83297682)
+
+
+def erf_inv(x: Any, **_: Any) -> Any:
+    """``erfinv(x)`` for float32 and narrower (:data:`_ERFINV_CENTRAL`); ``±inf`` at ±1, NaN beyond.
+
+    Raises:
+        Unsupported: a float64 input (the approximation has float32's digits only)."""
+    if x.dtype == jnp.float64:
+        raise Unsupported("erfinv of float64: the exported approximation has float32 precision only")
+    w = -jnp.log((1 - x) * (1 + x))
+    central = _poly(w - 2.5, _ERFINV_CENTRAL[::-1])
+    tail = _poly(jnp.sqrt(jnp.maximum(w, 5.0)) - 3, _ERFINV_TAIL[::-1])
+    out = jnp.where(w < 5, central, tail) * x
+    a = jnp.abs(x)
+    return jnp.where(a == 1, x * jnp.inf, jnp.where(a > 1, jnp.nan, out))
+
+
 #: Primitive → a JAX function of its operands (and its params as keywords: ``accuracy`` is ignored) computing it.
 EXPANSIONS: dict[Any, Callable] = {
     lax.erfc_p: erfc,
     lax.log1p_p: log1p,
     lax.expm1_p: expm1,
+    lax.erf_inv_p: erf_inv,
 }
 
 _TRACED: dict = {}
@@ -92,4 +119,4 @@ def expansion_jaxpr(eqn: Any) -> Any:
     return closed
 
 
-__all__ = ["EXPANSIONS", "expansion_jaxpr", "erfc", "log1p", "expm1"]
+__all__ = ["EXPANSIONS", "expansion_jaxpr", "erfc", "log1p", "expm1", "erf_inv"]

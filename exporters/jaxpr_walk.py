@@ -248,7 +248,10 @@ class JaxprTranslator:
             return self.fold(eqn, ins)
         rule = self.RULES.get(prim)
         if rule is None and prim in EXPANSIONS:
-            closed = expansion_jaxpr(eqn)
+            try:
+                closed = expansion_jaxpr(eqn)
+            except Unsupported as e:  # (an input the expansion does not cover)
+                raise self.unsupported(eqn, str(e)) from None
             self.outer.append(eqn)
             try:
                 return self.eval_jaxpr(closed.jaxpr, closed.consts, ins)

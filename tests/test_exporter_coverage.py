@@ -59,7 +59,7 @@ REFUSED = {
     "onnx": frozenset({
         "adaptive_max_pool_backward", "angle", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
         "chebyshev_polynomial_v", "chebyshev_polynomial_w", "cholesky", "cholesky_inverse", "cholesky_solve",
-        "complex", "conj", "conj_copy", "conv_transpose", "convolution_backward", "digamma", "erfinv", "fft_c2c",
+        "complex", "conj", "conj_copy", "conv_transpose", "convolution_backward", "digamma", "fft_c2c",
         "fft_c2r", "fft_r2c", "fractional_max_pool_backward", "frexp", "gcd", "geqrf", "grid_sampler_2d_backward",
         "grid_sampler_3d_backward", "hash_tensor", "hermite_polynomial_h", "hermite_polynomial_he", "histogram",
         "histogramdd", "i0", "igamma", "igammac", "jagged_to_padded_dense", "laguerre_polynomial_l", "lcm",
@@ -80,7 +80,7 @@ REFUSED = {
     "litert": frozenset({
         "_to_copy", "angle", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
         "chebyshev_polynomial_v", "chebyshev_polynomial_w", "cholesky", "cholesky_inverse", "cholesky_solve",
-        "complex", "conj", "conj_copy", "conv_transpose", "convolution_backward", "digamma", "erfinv",
+        "complex", "conj", "conj_copy", "conv_transpose", "convolution_backward", "digamma",
         "fft_c2c", "fft_c2r", "fft_r2c", "gcd", "geqrf", "grid_sampler_2d_backward", "grid_sampler_3d_backward",
         "hash_tensor", "hermite_polynomial_h", "hermite_polynomial_he", "histogram", "histogramdd", "i0", "igamma",
         "igammac", "index_reduce", "int_mm", "jagged_to_padded_dense", "laguerre_polynomial_l", "lcm", "left_shift",

@@ -1,6 +1,6 @@
 """The exporters' shared jaxpr mechanisms (``exporters/jaxpr_walk.py``, ``exporters/expansions.py``), run through both
 formats: short scans unrolled (carries, stacked outputs, reversed, constant inputs) and primitives neither format has
-an operator for (``erfc``, ``log1p``, ``expm1``), element by element against JAX."""
+an operator for (``erfc``, ``log1p``, ``expm1``, ``erf_inv``), element by element against SciPy / NumPy in float64."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def _scans(x):
 #: The expansions' inputs: erfc's whole range (both signs, the tail to 1e-37, ±inf, NaN), log1p/expm1 near 0.
 TAIL = np.concatenate([np.linspace(-9.0, 9.0, 721), [np.inf, -np.inf, np.nan, 0.0]]).astype(np.float32)
 SMALL = np.concatenate([np.linspace(-0.3, 0.3, 601), [1e-7, -1e-9, 5.0, -0.999, np.nan]]).astype(np.float32)
+#: erf_inv's domain to its ends (±1: ±inf), past them (NaN), and the last float below 1.
+UNIT = np.concatenate([np.linspace(-1.0, 1.0, 801), [0.99999994, -0.9999, 1.5, -2.0, np.nan]]).astype(np.float32)
 
 
 def _close(got, want, rtol):
@@ -57,9 +59,17 @@ def test_a_long_scan_is_refused_by_name(target):
 
 @pytest.mark.parametrize("target", list(BUILD))
 def test_expansions_keep_their_digits(target):
-    program = JaxProgram(lambda t, s: (jax.lax.erfc(t), jnp.log1p(s), jnp.expm1(s)), [TAIL, SMALL])
-    got = BUILD[target](program)(TAIL, SMALL)
+    program = JaxProgram(lambda t, s, u: (jax.lax.erfc(t), jnp.log1p(s), jnp.expm1(s), jax.lax.erf_inv(u)),
+                         [TAIL, SMALL, UNIT])
+    got = BUILD[target](program)(TAIL, SMALL, UNIT)
     want = [scipy.special.erfc(TAIL.astype(np.float64)), np.log1p(SMALL.astype(np.float64)),
-            np.expm1(SMALL.astype(np.float64))]
-    for g, w, rtol in zip(got, want, (1e-5, 2e-6, 2e-6)):
+            np.expm1(SMALL.astype(np.float64)), scipy.special.erfinv(UNIT.astype(np.float64))]
+    for g, w, rtol in zip(got, want, (1e-5, 2e-6, 2e-6, 1e-6)):
         _close(g, w, rtol)
+
+
+@pytest.mark.parametrize("target", list(BUILD))
+def test_an_expansion_refuses_what_it_does_not_cover(target):
+    program = JaxProgram(lambda u: jax.lax.erf_inv(u), [UNIT.astype(np.float64)])
+    with jax.enable_x64(True), pytest.raises(UnsupportedOpError, match="erfinv of float64"):
+        BUILD[target](program)
