@@ -61,9 +61,9 @@ def log1p(x: Any, **_: Any) -> Any:
 
 def expm1(x: Any, **_: Any) -> Any:
     """``expm1(x)``: its series for ``|x| < 0.1`` (``exp(x) - 1`` loses the digits below the epsilon of 1),
-    ``exp(x) - 1`` beyond."""
+    ``exp(x) - 1`` beyond; NaN passed through (LiteRT's XNNPACK ``EXP`` gives 0 for NaN)."""
     series = x * _poly(x, tuple(1 / math.factorial(k + 1) for k in range(_series_terms(x))))
-    return jnp.where(jnp.abs(x) < 0.1, series, jnp.exp(x) - 1)
+    return jnp.where(x != x, x, jnp.where(jnp.abs(x) < 0.1, series, jnp.exp(x) - 1))
 
 
 #: ``erfinv(x) = x · P(w)`` with ``w = -log((1 - x)(1 + x))``: P in ``w - 2.5`` below w = 5, in ``sqrt(w) - 3`` above

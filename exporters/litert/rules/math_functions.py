@@ -1,6 +1,6 @@
-"""Elementwise math functions TFLite has no builtin for (exp2, log1p, expm1, tan, the inverse trigonometric and
-the hyperbolic functions, away-from-zero round, is_finite, erf; erfc is shared: exporters.expansions), built from ATAN2 / EXP / LOG / SIN / COS /
-FLOOR / arithmetic builtins."""
+"""Elementwise math functions TFLite has no builtin for (exp2, tan, the inverse trigonometric and the hyperbolic
+functions, away-from-zero round, is_finite, erf), built from ATAN2 / EXP / LOG / SIN / COS / FLOOR / arithmetic
+builtins. erfc, log1p and expm1 are built for both exporters in :mod:`exporters.expansions`."""
 
 from __future__ import annotations
 
@@ -64,24 +64,6 @@ class _Ops:
 def _function(em: Emitter, eqn: Any, x: Val, body: Any) -> Val:
     t = em.tensor_of(x, x.perm)
     return like(em, eqn, x, body(_Ops(em, t, x.dtype), t))
-
-
-@rule(lax.log1p_p)
-def lower_log1p(em: Emitter, eqn: Any, x: Val) -> Val:
-    """log1p(x) → its series for |x| < 0.1, LOG(1 + x) beyond (see :meth:`_Ops.log1p`)."""
-    return _function(em, eqn, x, lambda f, t: f.log1p(t))
-
-
-@rule(lax.expm1_p)
-def lower_expm1(em: Emitter, eqn: Any, x: Val) -> Val:
-    """expm1(x) → its series to x⁹ for |x| < 0.1, EXP(x) - 1 beyond (which alone loses every digit below float
-    epsilon)."""
-    def body(f: _Ops, t: Any) -> Any:
-        series = f("MUL", t, f.poly(t, tuple(1 / math.factorial(k + 1) for k in range(9))))
-        small = f.cmp("LESS", unary_tensor(em, "ABS", t), f.c(0.1))
-        out = f.select(small, series, f("SUB", unary_tensor(em, "EXP", t), f.c(1.0)))
-        return f.nan_through(t, out)
-    return _function(em, eqn, x, body)
 
 
 @rule(lax.atan_p)
