@@ -284,3 +284,13 @@ def test_inverse_trigonometric_and_hyperbolic_functions_match_torch_elementwise(
         assert torch.equal(got[~finite & ~torch.isnan(want)], want[~finite & ~torch.isnan(want)]), name
         err = ((got[finite] - want[finite]).abs() / want[finite].abs().clamp_min(1e-30)).max().item()
         assert err < 1e-5, f"{name}: relative error {err:.2e}"
+
+
+def test_negation_keeps_the_sign_of_zero():
+    """XNNPACK's NEG gives ``-(+0.0) = +0.0``; ``1 / -x``, ``atan2(-y, x)`` and digamma's ``∓inf`` at ``±0`` read
+    that sign (negation is exported as ``MUL(x, -1)``)."""
+    x = torch.tensor([0.0, -0.0, 1.0, -2.0, inf])
+    _, got, _ = litert_vs_torch(lambda x: (-x, 1 / -x, torch.atan2(-x, torch.full_like(x, -1.0))), x, exact=True)
+    assert torch.equal(torch.signbit(torch.as_tensor(got[0])), torch.signbit(-x))
+    _, (digamma,), _ = litert_vs_torch(lambda x: (torch.digamma(x),), x)
+    assert digamma[0] == -inf and digamma[1] == inf

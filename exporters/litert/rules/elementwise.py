@@ -81,7 +81,11 @@ def lower_binary(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
 @rule(*_UNARY)
 def lower_unary(em: Emitter, eqn: Any, x: Val) -> Val:
     """neg/exp/log/sqrt/rsqrt/tanh/logistic/sin/cos/floor/ceil/sign/square (integer square → MUL;
-    int64 sign, which SIGN lacks, → ``clamp(x, -1, 1)``: exact with int64 MAXIMUM / MINIMUM)."""
+    int64 sign, which SIGN lacks, → ``clamp(x, -1, 1)``: exact with int64 MAXIMUM / MINIMUM; float neg →
+    ``MUL(x, -1)``: XNNPACK's ``NEG`` gives ``-(+0.0) = +0.0``, losing the zero's sign that ``1/x``,
+    ``copysign`` and ``atan2`` read)."""
+    if eqn.primitive is lax.neg_p and x.dtype.kind == "f":
+        return elementwise(em, eqn, "MUL", [x, Val((), x.dtype, const=np.asarray(-1, x.dtype))])
     if eqn.primitive is lax.square_p and x.dtype.kind != "f":
         return elementwise(em, eqn, "MUL", [x, x])
     if eqn.primitive is lax.sign_p and tfl_dtype(x.dtype) == np.int64:
