@@ -316,7 +316,8 @@ def lower_polygamma_default(ctx, n, self):
     else ``jax.scipy.special.polygamma`` (digamma's derivative in backward is polygamma(1)),
     which is right only for x > 0 (it is a Hurwitz zeta); negative x use the reflection
     ``ψ⁽ⁿ⁾(x) = (-1)ⁿ ψ⁽ⁿ⁾(1 - x) - π dⁿ/dxⁿ cot(πx)``, the derivative taken by nested
-    ``jvp`` (elementwise ops only). For n >= 2 the poles (0, -1, -2…) give ``(-1)^(n+1) inf``, as torch.
+    ``jvp`` (elementwise ops only; the cotangent of ``x - round(x)``, exact). For n >= 2 the poles (0, -1, -2…)
+    give ``(-1)^(n+1) inf``, as torch; ``polygamma(1, inf) = 0``.
     """
     if n == 0:
         return _float_unary(ctx, self, _digamma)
@@ -324,8 +325,10 @@ def lower_polygamma_default(ctx, n, self):
 
 
 def _polygamma(n: int, x):
-    def cot(t):
-        return jnp.cos(jnp.pi * t) / jnp.sin(jnp.pi * t)
+    def cot(t):  # of t - round(t), exact: π·t's rounding (π·(-3.002)) cost 1e-4 relative near the poles; at
+        # the poles themselves, of t, whose rounding gives torch's large finite trigamma there
+        r = jnp.where(t == jnp.floor(t), t, t - jnp.floor(t + 0.5))
+        return jnp.cos(jnp.pi * r) / jnp.sin(jnp.pi * r)
 
     d = cot
     for _ in range(n):
@@ -333,8 +336,8 @@ def _polygamma(n: int, x):
     neg = x < 0
     direct = jax.scipy.special.polygamma(n, jnp.where(neg, 1 - x, x))
     value = jnp.where(neg, (-1) ** n * direct - jnp.pi * d(x), direct)
-    if n < 2:  # (torch's trigamma gives large finite values at the negative poles: so does this)
-        return value
+    if n < 2:  # (torch's trigamma gives large finite values at the negative poles: so does this; 0 at inf)
+        return jnp.where(x == jnp.inf, jnp.zeros_like(value), value)
     pole = (x <= 0) & (x == jnp.floor(x))  # 0, -1, -2…: (-1)^(n+1) inf, as torch
     return jnp.where(pole, jnp.asarray((-1) ** (n + 1) * jnp.inf, value.dtype), value)
 
