@@ -1,6 +1,7 @@
 """The exporters' shared jaxpr mechanisms (``exporters/jaxpr_walk.py``, ``exporters/expansions.py``), run through both
 formats: short scans unrolled (carries, stacked outputs, reversed, constant inputs) and primitives neither format has
-an operator for (``erfc``, ``log1p``, ``expm1``, ``erf_inv``), element by element against SciPy / NumPy in float64."""
+an operator for (``erfc``, ``log1p``, ``expm1``, ``erf_inv``; ``lgamma``, ``digamma``, ``bessel_i0e``/``i1e``,
+``zeta``), element by element against SciPy / NumPy / PyTorch in float64."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special
+import torch
 
 from converter.errors import UnsupportedOpError
 from exporters.litert import build as build_litert
@@ -73,3 +75,40 @@ def test_an_expansion_refuses_what_it_does_not_cover(target):
     program = JaxProgram(lambda u: jax.lax.erf_inv(u), [UNIT.astype(np.float64)])
     with jax.enable_x64(True), pytest.raises(UnsupportedOpError, match="erfinv of float64"):
         BUILD[target](program)
+
+
+#: lgamma/digamma over both half-lines: the poles (0, ±0, negative integers), near-poles, the roots 1, 2 and
+#: 1.4616, tiny and huge values, ±inf and NaN; Bessel arguments on both sides of the split at 8.
+GAMMA = np.concatenate([np.linspace(-9.7, 30.0, 398), [0.0, -0.0, -1.0, -3.0, -2.999, 1.0, 2.0, 1.4616321, 1e-30,
+                                                      3e4, 1e20, np.inf, -np.inf, np.nan]]).astype(np.float32)
+BESSEL = np.concatenate([np.linspace(-40.0, 40.0, 401), [7.999, 8.0, 8.001, 700.0, np.inf, -np.inf,
+                                                         np.nan]]).astype(np.float32)
+#: The Hurwitz zeta's (s, q) pairs whose value float32 holds as a normal number.
+ZETA_S, ZETA_Q = (np.float32(v) for v in zip(*[
+    (s, q) for s in (1.5, 2.0, 3.25, 9.0, 30.0) for q in (0.01, 0.5, 1.0, 2.5, 7.0, 40.0, 1e3, 3.0e5)
+    if 1e-30 < scipy.special.zeta(s, q) < 1e30]))
+
+
+def _near(got, want, rtol, atol):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), f"NaN at {np.nonzero(np.isnan(got) != np.isnan(want))[0]}"
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), f"{got[inf]} vs {want[inf]}"
+    fin = np.isfinite(want)
+    ok = np.abs(got[fin] - want[fin]) <= rtol * np.abs(want[fin]) + atol
+    assert ok.all(), f"at {want[fin][~ok][:5]}: {got[fin][~ok][:5]}"
+
+
+@pytest.mark.parametrize("target", list(BUILD))
+def test_gamma_bessel_and_zeta_expansions_match_pytorch(target):
+    fn = lambda g, b, s, q: (jax.lax.lgamma(g), jax.lax.digamma(g), jax.lax.bessel_i0e(b),  # noqa: E731
+                             jax.lax.bessel_i1e(b), jax.lax.zeta(s, q))
+    program = JaxProgram(fn, [GAMMA, BESSEL, ZETA_S, ZETA_Q])
+    got = BUILD[target](program)(GAMMA, BESSEL, ZETA_S, ZETA_Q)
+    g, b = torch.from_numpy(GAMMA).double(), torch.from_numpy(BESSEL).double()
+    want = [torch.lgamma(g), torch.digamma(g), torch.special.i0e(b), torch.special.i1e(b),
+            torch.special.zeta(torch.from_numpy(ZETA_S).double(), torch.from_numpy(ZETA_Q).double())]
+    # (lgamma and digamma: 2e-6 of 1 + |value|, as XLA's own (Lanczos) lgamma on the device: near the roots and
+    # the reflection's cancellations, float32 keeps no relative digits)
+    for o, w, (rtol, atol) in zip(got, want, [(2e-6, 2e-6), (2e-6, 1e-6), (1e-6, 0), (1e-6, 0), (2e-6, 0)]):
+        _near(o, w.numpy(), rtol, atol)
