@@ -14,6 +14,8 @@ and constant folding:
 * A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled.
 * A primitive neither format has an operator for, and the exporter no rule, is translated through its
   expansion (:mod:`exporters.expansions`: written once, for both).
+* A complex value is a pair of real values, and an eqn on one is translated through its formula on the
+  parts (:mod:`exporters.complex_values`); a complex program input or output is refused.
 * Everything else goes to ``RULES``, keyed on the primitive object; a primitive
   without a rule raises :class:`UnsupportedOpError` naming the primitive, the
   enclosing ATen op and the user's source line.
@@ -31,6 +33,9 @@ from jax._src import source_info_util
 from jax._src.lax import lax as lax_internal
 
 from converter.errors import ConversionError, ExportError, SourceLocation, UnsupportedOpError
+from exporters import complex_values
+from exporters.complex_values import ComplexPair, is_complex, touches_complex
+from exporters.jaxpr_values import JaxprValue, is_static, same_dim  # noqa: F401 (re-exported)
 from exporters.expansions import EXPANSIONS, expansion_jaxpr
 from exporters.rule_table import Unsupported
 
@@ -42,65 +47,6 @@ _CALL_LIKE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "cus
 MAX_UNROLLED_SCAN = 64
 #: Values the runtime does not need (identity at inference).
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient", "reduce_precision", "sharding_constraint"}
-
-
-def is_static(d: Any) -> bool:
-    """True for a concrete dim."""
-    return isinstance(d, (int, np.integer))
-
-
-def same_dim(a: Any, b: Any) -> bool:
-    """Whether two dims (concrete or ``jax.export`` symbolic) are provably equal."""
-    try:
-        return bool(a == b)
-    except Exception:  # inconclusive symbolic comparison
-        return False
-
-
-class JaxprValue:
-    """Base of the exporters' value classes: one jaxpr value, a constant or a tensor.
-
-    A subclass sets ``shape`` (logical, ``jax.export`` symbolic dims allowed),
-    ``dtype`` (the jaxpr dtype), ``const`` (a NumPy array for a constant, else
-    ``None``) and ``base`` (the stored shape: 1 where a broadcast is still pending).
-    """
-
-    __slots__ = ()
-    shape: tuple
-    dtype: np.dtype
-    const: np.ndarray | None
-    base: tuple
-
-    @property
-    def rank(self) -> int:
-        """Logical rank."""
-        return len(self.shape)
-
-    @property
-    def is_const(self) -> bool:
-        """True for a constant."""
-        return self.const is not None
-
-    @property
-    def static(self) -> bool:
-        """True when every logical dim is concrete."""
-        return all(is_static(d) for d in self.shape)
-
-    @property
-    def pending(self) -> bool:
-        """True when a broadcast is not materialized."""
-        return self.base != self.shape
-
-    def full(self) -> np.ndarray:
-        """The constant at its logical shape (a broadcast view, no copy)."""
-        return np.broadcast_to(self.const, self.shape)
-
-    def scalar(self) -> Any:
-        """The constant's single value when every element is equal, else ``None``."""
-        if self.const is None or self.const.size == 0:
-            return None
-        flat = self.const.reshape(-1)
-        return flat[0].item() if np.all(flat == flat[0]) else None
 
 
 def location_of(eqn: Any) -> SourceLocation:
@@ -174,8 +120,23 @@ class JaxprTranslator:
         return const_val(self.VAL, value, aval)
 
     def run(self, closed: jcore.ClosedJaxpr, args: Sequence) -> list:
-        """Translate the top-level jaxpr on the given input values."""
-        return self.eval_jaxpr(closed.jaxpr, closed.consts, args)
+        """Translate the top-level jaxpr on the given input values (none of them, nor of its outputs, complex)."""
+        jaxpr = closed.jaxpr
+        for i, v in enumerate(jaxpr.invars):
+            if is_complex(v.aval.dtype):
+                raise UnsupportedOpError(f"input {i} ({v.aval.dtype.name})", self.KEY, SourceLocation(), hint=False,
+                                         reason=f"{self.TARGET} has no complex tensors (pass torch.view_as_real(x) "
+                                                "and take torch.view_as_complex of it inside the model)")
+        outs = self.eval_jaxpr(jaxpr, closed.consts, args)
+        for v, out in zip(jaxpr.outvars, outs):
+            if type(out) is ComplexPair:
+                eqn = next((e for e in jaxpr.eqns if v in e.outvars), None)
+                reason = (f"a complex output ({self.TARGET} has no complex tensors: return torch.view_as_real(x), "
+                          "the same numbers as a real tensor)")
+                if eqn is None:
+                    raise UnsupportedOpError("output", self.KEY, SourceLocation(), reason=reason, hint=False)
+                raise self.unsupported(eqn, reason)
+        return outs
 
     def eval_jaxpr(self, jaxpr: jcore.Jaxpr, consts: Sequence, args: Sequence) -> list:
         """Translate one jaxpr (recursively for bodies)."""
@@ -214,7 +175,8 @@ class JaxprTranslator:
             name = eqn.params["name"]
             with self._inside(name, eqn):
                 rule = self.COMPOSITES.get(name)
-                if rule is not None and not all(v.is_const for v in ins):
+                if rule is not None and not all(v.is_const for v in ins) \
+                        and not any(type(v) is ComplexPair for v in ins):
                     attrs = composite_attributes(eqn)
                     # Constants the decomposition closes over come first; the schema's
                     # tensor operands (named in ``operands``) are the last ones.
@@ -246,6 +208,14 @@ class JaxprTranslator:
         if all(v.is_const for v in ins) and prim.name not in self.NO_FOLD \
                 and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars):
             return self.fold(eqn, ins)
+        if touches_complex(eqn):
+            self.outer.append(eqn)
+            try:
+                return complex_values.translate(self, eqn, ins)
+            except Unsupported as e:
+                raise self.unsupported(eqn, str(e)) from None
+            finally:
+                self.outer.pop()
         rule = self.RULES.get(prim)
         if rule is None and prim in EXPANSIONS:
             try:
@@ -297,10 +267,15 @@ class JaxprTranslator:
 
     def _through(self, fn: Callable, *vals: Any) -> Any:
         """``fn`` (one output) of translated values, translated through this exporter's own rules."""
+        return self.through_all(fn, *vals)[0]
+
+    def through_all(self, fn: Callable, *vals: Any) -> list:
+        """The outputs of ``fn`` (a JAX function returning an array or a list of them) on translated values,
+        translated through this exporter's own rules."""
         avals = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in vals]
         with jax.enable_x64(True):  # (64-bit values stay 64-bit)
             closed = jax.make_jaxpr(fn)(*avals)
-        return self.eval_jaxpr(closed.jaxpr, closed.consts, list(vals))[0]
+        return self.eval_jaxpr(closed.jaxpr, closed.consts, list(vals))
 
     def _apply(self, rule: Any, eqn: Any, ins: list, attrs: dict | None = None,
                strict: bool = True) -> list | None:

@@ -86,7 +86,10 @@ def _check_dtype(program: Any, kind: str, index: int, dtype: Any) -> None:
     what = str(node.target) if node is not None and node.op == "call_function" else \
         f"{kind} {index}" + (f" ({node.name})" if node is not None else "")
     where = source_location(node) if node is not None else None
-    raise UnsupportedOpError(what, "litert", where, reason=f"dtype {name} has no LiteRT type", hint=False)
+    reason = f"dtype {name} has no LiteRT type"
+    if np.issubdtype(np.dtype(dtype), np.complexfloating):  # (complex values inside the program are pairs)
+        reason += " (no complex tensors: pass or return torch.view_as_real(x), the same numbers as a real tensor)"
+    raise UnsupportedOpError(what, "litert", where, reason=reason, hint=False)
 
 
 def _fx_node(program: Any, kind: str, index: int) -> Any:
