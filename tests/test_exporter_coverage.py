@@ -80,7 +80,7 @@ REFUSED = {
         "convolution_backward", "fft_c2r", "gcd", "geqrf", "grid_sampler_2d_backward",
         "grid_sampler_3d_backward", "hash_tensor", "hermite_polynomial_h", "hermite_polynomial_he", "histogram",
         "histogramdd", "igamma", "igammac", "index_reduce", "int_mm", "jagged_to_padded_dense",
-        "laguerre_polynomial_l", "lcm", "left_shift", "legendre_polynomial_p", "linalg_cholesky_ex",
+        "laguerre_polynomial_l", "lcm", "legendre_polynomial_p", "linalg_cholesky_ex",
         "linalg_det", "linalg_eig", "linalg_eigh", "linalg_eigvals", "linalg_householder_product",
         "linalg_inv_ex", "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_lu", "linalg_lu_factor_ex",
         "linalg_lu_solve", "linalg_matrix_exp", "linalg_pinv", "linalg_qr", "linalg_slogdet", "linalg_solve_ex",

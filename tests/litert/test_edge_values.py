@@ -1,8 +1,8 @@
-"""Edge values and dtypes through the LiteRT exporter: broadcasting into ATAN2 (the one binary kernel
-that does not broadcast), fully masked attention rows, dtypes a TFLite kernel lacks (8/16-bit integers,
-bool, int64 ARG_MAX), ``x ** 0``, logcumsumexp at ±inf, exact float remainder, the inverse trigonometric and
-hyperbolic functions, log1p and expm1 near 0. Each case is exported,
-run in the LiteRT Interpreter (XNNPACK on) and compared with PyTorch or JAX."""
+"""Edge values and dtypes through the LiteRT exporter: broadcasting into ATAN2 and STABLEHLO_SHIFT_LEFT (the
+binary kernels that do not broadcast), shifts by negative or wide amounts, the sign of a negated zero, fully
+masked attention rows, dtypes a TFLite kernel lacks (8/16-bit integers, bool, int64 ARG_MAX), ``x ** 0``,
+logcumsumexp at ±inf, exact float remainder, the inverse trigonometric and hyperbolic functions, log1p and expm1
+near 0. Each case is exported, run in the LiteRT Interpreter (XNNPACK on) and compared with PyTorch or JAX."""
 
 from __future__ import annotations
 
@@ -241,6 +241,15 @@ def test_right_shift_by_a_negative_or_wide_amount_fills_with_the_sign():
     a = torch.tensor([1, -1, 5, -8, 8, 7], dtype=torch.int32)
     b = torch.tensor([31, 32, -1, 3, 40, 0], dtype=torch.int32)
     litert_vs_torch(lambda a, b: (a >> b, a >> torch.tensor([-2, 33, -1, 1, 0, 2], dtype=torch.int32)), a, b)
+
+
+def test_left_shift_by_a_negative_or_wide_amount_gives_zero():
+    """STABLEHLO_SHIFT_LEFT shifts by the amount modulo 32; torch (and lax) give 0. int64 shifts by constants."""
+    a = torch.tensor([1, -1, 5, -8, 8, 7], dtype=torch.int32)
+    b = torch.tensor([31, 32, -1, 3, 40, 0], dtype=torch.int32)
+    litert_vs_torch(lambda a, b: (a << b, (a.to(torch.int8) << 5), a.long() << 40, a.long() << 3), a, b, exact=True)
+    with pytest.raises(UnsupportedOpError, match="int64 by a tensor amount"):
+        convert(Fn(lambda a, b: a.long() << b.long()).eval(), (a, b), target="litert")
 
 
 # -- float edge values ----------------------------------------------------------------------------------

@@ -129,3 +129,29 @@ def lower_shift_right_arithmetic(em: Emitter, eqn: Any, x: Val, s: Val) -> Val:
         neg = em.emit_like("LESS", [t, em.const(np.zeros((), s.dtype))], t, np.bool_)
         s = Val(s.shape, s.dtype, tensor=em.emit_like("SELECT_V2", [neg, em.const(widest), t], t))
     return elementwise(em, eqn, "RIGHT_SHIFT", [x, s])
+
+
+@rule(lax.shift_left_p)
+def lower_shift_left(em: Emitter, eqn: Any, x: Val, s: Val) -> Val:
+    """shift_left → STABLEHLO_SHIFT_LEFT (8/16/32-bit integers; uint8 computes in int32, whose low bits are the
+    narrow shift's), a shift below 0 or of the width or more giving 0 as lax and torch do (the kernel shifts by
+    the amount modulo 32, C's undefined shift: LESS / GREATER_EQUAL + SELECT_V2, or nothing for constant amounts in
+    range). int64 by a constant amount → MUL by ``2**s`` (wrapping as the shift does); int64 by a tensor amount has
+    no kernel and is refused."""
+    width = np.dtype(x.dtype).itemsize * 8
+    if tfl_dtype(x.dtype) == np.int64:
+        if not s.is_const:
+            raise Unsupported("left shift of int64 by a tensor amount (TFLite has no int64 shift kernel)")
+        amount = np.asarray(s.const, np.int64)
+        inside = (amount >= 0) & (amount < 64)
+        factor = np.where(inside, np.left_shift(np.int64(1), np.where(inside, amount, 0)), 0).astype(x.dtype)
+        return elementwise(em, eqn, "MUL", [x, Val(factor.shape, factor.dtype, const=factor)])
+    shifted = elementwise(em, eqn, "STABLEHLO_SHIFT_LEFT", [x, s])
+    if s.is_const and ((np.asarray(s.const) >= 0) & (np.asarray(s.const) < width)).all():
+        return shifted
+    zero = Val((), s.dtype, const=np.zeros((), s.dtype))
+    inside = elementwise(em, eqn, "LOGICAL_AND", [
+        elementwise(em, eqn, "GREATER_EQUAL", [s, zero], dtype=np.bool_),
+        elementwise(em, eqn, "LESS", [s, Val((), s.dtype, const=np.asarray(width, s.dtype))], dtype=np.bool_)],
+        dtype=np.bool_)
+    return elementwise(em, eqn, "SELECT_V2", [inside, shifted, Val((), x.dtype, const=np.zeros((), x.dtype))])

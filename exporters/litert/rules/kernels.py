@@ -10,8 +10,9 @@ pattern, ranks 0–6, with and without the XNNPACK delegate). What it found, bey
   allocating tensors) or compute garbage. They compute in int32 here, CAST back (TFLite's int→int CAST
   wraps like torch, so the result is exact).
 * int16 NOT_EQUAL gives wrong answers when broadcasting or above rank 4 (EQUAL does not): int32 too.
-* ATAN2 is the one binary kernel that does not broadcast (it checks ranks only, and reads out of bounds
-  for unequal shapes): its operands are broadcast first. Every other binary kernel here broadcasts
+* ATAN2 and STABLEHLO_SHIFT_LEFT do not broadcast (ATAN2 checks ranks only, and reads out of bounds for
+  unequal shapes; STABLEHLO_SHIFT_LEFT of a tensor by a scalar amount got all but the first element wrong,
+  found by the left-shift edge test): their operands are broadcast first. Every other binary kernel here broadcasts
   NumPy-style (rank-0 and lower-rank operands too) up to rank 6, ADD / MUL / MAXIMUM / LESS checked
   to rank 8, and SELECT_V2 broadcasts its three operands.
 * bool MAXIMUM / MINIMUM / REDUCE_MAX / REDUCE_MIN have no kernel: they are LOGICAL_OR / LOGICAL_AND /
@@ -49,6 +50,7 @@ KERNEL_DTYPES: dict[str, frozenset] = {
     "LESS": _ARITH, "LESS_EQUAL": _ARITH, "GREATER": _ARITH, "GREATER_EQUAL": _ARITH,
     "LOGICAL_AND": frozenset({_BOOL}), "LOGICAL_OR": frozenset({_BOOL}), "LOGICAL_NOT": frozenset({_BOOL}),
     "BITWISE_XOR": frozenset({_I8, _U8, _I16, _I32, _U32}), "RIGHT_SHIFT": frozenset({_I8, _U8, _I16, _I32, _U32}),
+    "STABLEHLO_SHIFT_LEFT": frozenset({_I8, _I16, _I32}),
     "NEG": _ARITH, "ABS": frozenset({_F32, _I32}), "SIGN": frozenset({_F32, _I32}),
     **dict.fromkeys(["SQUARE", "EXP", "LOG", "SQRT", "RSQRT", "TANH", "LOGISTIC", "SIN", "COS", "FLOOR", "CEIL",
                      "ROUND", "RELU", "RELU6", "RELU_0_TO_1", "RELU_N1_TO_1", "MEAN"], _FLOAT),
@@ -57,7 +59,7 @@ KERNEL_DTYPES: dict[str, frozenset] = {
     "ARG_MAX": frozenset({_F32, _I32, _I8, _U8, _BOOL}), "ARG_MIN": frozenset({_F32, _I32, _I8, _U8, _BOOL}),
 }
 #: The kernels that need operands of one shape (no broadcasting).
-SAME_SHAPE = frozenset({"ATAN2"})
+SAME_SHAPE = frozenset({"ATAN2", "STABLEHLO_SHIFT_LEFT"})
 #: Ops whose only operand with a dtype constraint is the first (the rest are axes).
 _FIRST_ONLY = frozenset({"SUM", "MEAN", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY", "REDUCE_ALL",
                          "CUMSUM", "ARG_MAX", "ARG_MIN"})
