@@ -93,12 +93,9 @@ REFUSED = {
         "special_scaled_modified_bessel_k1", "triangular_solve", "view_dtype",
     }),
 }
-#: Documented runtime behaviour (README, Known differences) and ONNX Runtime's missing bfloat16 kernels (its
-#: version is pinned in the ``test`` extra: a newer one may add them).
+#: Documented runtime behaviour (README, Known differences).
 OTHER = {
     ("decomposed_activations", "litert"): "wrong",
-    ("maximum", "onnx"): "crash: ExportError",
-    ("minimum", "onnx"): "crash: ExportError",
 }
 
 

@@ -25,7 +25,7 @@ from converter.errors import ExportError
 from exporters.jaxpr_trace import fx_locator, trace
 from exporters.jaxpr_walk import JaxprTranslator, const_val
 from exporters.onnx import rules
-from exporters.onnx.graph import OnnxGraph, Val, value_info
+from exporters.onnx.graph import OnnxGraph, Val, edge_dtype, elem_type, onnx_dtype, value_info
 
 #: The ONNX opset the exporter writes (Gelu needs 20; ONNX Runtime 1.32 runs it).
 OPSET = 20
@@ -88,7 +88,9 @@ def build_model(program: Any, notes: list[str], description: str = "tpu-export")
         for axis, d in enumerate(spec.shape):
             if isinstance(d, str):
                 g.dim_sources.setdefault(d, (name, axis))
-        vals.append(Val(shape, aval.dtype, name=name))
+        inside = name if edge_dtype(aval.dtype) == onnx_dtype(aval.dtype) else \
+            g.op("Cast", [name], to=elem_type(aval.dtype))  # (a bfloat16 input computes as float32)
+        vals.append(Val(shape, aval.dtype, name=inside))
     if any(np.dtype(a.dtype) == np.float64 for a in avals):
         g.note("float64 inputs/outputs are float32 in the ONNX model (the artifact casts back)")
     outs = Translator(g, fx_locator(program)).run(closed, vals)
@@ -96,6 +98,8 @@ def build_model(program: Any, notes: list[str], description: str = "tpu-export")
     for i, val in enumerate(outs):
         name = f"output_{i}"
         t = g.tensor(val, expand=True)
+        if edge_dtype(val.dtype) != onnx_dtype(val.dtype):  # (a bfloat16 output, computed as float32)
+            t = g.op("Cast", [t], to=helper.np_dtype_to_tensor_dtype(edge_dtype(val.dtype)))
         g.nodes.append(helper.make_node("Identity", [t], [name], name=f"n{len(g.nodes)}_Identity"))
         outputs.append(value_info(name, val.dtype, val.shape))
         out_dtypes.append(val.dtype)

@@ -5,20 +5,34 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Sequence
 
+import ml_dtypes
 import numpy as np
 from onnx import helper, numpy_helper
 
 from converter.errors import ExportError
 from exporters.jaxpr_walk import JaxprValue, is_static  # noqa: F401 (re-exported for the rules)
 
-#: float64 computes as float32 in the ONNX model (many ONNX Runtime CPU kernels are float-only).
-_NARROW = {np.dtype(np.float64): np.dtype(np.float32)}
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+#: float64 computes as float32 in the ONNX model (many ONNX Runtime CPU kernels are float-only), and so does
+#: bfloat16: ONNX Runtime's CPU kernels have almost none (MatMul, Max… refuse the session) and ONNX's Conv,
+#: among others, takes none. A bfloat16 value keeps its type where the file shows it (:data:`_EDGE`).
+_NARROW = {np.dtype(np.float64): np.dtype(np.float32), _BF16: np.dtype(np.float32)}
+#: Narrowed dtypes the model's inputs, outputs and stored weights keep (a Cast at each edge; an explicit
+#: conversion to one inside rounds to it: :meth:`OnnxGraph.cast`). float64 is float32 there too (the artifact
+#: casts).
+_EDGE = frozenset({_BF16})
 
 
 def onnx_dtype(dtype: Any) -> np.dtype:
-    """The dtype a value has inside the ONNX model (float64 runs as float32)."""
+    """The dtype a value has inside the ONNX model (float64 and bfloat16 run as float32)."""
     d = np.dtype(dtype)
     return _NARROW.get(d, d)
+
+
+def edge_dtype(dtype: Any) -> np.dtype:
+    """The dtype of a model input or output, or stored weight, holding values of ``dtype``."""
+    d = np.dtype(dtype)
+    return d if d in _EDGE else onnx_dtype(d)
 
 
 def elem_type(dtype: Any) -> int:
@@ -94,8 +108,16 @@ class OnnxGraph:
 
     def const(self, array: Any, dtype: Any = None, narrow: bool = True) -> str:
         """An initializer holding ``array`` (identical constants are stored once); float64 is
-        stored as float32 unless ``narrow`` is false."""
+        stored as float32 unless ``narrow`` is false; bfloat16 is stored as itself, read through a Cast to float32
+        (one per constant)."""
         arr = np.asarray(array, dtype=dtype)
+        if narrow and arr.dtype in _EDGE:
+            stored = self.const(arr, narrow=False)
+            key = ("cast", stored)
+            name = self._consts.get(key)
+            if name is None:
+                name = self._consts[key] = self.op("Cast", [stored], to=elem_type(arr.dtype))
+            return name
         # np.require keeps a 0-d constant 0-d (np.ascontiguousarray would make it shape (1,), and
         # every scalar result it touches would come out as (1,))
         arr = np.require(arr.astype(onnx_dtype(arr.dtype), copy=False) if narrow else arr, requirements="C")
@@ -112,7 +134,13 @@ class OnnxGraph:
         return self.const(np.asarray(list(values), np.int64))
 
     def cast(self, name: str, src: Any, dst: Any) -> str:
-        """Cast ``name`` from dtype ``src`` to ``dst`` (no node when they are equal in the model)."""
+        """Cast ``name`` from dtype ``src`` to ``dst`` (no node when they are equal in the model; to bfloat16,
+        which computes as float32, a Cast there and back: the value rounds as torch's does)."""
+        if np.dtype(dst) in _EDGE and np.dtype(src) != np.dtype(dst):
+            if np.dtype(src).kind == "f" and np.dtype(src).itemsize == 1:  # float8 → float32 first
+                name = self.op("Cast", [name], to=elem_type(np.float32))
+            rounded = self.op("Cast", [name], to=helper.np_dtype_to_tensor_dtype(np.dtype(dst)))
+            return self.op("Cast", [rounded], to=elem_type(dst))
         if onnx_dtype(src) == onnx_dtype(dst):
             return name
         if np.dtype(dst).itemsize == 1 and np.dtype(dst).kind not in "biu":  # float8: lax's conversion does not saturate
@@ -211,7 +239,7 @@ class OnnxGraph:
 def value_info(name: str, dtype: Any, shape: Sequence) -> Any:
     """A graph input/output declaration; symbolic dims become ``dim_param`` names."""
     dims = [int(d) if is_static(d) else str(d) for d in shape]
-    return helper.make_tensor_value_info(name, elem_type(dtype), dims)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(edge_dtype(dtype)), dims)
 
 
-__all__ = ["OnnxGraph", "Val", "elem_type", "is_static", "onnx_dtype", "value_info"]
+__all__ = ["OnnxGraph", "Val", "edge_dtype", "elem_type", "is_static", "onnx_dtype", "value_info"]

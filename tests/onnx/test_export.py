@@ -158,3 +158,43 @@ def test_scalar_inputs_and_outputs_keep_their_0d_shape(target):
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert [np.asarray(o).shape for o in art(x.numpy(), s.numpy())][:3] == [(), (), ()]
+
+
+@pytest.mark.parametrize("name", ["cnn", "mingpt"])
+def test_bfloat16_models_run_in_onnx_runtime_within_bfloat16_rounding(name):
+    """ONNX Runtime's CPU kernels have almost no bfloat16 ops (MatMul refused the session) and ONNX's Conv takes
+    none: bfloat16 computes as float32 inside, the file keeps bfloat16 at its inputs, outputs and weights."""
+    model, args = getattr(zoo, name)()
+    model = model.to(torch.bfloat16).eval()
+    args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
+    art = convert(model, args, target="onnx")
+    with torch.no_grad():
+        want = model(*args)
+        reference = model.float()(*[a.float() if a.is_floating_point() else a for a in args])
+    got = art(*args)
+    got, want = (got[0] if isinstance(got, (list, tuple)) else got), (want[0] if isinstance(want, tuple) else want)
+    reference = reference[0] if isinstance(reference, tuple) else reference
+    assert got.dtype == torch.bfloat16
+    scale = reference.abs().max()
+    assert (got.float() - reference).abs().max() <= 2 * (want.float() - reference).abs().max() + 1e-2 * scale
+    graph = art.model().graph
+    bf16 = onnx.TensorProto.BFLOAT16
+    assert {i.type.tensor_type.elem_type for i in graph.output} == {bf16}
+    stored = {bf16: 0, onnx.TensorProto.FLOAT: 0}
+    for t in graph.initializer:
+        if t.data_type in stored:
+            stored[t.data_type] += len(t.raw_data)
+    assert stored[bf16] >= 4 * stored[onnx.TensorProto.FLOAT]  # (the weights; folded upcasts of biases are float32)
+    assert {n.op_type for n in graph.node if any(a.name == "to" and a.i == bf16 for a in n.attribute)} == {"Cast"}
+
+
+class _Rounds(nn.Module):
+    def forward(self, x, y):
+        return (x * y).to(torch.bfloat16).float() * 3.0, x.to(torch.bfloat16) + y.to(torch.bfloat16)
+
+
+def test_a_conversion_to_bfloat16_rounds_inside_an_onnx_model():
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    got, want = convert(_Rounds().eval(), (x, y), target="onnx")(x, y), _Rounds()(x, y)
+    assert torch.equal(got[0], want[0]) and got[1].dtype == torch.bfloat16
+    assert torch.equal(got[1], want[1])
