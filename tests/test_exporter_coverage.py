@@ -75,7 +75,7 @@ REFUSED = {
         "special_scaled_modified_bessel_k1", "triangular_solve", "view_dtype",
     }),
     "litert": frozenset({
-        "_to_copy", "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+        "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
         "chebyshev_polynomial_w", "cholesky", "cholesky_inverse", "cholesky_solve", "conv_transpose",
         "convolution_backward", "fft_c2r", "gcd", "geqrf", "grid_sampler_2d_backward",
         "grid_sampler_3d_backward", "hash_tensor", "hermite_polynomial_h", "hermite_polynomial_he", "histogram",
@@ -84,7 +84,7 @@ REFUSED = {
         "linalg_det", "linalg_eig", "linalg_eigh", "linalg_eigvals", "linalg_householder_product",
         "linalg_inv_ex", "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_lu", "linalg_lu_factor_ex",
         "linalg_lu_solve", "linalg_matrix_exp", "linalg_pinv", "linalg_qr", "linalg_slogdet", "linalg_solve_ex",
-        "linalg_solve_triangular", "linalg_svd", "lu_unpack", "maximum", "minimum", "nextafter", "ormqr",
+        "linalg_solve_triangular", "linalg_svd", "lu_unpack", "nextafter", "ormqr",
         "repeat_interleave", "scaled_mm", "scaled_mm_v2", "scatter_reduce", "segment_reduce",
         "segment_reduce_backward", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
         "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "special_airy_ai",

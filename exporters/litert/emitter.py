@@ -25,17 +25,21 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from converter.errors import ExportError
 from exporters.jaxpr_walk import JaxprValue, is_static  # noqa: F401 (re-exported for the rules)
 from exporters.litert.ir import Graph, Op, Tensor
 
-_NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.int64)}
+#: float64 and bfloat16 (which TFLite has no type for) run as float32, uint64 as int64; the model's inputs and
+#: outputs are those types too (the artifact casts, from the output dtypes the file declares).
+_NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16): np.dtype(np.float32),
+           np.dtype(np.uint64): np.dtype(np.int64)}
 
 
 def tfl_dtype(dtype: Any) -> np.dtype:
-    """The dtype a value has inside the TFLite model (float64 runs as float32)."""
+    """The dtype a value has inside the TFLite model (float64 and bfloat16 run as float32)."""
     d = np.dtype(dtype)
     return _NARROW.get(d, d)
 

@@ -23,6 +23,11 @@ _NARROW = {np.dtype(np.float64): np.dtype(np.float32), _BF16: np.dtype(np.float3
 _EDGE = frozenset({_BF16})
 
 
+#: dtypes ONNX Runtime's CPU Where has no kernel for → the one it selects them in (int → int casts wrap: exact).
+_WHERE_WIDER = {np.dtype(np.int16): np.dtype(np.int32), np.dtype(np.uint16): np.dtype(np.int32),
+                np.dtype(np.uint64): np.dtype(np.int64)}
+
+
 def onnx_dtype(dtype: Any) -> np.dtype:
     """The dtype a value has inside the ONNX model (float64 and bfloat16 run as float32)."""
     d = np.dtype(dtype)
@@ -176,7 +181,13 @@ class OnnxGraph:
 
     def where(self, cond: str, a: str, b: str, dtype: Any) -> str:
         """``Where(cond, a, b)`` for values of ``dtype``; bool values (ONNX Runtime's Where has no bool
-        kernel) as ``Or(And(cond, a), And(Not(cond), b))``."""
+        kernel) as ``Or(And(cond, a), And(Not(cond), b))``; int16 / uint16 / uint64, which it has no kernel for
+        either (measured on ONNX Runtime 1.32, CPU), selected in int32 / int64 and cast back (exact)."""
+        inside = onnx_dtype(dtype)
+        wide = _WHERE_WIDER.get(inside)
+        if wide is not None:
+            picked = self.op("Where", [cond, self.cast(a, inside, wide), self.cast(b, inside, wide)])
+            return self.cast(picked, wide, inside)
         if np.dtype(dtype) != np.bool_:
             return self.op("Where", [cond, a, b])
         return self.op("Or", [self.op("And", [cond, a]), self.op("And", [self.op("Not", [cond]), b])])

@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from converter.api import convert
-from converter.errors import UnsupportedOpError
 from exporters.litert import LiteRTArtifact, build
 from tests.litert.adapter import JaxProgram
 from tests.litert.conftest import REL_TOL, check_program, outputs, rel_error
@@ -95,7 +94,7 @@ def test_upsample_nearest_backward_matches_pytorch():
     check_torch(fn, torch.randn(1, 2, 5), torch.randn(1, 2, 4, 6), torch.randn(1, 1, 2, 4, 4))
 
 
-# -- 3. zero-size constants are stored; bfloat16 is refused by name -----------------------------
+# -- 3. zero-size constants are stored; bfloat16 runs as float32 ----------------------------------
 def test_zero_size_constants_match_pytorch():
     def fn(x, i):
         return x, torch.zeros(0, 2), torch.index_select(x, 0, i)
@@ -103,11 +102,17 @@ def test_zero_size_constants_match_pytorch():
     check_torch(fn, torch.ones(3, 4), torch.zeros(0, dtype=torch.int64))
 
 
-@pytest.mark.parametrize("fn", [lambda x: torch.full((2,), 1.5, dtype=torch.bfloat16),
-                                lambda x: x.to(torch.bfloat16) * 2], ids=["constant", "computed"])
-def test_bfloat16_is_refused_naming_the_dtype_and_op(fn):
-    with pytest.raises(UnsupportedOpError, match=r"test_empty_and_indices.py:\d+.*dtype bfloat16 has no LiteRT type"):
-        convert(Fn(fn).eval(), (torch.ones(2),), target="litert")
+def test_bfloat16_runs_as_float32_and_comes_back_as_bfloat16():
+    """TFLite has no bfloat16: it computes as float32, the file's inputs and outputs are float32 and the artifact
+    casts (a constant, a conversion, a bfloat16 input)."""
+    def fn(x, b):
+        return torch.full((2,), 1.5, dtype=torch.bfloat16), x.to(torch.bfloat16) * 2, b * b + 1
+
+    x, b = torch.tensor([1.0, -3.0]), torch.tensor([0.5, 7.0], dtype=torch.bfloat16)
+    art = convert(Fn(fn).eval(), (x, b), target="litert")
+    for got, want in zip(art(x, b), fn(x, b), strict=True):
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert {d["dtype"] for d in art.interpreter().get_input_details()} == {np.float32}
 
 
 # -- 4. statically empty results and empty-operand reductions are constants ---------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from exporters.litert.emitter import Emitter, Val, is_static
+from exporters.litert.emitter import Emitter, Val, is_static, tfl_dtype
 from exporters.litert.rules import composite, out_aval
 from exporters.litert.rules.conv import _nhwc, _result
 from exporters.litert.rules.linalg import fully_connected
@@ -55,7 +55,7 @@ def lower_silu(em: Emitter, eqn: Any, attrs: dict, x: Val) -> Val:
 
 def _softmax(em: Emitter, eqn: Any, attrs: dict, x: Val, code: str) -> Val | None:
     aval = out_aval(eqn)
-    if np.dtype(aval.dtype) != x.dtype or x.dtype.kind != "f" or x.rank == 0:
+    if np.dtype(aval.dtype) != x.dtype or tfl_dtype(x.dtype).kind != "f" or x.rank == 0:
         return None
     dim = _dim(attrs, x.rank)
     perm = tuple([p for p in x.perm if p != dim] + [dim])
@@ -84,7 +84,7 @@ def lower_linear(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None:
     if x is None or w is None or not w.is_const or (b is not None and not b.is_const) or x.rank == 0:
         return None
     aval = out_aval(eqn)
-    if np.dtype(aval.dtype).kind != "f" or w.rank != 2:
+    if tfl_dtype(aval.dtype).kind != "f" or w.rank != 2:
         return None
     bias = None if b is None else np.asarray(b.full(), aval.dtype)
     return fully_connected(em, x, np.asarray(w.full(), aval.dtype), bias, aval.shape, aval.dtype)
@@ -122,7 +122,7 @@ def lower_layer_norm(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | No
     bool cudnn_enable) → MEAN, SUB, MUL, MEAN, ADD, RSQRT, MUL (+ MUL weight, ADD bias)."""
     ops = named(attrs, vals)
     x = ops.get("input")
-    if x is None or x.dtype.kind != "f":
+    if x is None or tfl_dtype(x.dtype).kind != "f":
         return None
     k = len(np.atleast_1d(attrs.get("normalized_shape", [])))
     axes = list(range(x.rank - k, x.rank))
@@ -138,7 +138,7 @@ def lower_rms_norm(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None
     → MUL, MEAN, ADD, RSQRT, MUL (+ MUL weight)."""
     ops = named(attrs, vals)
     x = ops.get("input")
-    if x is None or x.dtype.kind != "f" or np.dtype(out_aval(eqn).dtype) != x.dtype:
+    if x is None or tfl_dtype(x.dtype).kind != "f" or np.dtype(out_aval(eqn).dtype) != x.dtype:
         return None
     k = len(np.atleast_1d(attrs.get("normalized_shape", [])))
     axes = list(range(x.rank - k, x.rank))
@@ -155,7 +155,7 @@ def lower_rms_norm(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None
 
 def _resize(em: Emitter, eqn: Any, attrs: dict, x: Val, code: str, **options: Any) -> Val | None:
     aval = out_aval(eqn)
-    if x.rank != 4 or x.dtype.kind != "f" or not all(is_static(d) for d in aval.shape[2:]):
+    if x.rank != 4 or tfl_dtype(x.dtype).kind != "f" or not all(is_static(d) for d in aval.shape[2:]):
         return None
     oh, ow = int(aval.shape[2]), int(aval.shape[3])
     scales = attrs.get("scale_factors")
@@ -190,7 +190,7 @@ def lower_embedding(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | Non
     bool sparse) → GATHER(weight, indices, axis=0) with int64 (or int32) indices as given."""
     ops = named(attrs, vals)
     w, idx = ops.get("weight"), ops.get("indices")
-    if w is None or idx is None or w.rank != 2 or np.dtype(idx.dtype).kind not in "iu":
+    if w is None or idx is None or w.rank != 2 or tfl_dtype(idx.dtype).kind not in "iu":
         return None
     aval = out_aval(eqn)
     it = em.tensor_of(idx, None, expand=True)
@@ -216,7 +216,7 @@ def lower_sdpa(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | None:
     q, k, v, mask = ops.get("query"), ops.get("key"), ops.get("value"), ops.get("attn_mask")
     if q is None or k is None or v is None or float(attrs.get("dropout_p", 0.0)) != 0.0:
         return None
-    if q.rank < 3 or q.rank != k.rank or q.rank != v.rank or q.dtype.kind != "f":
+    if q.rank < 3 or q.rank != k.rank or q.rank != v.rank or tfl_dtype(q.dtype).kind != "f":
         return None
     if not all(_eq(a, b) for a, b in zip(q.shape[:-2], k.shape[:-2])):
         return None  # grouped-query attention: let the decomposition repeat the heads
@@ -296,7 +296,7 @@ def lower_group_norm(em: Emitter, eqn: Any, attrs: dict, *vals: Val) -> Val | No
     ops = named(attrs, vals)
     x, w, b = ops.get("input"), ops.get("weight"), ops.get("bias")
     groups = int(attrs.get("num_groups", 0))
-    if x is None or x.rank < 3 or x.dtype.kind != "f" or not is_static(x.shape[1]) or groups <= 0:
+    if x is None or x.rank < 3 or tfl_dtype(x.dtype).kind != "f" or not is_static(x.shape[1]) or groups <= 0:
         return None
     channels_last = tuple([0] + list(range(2, x.rank)) + [1])
     if x.perm != channels_last or int(x.shape[1]) % groups or any(v is not None and not v.is_const for v in (w, b)):

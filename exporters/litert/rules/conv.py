@@ -17,7 +17,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from jax.extend.core import primitives as prims
 
-from exporters.litert.emitter import Emitter, Val, is_static
+from exporters.litert.emitter import Emitter, Val, is_static, tfl_dtype
 from exporters.litert.rules import Unsupported, out_aval, rule
 from exporters.litert.rules.reduce import monoid
 from exporters.litert.rules.shape import i32
@@ -341,7 +341,7 @@ def _pool(em: Emitter, eqn: Any, x: Val, code: str, fill: float | None = None) -
         raise Unsupported("dilated window reduction")
     aval = out_aval(eqn)
     dtype = np.dtype(aval.dtype)
-    if dtype.kind != "f":
+    if tfl_dtype(dtype).kind != "f":
         raise Unsupported(f"pooling on {dtype.name}")
     try:
         batch, feature, spatial = _pool_layout(x, window, strides, pads)
@@ -395,7 +395,7 @@ def lower_reduce_window(em: Emitter, eqn: Any, *vals: Val) -> Val:
         raise Unsupported("variadic reduce_window or a non-constant init value")
     x, init = vals
     prim, value = monoid(eqn), init.scalar()
-    if prim is prims.max_p and x.dtype.kind == "f":
+    if prim is prims.max_p and tfl_dtype(x.dtype).kind == "f":
         y = _pool(em, eqn, x, "MAX_POOL_2D", float(value))
         if value > float(np.finfo(x.dtype).min):
             t = y.tensor

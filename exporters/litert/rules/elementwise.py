@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from jax.extend.core import primitives as lax
 
@@ -84,9 +85,9 @@ def lower_unary(em: Emitter, eqn: Any, x: Val) -> Val:
     int64 sign, which SIGN lacks, → ``clamp(x, -1, 1)``: exact with int64 MAXIMUM / MINIMUM; float neg →
     ``MUL(x, -1)``: XNNPACK's ``NEG`` gives ``-(+0.0) = +0.0``, losing the zero's sign that ``1/x``,
     ``copysign`` and ``atan2`` read)."""
-    if eqn.primitive is lax.neg_p and x.dtype.kind == "f":
+    if eqn.primitive is lax.neg_p and tfl_dtype(x.dtype).kind == "f":
         return elementwise(em, eqn, "MUL", [x, Val((), x.dtype, const=np.asarray(-1, x.dtype))])
-    if eqn.primitive is lax.square_p and x.dtype.kind != "f":
+    if eqn.primitive is lax.square_p and tfl_dtype(x.dtype).kind != "f":
         return elementwise(em, eqn, "MUL", [x, x])
     if eqn.primitive is lax.sign_p and tfl_dtype(x.dtype) == np.int64:
         lo = elementwise(em, eqn, "MAXIMUM", [x, Val((), x.dtype, const=np.asarray(-1, x.dtype))])
@@ -109,7 +110,8 @@ def lower_div(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
     Integer DIV truncates toward zero like lax (int64 runs in int32, see :data:`.kernels.NO_INT64`).
     """
     dt = np.dtype(out_aval(eqn).dtype)
-    if dt.kind == "f" and b.is_const and b.const.size and np.all(np.isfinite(b.const)) and np.all(b.const != 0):
+    if tfl_dtype(dt).kind == "f" and b.is_const and b.const.size and np.all(np.isfinite(b.const)) \
+            and np.all(b.const != 0):
         recip = Val(b.shape, b.dtype, const=(1.0 / b.const.astype(np.float64)).astype(b.dtype))
         return elementwise(em, eqn, "MUL", [a, recip])
     return elementwise(em, eqn, "DIV", [a, b])
@@ -129,7 +131,7 @@ def lower_rem(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
     where ``a / b`` rounds to an integer). Only ``a = -0.0`` gives +0.0 instead of -0.0.
     """
     dt = np.dtype(out_aval(eqn).dtype)
-    if dt.kind == "f":
+    if tfl_dtype(dt).kind == "f":
         def magnitude(v: Val) -> Val:
             return Val(v.shape, v.dtype, const=np.abs(v.const)) if v.is_const else elementwise(em, eqn, "ABS", [v])
 
@@ -146,7 +148,7 @@ def lower_rem(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
 @rule(lax.max_p)
 def lower_max(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
     """max → MAXIMUM; ``max(x, 0)`` on floats → RELU (fused into a producing conv later)."""
-    if np.dtype(out_aval(eqn).dtype).kind == "f":
+    if tfl_dtype(out_aval(eqn).dtype).kind == "f":
         for x, c in ((a, b), (b, a)):
             if c.is_const and not x.is_const and c.scalar() == 0 and _no_broadcast(x, c):
                 return elementwise(em, eqn, "RELU", [x])
@@ -169,7 +171,7 @@ def lower_clamp(em: Emitter, eqn: Any, lo: Val, x: Val, hi: Val) -> Val:
     """clamp(lo, x, hi) → RELU6 / RELU_0_TO_1 / RELU_N1_TO_1 for those bounds, else MAXIMUM+MINIMUM."""
     bounds = (lo.scalar(), hi.scalar()) if lo.is_const and hi.is_const and lo.rank == 0 and hi.rank == 0 else None
     fused = {(0, 6): "RELU6", (0, 1): "RELU_0_TO_1", (-1, 1): "RELU_N1_TO_1"}
-    if bounds in fused and np.dtype(out_aval(eqn).dtype).kind == "f":
+    if bounds in fused and tfl_dtype(out_aval(eqn).dtype).kind == "f":
         return elementwise(em, eqn, fused[bounds], [x])
     m = elementwise(em, eqn, "MAXIMUM", [x, lo])
     return elementwise(em, eqn, "MINIMUM", [m, hi])
@@ -198,7 +200,7 @@ def _additive_mask(em: Emitter, eqn: Any, pred: Val, on_false: Val, on_true: Val
     ADD stays inside the XNNPACK partition where SELECT_V2 would split it."""
     for x, c, keep_where in ((on_true, on_false, True), (on_false, on_true, False)):
         value = c.scalar() if c.is_const else None
-        if pred.is_const and not x.is_const and x.dtype.kind == "f" and value is not None \
+        if pred.is_const and not x.is_const and tfl_dtype(x.dtype).kind == "f" and value is not None \
                 and np.isinf(value) and x.shape == tuple(out_aval(eqn).shape):
             m = pred.const if keep_where else ~pred.const
             bias = Val(pred.shape, x.dtype, const=np.where(m, 0, value).astype(x.dtype))
@@ -247,8 +249,15 @@ def lower_integer_pow(em: Emitter, eqn: Any, x: Val) -> Val:
 
 @rule(lax.bitcast_convert_type_p)
 def lower_bitcast(em: Emitter, eqn: Any, x: Val) -> Val:
-    """bitcast_convert_type between same-width types → BITCAST."""
+    """bitcast_convert_type between same-width types → BITCAST; bfloat16 → int16 (``signbit``, topk's key of
+    bfloat16 values, which compute as float32 here) → the high 16 bits of the float32 bits (exact for a bfloat16
+    value): BITCAST, RIGHT_SHIFT by 16, CAST."""
     new = np.dtype(eqn.params["new_dtype"])
+    if (np.dtype(x.dtype), new) == (np.dtype(ml_dtypes.bfloat16), np.dtype(np.int16)):
+        t = em.tensor_of(x, x.perm)
+        bits = em.emit_like("BITCAST", [t], t, np.int32)
+        high = em.emit_like("RIGHT_SHIFT", [bits, em.const(np.asarray(16, np.int32))], bits)
+        return like(em, eqn, x, em.emit_like("CAST", [high], high, np.int16))
     if new.itemsize != np.dtype(x.dtype).itemsize or tfl_dtype(new) != new or tfl_dtype(x.dtype) != x.dtype:
         raise Unsupported(f"bitcast {x.dtype.name} → {new.name}")
     t = em.tensor_of(x, x.perm)

@@ -20,7 +20,7 @@ import numpy as np
 from jax.extend.core import primitives as lax
 from jax.lax import GatherScatterMode
 
-from exporters.litert.emitter import Emitter, Val, is_static
+from exporters.litert.emitter import Emitter, Val, is_static, tfl_dtype
 from exporters.litert.rules import Unsupported, out_aval, rule
 from exporters.litert.rules.linalg import _permuted
 from exporters.litert.rules.shape import _same, i32, reshape_to
@@ -273,7 +273,7 @@ def _topk(em: Emitter, x: Val, axis: int, k: Any, descending: bool) -> tuple[Any
     t = em.tensor_of(x, perm, expand=True)
     dtype = np.dtype(x.dtype)
     if not descending:
-        if dtype.kind not in "fi":
+        if tfl_dtype(dtype).kind not in "fi":
             raise Unsupported(f"ascending sort of {dtype.name}")
         t = em.emit_like("NEG", [t], t)
     dims = [x.shape[p] for p in perm[:-1]] + [k]
@@ -329,7 +329,7 @@ def lower_sort(em: Emitter, eqn: Any, *xs: Val) -> list[Val]:
             perm = tuple([p for p in key.perm if p != axis] + [axis])
             dims = [key.shape[p] for p in perm]
             t = em.tensor_of(key, perm, expand=True)
-            if np.dtype(t.dtype).kind in "bu":
+            if tfl_dtype(t.dtype).kind in "bu":
                 t = em.cast(t, np.int32)
             if order is not None:
                 t = _batched_gather(em, t, order, dims)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 from jax.extend.core import primitives as lax
 
-from exporters.litert.emitter import Emitter, Val, is_static, unit_only_move
+from exporters.litert.emitter import Emitter, Val, is_static, tfl_dtype, unit_only_move
 from exporters.litert.rules import Unsupported, out_aval, rule
 from exporters.litert.rules.shape import i32, reshape_to
 
@@ -59,7 +59,7 @@ def lower_dot_general(em: Emitter, eqn: Any, lhs: Val, rhs: Val) -> Val:
     lc, rc, lb, rb = list(lc), list(rc), list(lb), list(rb)
     aval = out_aval(eqn)
     dtype = np.dtype(aval.dtype)
-    if dtype.kind != "f":
+    if tfl_dtype(dtype).kind != "f":
         raise Unsupported(f"integer matmul ({dtype.name}) has no TFLite float kernel here")
     lf = [d for d in range(lhs.rank) if d not in lc and d not in lb]
     rf = [d for d in range(rhs.rank) if d not in rc and d not in rb]

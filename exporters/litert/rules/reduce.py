@@ -10,7 +10,7 @@ import numpy as np
 from jax.extend.core import primitives as lax
 
 from exporters.litert.builder import TFLITE_TYPES
-from exporters.litert.emitter import Emitter, Val
+from exporters.litert.emitter import Emitter, Val, tfl_dtype
 from exporters.litert.rules import Unsupported, out_aval, rule
 from exporters.litert.rules.kernels import emit, emit_like, has_kernel
 from exporters.litert.rules.shape import i32
@@ -44,12 +44,14 @@ _BODIES = {lax.add_p: (lax.reduce_sum_p, lambda v: v == 0), lax.mul_p: (lax.redu
 
 def _lowest(v: Any) -> Any:
     a = np.asarray(v)
-    return np.finfo(a.dtype).min if a.dtype.kind == "f" else (np.iinfo(a.dtype).min if a.dtype.kind in "iu" else v)
+    kind = tfl_dtype(a.dtype).kind
+    return np.finfo(a.dtype).min if kind == "f" else (np.iinfo(a.dtype).min if kind in "iu" else v)
 
 
 def _highest(v: Any) -> Any:
     a = np.asarray(v)
-    return np.finfo(a.dtype).max if a.dtype.kind == "f" else (np.iinfo(a.dtype).max if a.dtype.kind in "iu" else v)
+    kind = tfl_dtype(a.dtype).kind
+    return np.finfo(a.dtype).max if kind == "f" else (np.iinfo(a.dtype).max if kind in "iu" else v)
 
 
 def monoid(eqn: Any) -> Any:

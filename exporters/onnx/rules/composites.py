@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from exporters.onnx.graph import OnnxGraph, Val, is_static
+from exporters.onnx.graph import OnnxGraph, Val, is_static, onnx_dtype
 from exporters.onnx.rules import composite, out_aval
 
 
@@ -23,7 +23,7 @@ def named(attrs: dict, vals: tuple) -> dict[str, Val]:
 
 
 def _float_like(eqn: Any, x: Val | None) -> bool:
-    return x is not None and x.dtype.kind == "f" and np.dtype(out_aval(eqn).dtype) == x.dtype
+    return x is not None and onnx_dtype(x.dtype).kind == "f" and np.dtype(out_aval(eqn).dtype) == x.dtype
 
 
 @composite("aten.gelu")
@@ -88,7 +88,7 @@ def lower_embedding(g: OnnxGraph, eqn: Any, attrs: dict, *vals: Val) -> Val | No
     bool sparse) → Gather(weight, indices, axis=0)."""
     ops = named(attrs, vals)
     w, idx = ops.get("weight"), ops.get("indices")
-    if w is None or idx is None or w.rank != 2 or idx.dtype.kind not in "iu":
+    if w is None or idx is None or w.rank != 2 or onnx_dtype(idx.dtype).kind not in "iu":
         return None
     aval = out_aval(eqn)
     it = g.cast(g.tensor(idx), idx.dtype, np.int64)
@@ -126,7 +126,7 @@ def lower_replication_pad(g: OnnxGraph, eqn: Any, attrs: dict, x: Val) -> Val | 
 
 def _resize(g: OnnxGraph, eqn: Any, attrs: dict, x: Val, **options: Any) -> Val | None:
     aval = out_aval(eqn)
-    if x.rank != 4 or x.dtype.kind != "f" or not all(is_static(d) for d in aval.shape[2:]) \
+    if x.rank != 4 or onnx_dtype(x.dtype).kind != "f" or not all(is_static(d) for d in aval.shape[2:]) \
             or not all(is_static(d) for d in x.shape[2:]):
         return None
     scales = attrs.get("scale_factors")

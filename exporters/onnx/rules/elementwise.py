@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from jax.extend.core import primitives as lax
 from onnx import TensorProto
@@ -183,13 +184,16 @@ def lower_bitcast(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     """bitcast_convert_type float32 → int32 (torch's topk order key): ONNX has no bitcast, so the
     IEEE-754 fields are computed exactly in float64 — exponent from Floor(Log2) corrected by one
     Pow(2, e) comparison, mantissa = (|x| / 2^e - 1) * 2^23, subnormals |x| * 2^149, inf/NaN
-    as 0x7F800000 / 0x7FC00000 (every NaN is the canonical quiet NaN) — then the sign bit."""
+    as 0x7F800000 / 0x7FC00000 (every NaN is the canonical quiet NaN) — then the sign bit.
+    bfloat16 → int16 (``signbit``, topk's key of bfloat16 values, which compute as float32 here): the
+    high 16 bits of those float32 bits, exact for a bfloat16 value."""
     new = np.dtype(eqn.params["new_dtype"])
     if new == x.dtype:
         return x
-    if (x.dtype, new) != (np.dtype(np.float32), np.dtype(np.int32)):
+    half = (x.dtype, new) == (np.dtype(ml_dtypes.bfloat16), np.dtype(np.int16))
+    if (x.dtype, new) != (np.dtype(np.float32), np.dtype(np.int32)) and not half:
         raise Unsupported(f"bitcast {x.dtype.name} → {new.name} (ONNX has no bitcast operator; "
-                          "only float32 → int32 is computed arithmetically)")
+                          "only float32 → int32 and bfloat16 → int16 are computed arithmetically)")
     double = TensorProto.DOUBLE
 
     def c(v: float) -> str:
@@ -208,10 +212,12 @@ def lower_bitcast(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     m = g.op("Where", [g.op("Less", [a, c(2.0 ** -126)]), g.op("Mul", [a, c(2.0 ** 149)]), normal])
     m = g.op("Where", [g.op("IsInf", [a]), c(float(0x7F800000)), m])
     m = g.op("Where", [g.op("IsNaN", [a]), c(float(0x7FC00000)), m])
-    m = g.op("Cast", [m], to=elem_type(np.int64))
     neg = g.op("Or", [g.op("Less", [xt, scalar(g, 0, x.dtype)]),
                       g.op("Less", [g.op("Reciprocal", [xt]), scalar(g, 0, x.dtype)])])
-    bits = g.op("Where", [neg, g.op("Sub", [m, g.const(np.asarray(2 ** 31, np.int64))]), m])
+    bits = g.op("Where", [neg, g.op("Sub", [m, c(2.0 ** 31)]), m])  # (exact in float64)
+    if half:
+        bits = g.op("Floor", [g.op("Div", [bits, c(2.0 ** 16)])])
+    bits = g.op("Cast", [bits], to=elem_type(np.int64))
     g.note("float32 → int32 bitcasts (torch.topk's order key) are computed arithmetically; NaNs become the "
            "canonical quiet NaN")
     return unary(g, eqn, x, g.op("Cast", [bits], to=elem_type(new)))
@@ -250,7 +256,7 @@ def lower_atan2(g: OnnxGraph, eqn: Any, y: Val, x: Val) -> Val:
     """atan2(y, x) → Atan(y / x) plus the quadrant: +π (y ≥ +0) or -π (y ≤ -0) where x ≤ -0, and ±π/2
     by the sign of y where x = ±0; where both are zero, ±π by y's sign for x = -0 and y itself for x = +0
     (a zero's sign is read as the sign of its reciprocal, ±inf)."""
-    if x.dtype.kind != "f":
+    if onnx_dtype(x.dtype).kind != "f":
         raise Unsupported(f"atan2 of {x.dtype.name}")
     aval = out_aval(eqn)
     base = nary(g, eqn, "Div", [y, x])

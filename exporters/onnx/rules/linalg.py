@@ -11,7 +11,7 @@ import numpy as np
 from jax.extend.core import primitives as lax
 from onnx import TensorProto
 
-from exporters.onnx.graph import OnnxGraph, Val, elem_type, is_static
+from exporters.onnx.graph import OnnxGraph, Val, elem_type, is_static, onnx_dtype
 from exporters.onnx.rules import Unsupported, out_aval, rule
 
 
@@ -45,7 +45,7 @@ def lower_dot_general(g: OnnxGraph, eqn: Any, lhs: Val, rhs: Val) -> Val:
     small = np.dtype(aval.dtype).itemsize <= 4
     integer = matmul and small and lhs.dtype in _INT8 and rhs.dtype in _INT8
     computed = np.dtype(np.int32) if integer else lhs.dtype
-    if lhs.dtype.kind in "biu" and not integer and not (lhs.dtype in _DOT_INTS and rhs.dtype == lhs.dtype):
+    if onnx_dtype(lhs.dtype).kind in "biu" and not integer and not (lhs.dtype in _DOT_INTS and rhs.dtype == lhs.dtype):
         computed = np.dtype(np.int32 if small else np.int64)
     if integer:
         out = g.op("MatMulInteger", [permuted(g, lhs, lb + lf + lc), permuted(g, rhs, rb + rc + rf)])
@@ -153,12 +153,12 @@ def lower_reduce_window_max(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     aval = out_aval(eqn)
     kernel, strides, pads, dil = _pool_params(eqn, x.rank)
     t = g.tensor(x)
-    if x.dtype.itemsize == 8 and x.dtype.kind in "iu":
+    if x.dtype.itemsize == 8 and onnx_dtype(x.dtype).kind in "iu":
         return g.val(_window_max(g, t, x, aval, kernel, strides, pads, dil), aval.shape, aval.dtype)
-    pooled = np.dtype(np.uint8) if x.dtype.kind == "b" else \
-        np.dtype(np.float64) if x.dtype.kind in "iu" and x.dtype not in _INT8 else x.dtype
+    pooled = np.dtype(np.uint8) if onnx_dtype(x.dtype).kind == "b" else \
+        np.dtype(np.float64) if onnx_dtype(x.dtype).kind in "iu" and x.dtype not in _INT8 else x.dtype
     if pooled != x.dtype:  # a plain Cast: g.cast would narrow float64 to float32
-        t = g.op("Cast", [t], to=TensorProto.DOUBLE if pooled.kind == "f" else TensorProto.UINT8)
+        t = g.op("Cast", [t], to=TensorProto.DOUBLE if onnx_dtype(pooled).kind == "f" else TensorProto.UINT8)
     out = g.op("MaxPool", [t], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil)
     if pooled != x.dtype:
         out = g.op("Cast", [out], to=elem_type(x.dtype))
@@ -189,7 +189,7 @@ def lower_reduce_window_sum(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     """reduce_window_sum over the spatial dims of an NC… tensor → AveragePool(count_include_pad=1)
     times the window size."""
     aval = out_aval(eqn)
-    if x.dtype.kind != "f":
+    if onnx_dtype(x.dtype).kind != "f":
         raise Unsupported(f"reduce_window_sum of {x.dtype.name}")
     kernel, strides, pads, dil = _pool_params(eqn, x.rank)
     out = g.op("AveragePool", [g.tensor(x)], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil,

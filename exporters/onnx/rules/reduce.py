@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from jax.extend.core import primitives as lax
 
-from exporters.onnx.graph import OnnxGraph, Val
+from exporters.onnx.graph import OnnxGraph, Val, onnx_dtype
 from exporters.onnx.rules import Unsupported, out_aval, rule
 from exporters.onnx.rules.elementwise import scalar
 from exporters.onnx.rules.shape import reverse
@@ -36,7 +36,7 @@ def _reduce(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     out = g.op(op, [t, g.i64(axes)], keepdims=0)
     if boolean:
         out = g.cast(out, np.int32, np.bool_)
-    elif x.dtype.kind == "f" and op in ("ReduceMax", "ReduceMin"):
+    elif onnx_dtype(x.dtype).kind == "f" and op in ("ReduceMax", "ReduceMin"):
         any_nan = g.op("ReduceMax", [g.op("IsNaN", [t]), g.i64(axes)], keepdims=0)
         out = g.op("Where", [any_nan, g.const(np.asarray(np.nan, x.dtype)), out])
     return g.val(out, aval.shape, aval.dtype)
@@ -59,7 +59,7 @@ def lower_argmax(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     if x.dtype == np.bool_:
         t = g.cast(t, np.bool_, np.int32)
     out = g.op(op, [t], axis=int(axis), keepdims=0)
-    if x.dtype.kind == "f":
+    if onnx_dtype(x.dtype).kind == "f":
         nan = g.op("IsNaN", [t])
         first = g.op("ArgMax", [g.cast(nan, np.bool_, np.int32)], axis=int(axis), keepdims=0)
         out = g.op("Where", [g.op("ReduceMax", [nan, g.i64([int(axis)])], keepdims=0), first, out])
@@ -88,7 +88,7 @@ def _logaddexp(g: OnnxGraph, a: str, b: str, dtype: Any) -> str:
 
 def _extreme(dtype: Any, low: bool) -> Any:
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
+    if onnx_dtype(dtype).kind == "f":
         return -np.inf if low else np.inf
     info = np.iinfo(dtype)
     return info.min if low else info.max
@@ -105,7 +105,7 @@ def lower_cumulative(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     ``reverse`` reverses the axis around it. The scanned axis must be static."""
     aval = out_aval(eqn)
     dtype = np.dtype(x.dtype)
-    if dtype.kind not in "fiu":
+    if onnx_dtype(dtype).kind not in "fiu":
         raise Unsupported(f"{eqn.primitive.name} of {dtype.name}")
     code, identity = _SCANS[eqn.primitive]
     axis, rank = int(eqn.params["axis"]), len(x.shape)
