@@ -160,7 +160,7 @@ def main() -> None:
     parser.add_argument("--convert-runs", type=int, default=2,
                         help="conversions per model and converter; the fastest is reported (noise only adds time)")
     parser.add_argument("--retries", type=int, default=2,
-                        help=f"measure a model's latency again when a control is off by more than {NOISY:.0%}")
+                        help=f"measure a model's latency again when a control is off by more than {NOISY * 100:.0f}%%")
     parser.add_argument("--json", help="also write the results as JSON here")
     opts = parser.parse_args()
     THREADS = opts.threads

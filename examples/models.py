@@ -498,6 +498,48 @@ def gru() -> tuple[nn.Module, tuple]:
     return _finish(BiGRUClassifier(), (torch.randn(2, 6, 8),))
 
 
+# --------------------------------------------------------------------------- kws
+
+
+def _mel_filters(n_freqs: int, n_mels: int, sample_rate: int) -> torch.Tensor:
+    """A triangular mel filterbank ``[n_freqs, n_mels]`` (HTK mel scale, no normalization)."""
+    def mel(f: torch.Tensor) -> torch.Tensor:
+        return 2595.0 * torch.log10(1.0 + f / 700.0)
+
+    freqs = torch.linspace(0, sample_rate / 2, n_freqs)
+    edges = 700.0 * (10 ** (torch.linspace(0, float(mel(torch.tensor(sample_rate / 2))), n_mels + 2) / 2595.0) - 1)
+    lo, mid, hi = edges[:-2], edges[1:-1], edges[2:]
+    up = (freqs[:, None] - lo) / (mid - lo)
+    down = (hi - freqs[:, None]) / (hi - mid)
+    return torch.clamp(torch.minimum(up, down), min=0.0)
+
+
+class KeywordSpotter(nn.Module):
+    """A keyword-spotting net on raw audio: log-mel front end (Hann-windowed STFT, power, mel filterbank, log),
+    two 1-D convolutions over time, average pooling, a linear head."""
+
+    def __init__(self, n_fft: int = 128, hop: int = 64, n_mels: int = 12, classes: int = 10):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        self.register_buffer("window", torch.hann_window(n_fft))
+        self.register_buffer("mel", _mel_filters(n_fft // 2 + 1, n_mels, 16000))
+        self.conv1 = nn.Conv1d(n_mels, 24, 3, padding=1)
+        self.conv2 = nn.Conv1d(24, 24, 3, stride=2, padding=1)
+        self.head = nn.Linear(24, classes)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        spec = torch.stft(audio, self.n_fft, self.hop, window=self.window, return_complex=True)
+        feats = torch.log((spec.abs() ** 2).transpose(1, 2) @ self.mel + 1e-6).transpose(1, 2)
+        h = F.relu(self.conv2(F.relu(self.conv1(feats))))
+        return self.head(h.mean(-1))
+
+
+def kws() -> tuple[nn.Module, tuple]:
+    """KeywordSpotter on [2, 1600] audio (0.1 s at 16 kHz)."""
+    torch.manual_seed(0)
+    return _finish(KeywordSpotter(), (torch.randn(2, 1600),))
+
+
 # --------------------------------------------------------------------------- tensor_ops
 
 
@@ -569,6 +611,7 @@ FAMILIES: dict[str, Factory] = {
     "dlrm": dlrm,
     "lstm": lstm,
     "gru": gru,
+    "kws": kws,
     "tensor_ops": tensor_ops,
 }
 
