@@ -14,6 +14,7 @@ and constant folding:
 * A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled.
 * A primitive neither format has an operator for, and the exporter no rule, is translated through its
   expansion (:mod:`exporters.expansions`: written once, for both).
+* Random numbers are refused by name (:data:`_RANDOM`).
 * A complex value is a pair of real values, and an eqn on one is translated through its formula on the
   parts (:mod:`exporters.complex_values`); a complex program input or output is refused.
 * Everything else goes to ``RULES``, keyed on the primitive object; a primitive
@@ -45,6 +46,10 @@ _CALL_LIKE = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "cus
               "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "custom_lin"}
 #: The longest ``scan`` the exporters unroll (:meth:`JaxprTranslator._unrolled_scan`).
 MAX_UNROLLED_SCAN = 64
+#: Primitives that make random numbers: refused, an exported file being a deterministic program (with the
+#: seed a constant, folding them would silently bake one draw into the file).
+_RANDOM = frozenset({"random_seed", "random_wrap", "random_unwrap", "random_bits", "random_split", "random_fold_in",
+                     "threefry2x32"})
 #: Values the runtime does not need (identity at inference).
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient", "reduce_precision", "sharding_constraint"}
 
@@ -203,6 +208,10 @@ class JaxprTranslator:
                 self.outer.pop()
         if prim.name in _IDENTITY:
             return list(ins)
+        if prim.name in _RANDOM:
+            raise self.unsupported(eqn, f"random numbers ({prim.name}): an exported {self.TARGET} model is a "
+                                        "deterministic program; pass the noise in as an input (or export in eval mode, "
+                                        "where dropout draws none)")
         if prim.name == "scan" and prim not in self.RULES:
             return self._unrolled_scan(eqn, ins)
         if all(v.is_const for v in ins) and prim.name not in self.NO_FOLD \
