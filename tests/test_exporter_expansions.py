@@ -1,7 +1,7 @@
 """The exporters' shared jaxpr mechanisms (``exporters/jaxpr_walk.py``, ``exporters/expansions.py``), run through both
 formats: short scans unrolled (carries, stacked outputs, reversed, constant inputs) and primitives neither format has
 an operator for (``erfc``, ``log1p``, ``expm1``, ``erf_inv``; ``lgamma``, ``digamma``, ``bessel_i0e``/``i1e``,
-``zeta``), element by element against SciPy / NumPy / PyTorch in float64; random numbers refused by name."""
+``zeta``), element by element against SciPy / NumPy / PyTorch in float64."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import scipy.special
 import torch
 
-from converter.api import convert
 from converter.errors import UnsupportedOpError
 from exporters.litert import build as build_litert
 from exporters.onnx import build as build_onnx
@@ -114,15 +113,3 @@ def test_gamma_bessel_and_zeta_expansions_match_pytorch(target):
     for o, w, (rtol, atol) in zip(got, want, [(2e-6, 2e-6), (2e-6, 1e-6), (1e-6, 0), (1e-6, 0), (2e-6, 0)]):
         _near(o, w.numpy(), rtol, atol)
 
-
-class _Noisy(torch.nn.Module):
-    def forward(self, x):
-        return x + torch.rand(x.shape)
-
-
-@pytest.mark.parametrize("target", list(BUILD))
-def test_random_numbers_are_refused_by_name_not_baked_in(target):
-    """The seed is a constant of the program: folding the draw made a TypeError (a PRNG key has no NumPy value),
-    and folding its bits would have baked one draw into the file."""
-    with pytest.raises(UnsupportedOpError, match=r"aten\.rand.*test_exporter_expansions\.py:\d+.*random numbers"):
-        convert(_Noisy().eval(), (torch.randn(3),), target=target)

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax import export as jax_export
+from jax.extend.core import jaxprs_in_params
 
 from converter.errors import ExportError
 from converter.lowering.dtypes import to_jax_dtype
@@ -61,12 +62,21 @@ class StableHLOArtifact:
             self.notes.append("dynamic dims: high-level ops emitted as their decompositions, not composites")
         with jax.enable_x64(True):
             state_avals = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.state.items()}
-            fn = jax.jit(lambda state, *xs: program.fn(state, *xs)[0])
+            seeded = jax.jit(lambda state, seed, *xs: program.fn(state, *xs, rng=jax.random.key(seed))[0])
+            seed = jax.ShapeDtypeStruct((), np.uint32)
             try:
                 with dispatch.portable("stablehlo export"):
-                    self.exported = jax_export.export(fn)(state_avals, *avals)
+                    self.random = draws_random_numbers(jax.make_jaxpr(seeded)(state_avals, seed, *avals).jaxpr)
+                    if self.random:  # a seed input, drawn per call: a constant one would repeat one draw forever
+                        self.exported = jax_export.export(seeded)(state_avals, seed, *avals)
+                    else:
+                        fn = jax.jit(lambda state, *xs: program.fn(state, *xs)[0])
+                        self.exported = jax_export.export(fn)(state_avals, *avals)
             except Exception as e:  # jax raises many types while tracing/lowering
                 raise ExportError(f"jax.export failed: {type(e).__name__}: {e}") from e
+        if self.random:
+            self.notes.append("random numbers: the module takes a uint32 seed after the weights, a fresh one per call "
+                              "(NumPy's global generator, or seed=)")
 
     @property
     def mlir_text(self) -> str:
@@ -84,7 +94,9 @@ class StableHLOArtifact:
             "dynamic_dims": sorted({d for s in self.program.inputs for d in s.shape if isinstance(d, str)}),
             "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in sorted(self.state.items())],
             "notes": self.notes,
-            "calling_convention": "main(weights: dict[name→array], *inputs) -> tuple(outputs)",
+            "random_seed": self.random,
+            "calling_convention": ("main(weights: dict[name→array], seed: uint32[], *inputs) -> tuple(outputs)"
+                                   if self.random else "main(weights: dict[name→array], *inputs) -> tuple(outputs)"),
         }
 
     def save(self, path: str) -> Path:
@@ -100,11 +112,21 @@ class StableHLOArtifact:
 
         return write_dir(path, fill)
 
-    def __call__(self, *inputs: Any) -> Any:
-        """Run the exported module (same as a reloaded one)."""
+    def __call__(self, *inputs: Any, seed: int | None = None) -> Any:
+        """Run the exported module (same as a reloaded one; ``seed`` for a module that draws random numbers)."""
         from exporters.stablehlo.load import run_exported
 
-        return run_exported(self.exported, self.state, inputs)
+        return run_exported(self.exported, self.state, inputs, random=self.random, seed=seed)
+
+
+def draws_random_numbers(jaxpr: Any) -> bool:
+    """Whether a jaxpr (or one nested in it) draws random bits."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in ("random_bits", "threefry2x32"):
+            return True
+        if any(draws_random_numbers(sub) for sub in jaxprs_in_params(eqn.params)):
+            return True
+    return False
 
 
 def _storable(v: np.ndarray) -> np.ndarray:

@@ -14,11 +14,15 @@ from jax import export as jax_export
 from converter.errors import ExportError
 
 
-def run_exported(exported: Any, state: dict, inputs: tuple) -> Any:
-    """Call an Exported module; torch tensors in → torch tensors out, else numpy."""
+def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None) -> Any:
+    """Call an Exported module; torch tensors in → torch tensors out, else numpy. A module that draws random
+    numbers (``random``) takes a uint32 seed after the weights: ``seed``, else a fresh one from NumPy's global
+    generator (``np.random.seed`` makes the draws repeat)."""
     torch_io = any(type(x).__module__.startswith("torch") for x in inputs)
     with jax.enable_x64(True):
         arrays = [_to_array(x) for x in inputs]
+        if random:
+            arrays.insert(0, np.uint32(np.random.randint(0, 2**32, dtype=np.uint64) if seed is None else seed))
         outs = exported.call(state, *arrays)
     if torch_io:
         from tpu_runtime.module import to_torch
@@ -54,9 +58,10 @@ class LoadedStableHLO:
             raise ExportError(f"{path}: corrupt StableHLO artifact ({type(e).__name__}: {e})") from e
         self.mlir_text = (path / "model.mlir").read_text() if (path / "model.mlir").exists() else None
 
-    def __call__(self, *inputs: Any) -> Any:
-        """Run with numpy arrays or torch tensors."""
-        return run_exported(self.exported, self.state, inputs)
+    def __call__(self, *inputs: Any, seed: int | None = None) -> Any:
+        """Run with numpy arrays or torch tensors (``seed``: see :func:`run_exported`)."""
+        return run_exported(self.exported, self.state, inputs, random=bool(self.signature.get("random_seed")),
+                            seed=seed)
 
 
 def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:
