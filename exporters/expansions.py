@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import primitives as lax
 
+from exporters.linalg_expansions import LINALG_EXPANSIONS
 from exporters.rule_table import Unsupported
 
 #: ``erfc(z) ≈ t·exp(-z² + P(t))`` with ``t = 1 / (1 + z/2)`` for ``z ≥ 0`` (Chebyshev fit, relative error
@@ -244,6 +245,7 @@ EXPANSIONS: dict[Any, Callable] = {
     lax.bessel_i1e_p: bessel_i1e,
     lax.zeta_p: zeta,
     lax.polygamma_p: polygamma,
+    **LINALG_EXPANSIONS,  # (LU and triangular solves of small matrices, unrolled)
 }
 
 _TRACED: dict = {}

@@ -11,7 +11,8 @@ and constant folding:
   lowered through its decomposition jaxpr.
 * An eqn whose inputs are all constants is evaluated now (constant folding), except
   the primitives in ``NO_FOLD``, whose rules handle constant inputs themselves.
-* A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled.
+* A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled; a ``cond`` between
+  per-platform implementations is its CPU branch, any other ``cond`` every branch and a select.
 * A primitive neither format has an operator for, and the exporter no rule, is translated through its
   expansion (:mod:`exporters.expansions`: written once, for both).
 * Random numbers are refused by name (:data:`_RANDOM`).
@@ -208,6 +209,10 @@ class JaxprTranslator:
                 self.outer.pop()
         if prim.name in _IDENTITY:
             return list(ins)
+        if prim.name == "cond" and eqn.params.get("branches_platforms"):  # a per-platform implementation
+            return self._default_platform_branch(eqn, ins)
+        if prim.name == "cond" and prim not in self.RULES:
+            return self._selected_branches(eqn, ins)
         if prim.name in _RANDOM:
             raise self.unsupported(eqn, f"random numbers ({prim.name}): an exported {self.TARGET} model is a "
                                         "deterministic program; pass the noise in as an input (or export in eval mode, "
@@ -247,6 +252,35 @@ class JaxprTranslator:
                 if np.dtype(v.dtype).name in self.NO_DTYPES:
                     raise self.unsupported(eqn, f"dtype {np.dtype(v.dtype).name} has no {self.TARGET} type")
         return self._apply(rule, eqn, ins)
+
+    def _default_platform_branch(self, eqn: Any, ins: list) -> list:
+        """The branch of a platform-dependent ``cond`` (``jnp.diagonal`` has one for TPUs' Mosaic) that runs on a
+        CPU: the exported file runs there, or on a phone's, never in Mosaic."""
+        platforms = eqn.params["branches_platforms"]
+        index = next((i for i, names in enumerate(platforms) if names is None or "cpu" in names), None)
+        if index is None:
+            raise self.unsupported(eqn, f"a cond specialized to the platforms {platforms} only")
+        body = eqn.params["branches"][index]
+        self.outer.append(eqn)
+        try:
+            return self.eval_jaxpr(body.jaxpr, body.consts, ins[1:])
+        finally:
+            self.outer.pop()
+
+    def _selected_branches(self, eqn: Any, ins: list) -> list:
+        """A ``cond``: every branch translated on the operands, each output selected by the branch index
+        (``select_n``). Branches are pure, so computing the ones not taken changes nothing but the cost (neither
+        format has a conditional the rules could map it to)."""
+        index, operands = ins[0], ins[1:]
+        self.outer.append(eqn)
+        try:
+            results = [self.eval_jaxpr(b.jaxpr, b.consts, operands) for b in eqn.params["branches"]]
+            if len(results) == 1:
+                return results[0]
+            return [self._through(lambda i, *outs: jax.lax.select_n(i, *outs), index, *column)
+                    for column in zip(*results)]
+        finally:
+            self.outer.pop()
 
     def _unrolled_scan(self, eqn: Any, ins: list) -> list:
         """A ``scan`` of at most :data:`MAX_UNROLLED_SCAN` steps, unrolled: its body translated once per step

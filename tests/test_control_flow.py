@@ -40,15 +40,35 @@ def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches():
     assert {int(_Branchy()(x)[1]) for x in (pos, pos * 50)} != {0}  # the loop ran, a different number of times
 
 
+class _Cond(torch.nn.Module):
+    """A data-dependent branch alone (two different weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t) * 2, (x,))
+
+
+@pytest.mark.parametrize("target", ["onnx", "litert"])
+def test_cond_exports_to_onnx_and_litert_as_both_branches_and_a_select(target):
+    pos, neg = torch.rand(2, 4) + 0.1, -torch.rand(2, 4) - 0.1
+    art = convert(_Cond().eval(), (pos,), target=target)
+    for x in (pos, neg):
+        torch.testing.assert_close(torch.as_tensor(art(x)), _Cond()(x), rtol=1e-5, atol=1e-5)
+
+
 def test_control_flow_errors_name_the_users_line():
-    # ONNX and LiteRT have no rule for lax.cond; an unsupported op inside a branch is found before tracing
+    # ONNX and LiteRT have no loop; an unsupported op inside a branch is found before tracing
     class Bad(torch.nn.Module):
         def forward(self, x, mask):
             return torch.cond(x.sum() > 0, lambda t, m: torch.ops.aten._masked_scale(t, m, 2.0),
                               lambda t, m: t * 1.0, (x, mask))
 
     for target in ("onnx", "litert"):
-        with pytest.raises(UnsupportedOpError, match=rf"cond \(lax.cond\) for target '{target}' at "
+        with pytest.raises(UnsupportedOpError, match=rf"while_loop \(lax.while\) for target '{target}' at "
                                                      r".*test_control_flow.py:\d+ in forward"):
             convert(_Branchy().eval(), (torch.rand(2, 4),), target=target)
     with pytest.raises(UnsupportedOpError, match=r"aten._masked_scale.default for target 'tpu' at "

@@ -186,15 +186,17 @@ def _cholesky_info(a):
     n = a.shape[-1]
     pos = jnp.arange(n)
 
-    def step(j, carry):
+    def step(j, carry):  # (rows and columns picked by masks, not indexed: no gather or scatter to export)
         L, info = carry
-        row = jnp.where(pos < j, L[j], 0)
-        d = a[j, j] - jnp.sum(row * row)
+        at_j = pos == j
+        row = jnp.where(pos < j, jnp.sum(jnp.where(at_j[:, None], L, 0), axis=0), 0)
+        a_col = jnp.sum(jnp.where(at_j[None, :], a, 0), axis=1)
+        d = jnp.sum(jnp.where(at_j, a_col, 0)) - jnp.sum(row * row)
         bad = ~(d > 0)
         info = jnp.where((info == 0) & bad, j + 1, info)
         ljj = jnp.sqrt(jnp.where(bad, 1, d))
-        col = jnp.where(pos > j, (a[:, j] - L @ row) / ljj, 0).at[j].set(ljj)
-        return L.at[:, j].set(col), info
+        col = jnp.where(pos > j, (a_col - L @ row) / ljj, jnp.where(at_j, ljj, 0))
+        return jnp.where(at_j[None, :], col[:, None], L), info
 
     return jax.lax.fori_loop(0, n, step, (jnp.zeros_like(a), jnp.int32(0)))[1]
 

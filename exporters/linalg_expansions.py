@@ -1,0 +1,128 @@
+"""LU factorization and triangular solves for both exporters, unrolled for small matrices
+(:mod:`exporters.expansions` registers them).
+
+Neither ONNX nor TFLite has a factorization or a triangular solve, and neither has a loop the exporters could
+use, so for a matrix of at most :data:`MAX_UNROLLED` rows (the 3×3 and 4×4 poses, homographies and covariances
+models invert) each step is written out with elementwise ops, row selects and sums:
+
+* ``lu``: Gaussian elimination with partial pivoting, as LAPACK's ``getrf`` (the pivot is the first entry of
+  largest magnitude; a zero column leaves its multipliers zero), giving the packed factors, the pivot rows and
+  the permutation (what ``torch.linalg.inv``/``solve``/``det``/``slogdet``/``lu_factor`` lower to);
+* ``lu_pivots_to_permutation``: the pivots' row swaps applied to ``arange``;
+* ``triangular_solve``: forward or back substitution (either side, transposed, unit diagonal);
+* ``cholesky``: the lower factor, column by column.
+
+A larger matrix is refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+from jax._src.lax import linalg as lax_linalg
+from jax.extend.core import primitives as lax
+
+from exporters.rule_table import Unsupported
+
+#: The most rows the factorization and solves are unrolled for (the op count grows as n² and n³).
+MAX_UNROLLED = 16
+
+
+def _check(n: Any, what: str) -> int:
+    if not isinstance(n, int) or n > MAX_UNROLLED:
+        raise Unsupported(f"{what} of a {n}-row matrix (unrolled up to {MAX_UNROLLED} rows; neither format has a "
+                          "factorization or a loop)")
+    return n
+
+
+def _swap_rows(x: Any, k: int, p: Any) -> Any:
+    """``x`` with rows ``k`` (static) and ``p`` (per batch element) exchanged along axis -2 (or the last axis
+    for a vector), by selects: exact for any values, inf and NaN included."""
+    vector = x.ndim == p.ndim + 1
+    rows = jnp.arange(x.shape[-1] if vector else x.shape[-2])
+    at_p = rows == p[..., None]
+    if not vector:
+        at_p = at_p[..., None]
+    row_k = x[..., k] if vector else x[..., k, :]
+    row_p = jnp.sum(jnp.where(at_p, x, jnp.zeros_like(x)), axis=-1 if vector else -2, dtype=x.dtype)
+    at_k = rows == k if vector else (rows == k)[:, None]
+    picked_k = row_p[..., None] if vector else row_p[..., None, :]
+    picked_p = row_k[..., None] if vector else row_k[..., None, :]
+    return jnp.where(at_k, picked_k, jnp.where(at_p, picked_p, x)).astype(x.dtype)
+
+
+def lu(a: Any, **_: Any) -> list:
+    """``lu(a) -> (lu, pivots, permutation)`` for ``a`` of shape ``[..., m, n]``."""
+    m, n = _check(a.shape[-2], "an LU factorization"), a.shape[-1]
+    batch = a.shape[:-2]
+    rows, cols = jnp.arange(m)[:, None], jnp.arange(n)[None, :]
+    perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), (*batch, m))
+    pivots = []
+    for k in range(min(m, n)):
+        column = jnp.where(jnp.arange(m) >= k, jnp.abs(a[..., :, k]), -1)  # (rows above k are done)
+        p = jnp.argmax(column, axis=-1).astype(jnp.int32)
+        pivots.append(p)
+        a, perm = _swap_rows(a, k, p), _swap_rows(perm, k, p)
+        pivot = a[..., k, k]
+        safe = jnp.where(pivot == 0, jnp.ones_like(pivot), pivot)
+        factor = jnp.where((jnp.arange(m) > k) & (pivot[..., None] != 0), a[..., :, k] / safe[..., None], 0)
+        right = jnp.where(jnp.arange(n) > k, a[..., k, :], 0)
+        a = a - factor[..., :, None] * right[..., None, :]
+        a = jnp.where((rows > k) & (cols == k), factor[..., :, None], a)
+    return [a, jnp.stack(pivots, axis=-1), perm]
+
+
+def lu_pivots_to_permutation(pivots: Any, *, permutation_size: int, **_: Any) -> Any:
+    """The permutation of ``arange(permutation_size)`` the pivots' row swaps make."""
+    perm = jnp.broadcast_to(jnp.arange(permutation_size, dtype=pivots.dtype), (*pivots.shape[:-1], permutation_size))
+    for k in range(_check(pivots.shape[-1], "a pivot permutation")):
+        perm = _swap_rows(perm, k, pivots[..., k])
+    return perm
+
+
+def triangular_solve(a: Any, b: Any, *, left_side: bool, lower: bool, transpose_a: bool, conjugate_a: bool,
+                     unit_diagonal: bool, **_: Any) -> Any:
+    """``x`` with ``op(a) x = b`` (``left_side``) or ``x op(a) = b``, ``a`` triangular, by substitution."""
+    if conjugate_a and jnp.iscomplexobj(a):
+        a = jnp.conj(a)
+    if transpose_a:
+        a, lower = jnp.swapaxes(a, -1, -2), not lower
+    if not left_side:  # x a = b  ⇔  aᵀ xᵀ = bᵀ
+        a, lower, b = jnp.swapaxes(a, -1, -2), not lower, jnp.swapaxes(b, -1, -2)
+    n = _check(a.shape[-1], "a triangular solve")
+    xs: list = [None] * n
+    for i in (range(n) if lower else range(n - 1, -1, -1)):
+        acc = b[..., i, :]
+        for j in (range(i) if lower else range(i + 1, n)):
+            acc = acc - a[..., i, j][..., None] * xs[j]
+        xs[i] = acc if unit_diagonal else acc / a[..., i, i][..., None]
+    x = jnp.stack(xs, axis=-2)
+    return x if left_side else jnp.swapaxes(x, -1, -2)
+
+
+def cholesky(a: Any, **_: Any) -> Any:
+    """The lower Cholesky factor ``l`` of ``a = l lᵀ`` (reading ``a``'s lower triangle), column by column
+    (Cholesky–Banachiewicz); NaN from the first non-positive pivot on, as LAPACK's ``potrf`` leaves it for jax,
+    whose callers mask it. Zeros above the diagonal."""
+    n = _check(a.shape[-1], "a Cholesky factorization")
+    rows = jnp.arange(n)
+    columns: list = []
+    for j in range(n):
+        col = a[..., :, j]
+        for k, done in enumerate(columns):
+            col = col - done * done[..., j:j + 1]  # l[:, k]·l[j, k]
+        pivot = jnp.sqrt(col[..., j:j + 1])
+        columns.append(jnp.where(rows >= j, col / pivot, jnp.zeros_like(col)))
+    return jnp.stack(columns, axis=-1)
+
+
+#: Primitive → expansion (merged into :data:`exporters.expansions.EXPANSIONS`).
+LINALG_EXPANSIONS = {
+    lax.lu_p: lu,
+    lax_linalg.lu_pivots_to_permutation_p: lu_pivots_to_permutation,
+    lax.triangular_solve_p: triangular_solve,
+    lax.cholesky_p: cholesky,
+}
+
+__all__ = ["LINALG_EXPANSIONS", "MAX_UNROLLED", "cholesky", "lu", "lu_pivots_to_permutation", "triangular_solve"]

@@ -1,0 +1,60 @@
+"""Small-matrix linear algebra through ONNX and LiteRT (``exporters/linalg_expansions.py``: LU with partial
+pivoting, triangular solves and Cholesky unrolled up to 16 rows; a per-platform ``cond`` taken on its CPU branch,
+any other ``cond`` as both branches and a select): inverses, determinants, solves, factorizations and their
+pivots, batched and not, a singular matrix, against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from converter.api import convert
+from converter.errors import UnsupportedOpError
+
+TARGETS = ["onnx", "litert"]
+
+
+class _Linalg(nn.Module):
+    def forward(self, a, spd, single):
+        lu, pivots = torch.linalg.lu_factor(a)
+        upper = a.triu() + 3 * torch.eye(4)
+        chol = torch.linalg.cholesky(spd)
+        return (torch.linalg.inv(a), torch.linalg.det(a), torch.linalg.slogdet(a)[1],
+                torch.linalg.solve(a, a[..., :2] + 1), lu, pivots,
+                torch.linalg.solve_triangular(upper, a, upper=True, left=False),
+                torch.linalg.solve_triangular(upper.mT, a, upper=False, unitriangular=True),
+                chol, torch.cholesky_solve(a[..., :1], chol), torch.linalg.cholesky_ex(spd - 9 * torch.eye(4))[1],
+                torch.linalg.inv(single), torch.linalg.det(torch.tensor([[1.0, 2.0], [2.0, 4.0]]) * single[0, 0]))
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 4, 4, generator=g)
+    b = torch.randn(3, 4, 4, generator=g)
+    return a, b @ b.mT + torch.eye(4), torch.randn(3, 3, generator=g) + 2 * torch.eye(3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_small_matrix_linear_algebra_matches_pytorch(target):
+    args = _inputs()
+    got, want = convert(_Linalg().eval(), args, target=target)(*args), _Linalg()(*args)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g = torch.as_tensor(np.asarray(g))
+        assert g.shape == w.shape and g.dtype == w.dtype, f"output {i}"
+        if w.is_floating_point():
+            assert (g - w).abs().max() <= 1e-5 * max(w.abs().max().item(), 1.0), f"output {i}: {g} vs {w}"
+        else:
+            assert torch.equal(g, w), f"output {i}: {g} vs {w}"
+
+
+class _Big(nn.Module):
+    def forward(self, a):
+        return torch.linalg.inv(a)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_matrix_too_large_to_unroll_is_refused_by_name(target):
+    with pytest.raises(UnsupportedOpError, match=r"LU factorization of a 17-row matrix \(unrolled up to 16"):
+        convert(_Big().eval(), (torch.randn(17, 17),), target=target)
