@@ -11,16 +11,23 @@ from validators import validate
 while_loop = torch._higher_order_ops.while_loop
 
 
-class _Branchy(torch.nn.Module):
-    """A data-dependent branch (two different weights), then a loop whose trip count is data-dependent."""
+class _Cond(torch.nn.Module):
+    """A data-dependent branch (two different weights)."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t) * 2, (x,))
+
+
+class _Branchy(_Cond):
+    """The branch, then a loop whose trip count is data-dependent."""
+
     def forward(self, x: torch.Tensor) -> tuple:
-        y = torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t) * 2, (x,))
+        y = super().forward(x)
         n, z = while_loop(lambda i, t: t.abs().sum() < 100, lambda i, t: (i + 1, t * 1.5 + 1), (torch.tensor(0), y))
         return z, n
 
@@ -38,18 +45,6 @@ def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches():
         torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
         assert int(got[1]) == int(want[1])
     assert {int(_Branchy()(x)[1]) for x in (pos, pos * 50)} != {0}  # the loop ran, a different number of times
-
-
-class _Cond(torch.nn.Module):
-    """A data-dependent branch alone (two different weights)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cond(x.sum() > 0, lambda t: self.a(t).relu(), lambda t: self.b(t) * 2, (x,))
 
 
 @pytest.mark.parametrize("target", ["onnx", "litert"])
