@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
+from jax import lax as jlax
 from jax._src.lax import linalg as lax_linalg
 from jax.extend.core import primitives as lax
 
@@ -27,6 +28,12 @@ from exporters.rule_table import Unsupported
 
 #: The most rows the factorization and solves are unrolled for (the op count grows as n² and n³).
 MAX_UNROLLED = 16
+
+
+def _at(x: Any, i: int, axis: int) -> Any:
+    """``x``'s entry ``i`` (static) along ``axis``, by a slice: indexing a value with a dynamic batch dim
+    became a gather, which LiteRT cannot take with symbolic dims."""
+    return jlax.index_in_dim(x, i, axis % x.ndim, keepdims=False)
 
 
 def _check(n: Any, what: str) -> int:
@@ -44,7 +51,7 @@ def _swap_rows(x: Any, k: int, p: Any) -> Any:
     at_p = rows == p[..., None]
     if not vector:
         at_p = at_p[..., None]
-    row_k = x[..., k] if vector else x[..., k, :]
+    row_k = _at(x, k, -1 if vector else -2)
     row_p = jnp.sum(jnp.where(at_p, x, jnp.zeros_like(x)), axis=-1 if vector else -2, dtype=x.dtype)
     at_k = rows == k if vector else (rows == k)[:, None]
     picked_k = row_p[..., None] if vector else row_p[..., None, :]
@@ -60,14 +67,14 @@ def lu(a: Any, **_: Any) -> list:
     perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), (*batch, m))
     pivots = []
     for k in range(min(m, n)):
-        column = jnp.where(jnp.arange(m) >= k, jnp.abs(a[..., :, k]), -1)  # (rows above k are done)
+        column = jnp.where(jnp.arange(m) >= k, jnp.abs(_at(a, k, -1)), -1)  # (rows above k are done)
         p = jnp.argmax(column, axis=-1).astype(jnp.int32)
         pivots.append(p)
         a, perm = _swap_rows(a, k, p), _swap_rows(perm, k, p)
-        pivot = a[..., k, k]
+        pivot = _at(_at(a, k, -1), k, -1)
         safe = jnp.where(pivot == 0, jnp.ones_like(pivot), pivot)
-        factor = jnp.where((jnp.arange(m) > k) & (pivot[..., None] != 0), a[..., :, k] / safe[..., None], 0)
-        right = jnp.where(jnp.arange(n) > k, a[..., k, :], 0)
+        factor = jnp.where((jnp.arange(m) > k) & (pivot[..., None] != 0), _at(a, k, -1) / safe[..., None], 0)
+        right = jnp.where(jnp.arange(n) > k, _at(a, k, -2), 0)
         a = a - factor[..., :, None] * right[..., None, :]
         a = jnp.where((rows > k) & (cols == k), factor[..., :, None], a)
     return [a, jnp.stack(pivots, axis=-1), perm]
@@ -77,7 +84,7 @@ def lu_pivots_to_permutation(pivots: Any, *, permutation_size: int, **_: Any) ->
     """The permutation of ``arange(permutation_size)`` the pivots' row swaps make."""
     perm = jnp.broadcast_to(jnp.arange(permutation_size, dtype=pivots.dtype), (*pivots.shape[:-1], permutation_size))
     for k in range(_check(pivots.shape[-1], "a pivot permutation")):
-        perm = _swap_rows(perm, k, pivots[..., k])
+        perm = _swap_rows(perm, k, _at(pivots, k, -1))
     return perm
 
 
@@ -93,10 +100,10 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool, lower: bool, transpose_
     n = _check(a.shape[-1], "a triangular solve")
     xs: list = [None] * n
     for i in (range(n) if lower else range(n - 1, -1, -1)):
-        acc = b[..., i, :]
+        acc = _at(b, i, -2)
         for j in (range(i) if lower else range(i + 1, n)):
-            acc = acc - a[..., i, j][..., None] * xs[j]
-        xs[i] = acc if unit_diagonal else acc / a[..., i, i][..., None]
+            acc = acc - _at(_at(a, i, -2), j, -1)[..., None] * xs[j]
+        xs[i] = acc if unit_diagonal else acc / _at(_at(a, i, -2), i, -1)[..., None]
     x = jnp.stack(xs, axis=-2)
     return x if left_side else jnp.swapaxes(x, -1, -2)
 
@@ -109,10 +116,10 @@ def cholesky(a: Any, **_: Any) -> Any:
     rows = jnp.arange(n)
     columns: list = []
     for j in range(n):
-        col = a[..., :, j]
+        col = _at(a, j, -1)
         for k, done in enumerate(columns):
-            col = col - done * done[..., j:j + 1]  # l[:, k]·l[j, k]
-        pivot = jnp.sqrt(col[..., j:j + 1])
+            col = col - done * _at(done, j, -1)[..., None]  # l[:, k]·l[j, k]
+        pivot = jnp.sqrt(_at(col, j, -1))[..., None]
         columns.append(jnp.where(rows >= j, col / pivot, jnp.zeros_like(col)))
     return jnp.stack(columns, axis=-1)
 

@@ -58,3 +58,20 @@ class _Big(nn.Module):
 def test_a_matrix_too_large_to_unroll_is_refused_by_name(target):
     with pytest.raises(UnsupportedOpError, match=r"LU factorization of a 17-row matrix \(unrolled up to 16"):
         convert(_Big().eval(), (torch.randn(17, 17),), target=target)
+
+
+class _Dynamic(nn.Module):
+    def forward(self, a):
+        return torch.linalg.det(a), torch.linalg.cholesky(a @ a.mT + torch.eye(3))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_factorizations_with_a_dynamic_batch(target):
+    """Entries are picked by slices, not indexing (a gather, which LiteRT refuses over symbolic dims)."""
+    model = _Dynamic().eval()
+    art = convert(model, (torch.randn(2, 3, 3),), target=target, dynamic_shapes=({0: torch.export.Dim("batch")},))
+    for n in (1, 5):
+        a = torch.randn(n, 3, 3, generator=torch.Generator().manual_seed(n))
+        for g, w in zip(art(a), model(a), strict=True):
+            g = torch.as_tensor(np.asarray(g))
+            assert g.shape == w.shape and (g - w).abs().max() <= 1e-5 * max(w.abs().max().item(), 1.0)

@@ -195,7 +195,7 @@ def _cholesky_info(a):
         bad = ~(d > 0)
         info = jnp.where((info == 0) & bad, j + 1, info)
         ljj = jnp.sqrt(jnp.where(bad, 1, d))
-        col = jnp.where(pos > j, (a_col - L @ row) / ljj, jnp.where(at_j, ljj, 0))
+        col = jnp.where(pos > j, (a_col - jnp.sum(L * row, axis=1)) / ljj, jnp.where(at_j, ljj, 0))
         return jnp.where(at_j[None, :], col[:, None], L), info
 
     return jax.lax.fori_loop(0, n, step, (jnp.zeros_like(a), jnp.int32(0)))[1]
