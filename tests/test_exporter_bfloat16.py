@@ -1,7 +1,8 @@
 """bfloat16 models through ONNX and LiteRT, which both compute bfloat16 as float32 (``exporters/onnx/graph.py``,
 ``exporters/litert/emitter.py``): a bfloat16 minGPT within bfloat16's rounding of PyTorch, and the ops that read a
 bfloat16 value's bits (``signbit``, ``topk`` and ``sort``'s order keys; values without ties, whose order is the
-CPU's nth_element's) or select int16 values (ONNX Runtime's ``Where`` has no int16 kernel), exact."""
+CPU's nth_element's) or select int16 values (ONNX Runtime's ``Where`` has no int16 kernel), exact; and a float16
+model through LiteRT, which computes float16 as float32 as well."""
 
 from __future__ import annotations
 
@@ -45,3 +46,15 @@ def test_a_bfloat16_mingpt_stays_within_bfloat16_rounding(target):
     assert got.dtype == torch.bfloat16
     bound = 2 * (want.float() - reference).abs().max() + 1e-2 * reference.abs().max()
     assert (got.float() - reference).abs().max() <= bound
+
+
+def test_a_float16_cnn_runs_in_litert():
+    """TFLite's CONV_2D and BATCH_MATMUL refuse float16 activations (the file failed in the interpreter): LiteRT
+    computes float16 as float32 too, the artifact casting its inputs and outputs."""
+    model, (images,) = zoo.cnn()
+    model, images = model.half().eval(), images.half()
+    with torch.no_grad():
+        want = model(images)
+    got = convert(model, (images,), target="litert")(images)
+    assert got.dtype == torch.float16
+    assert (got.float() - want.float()).abs().max() <= 2e-3 * want.float().abs().max()

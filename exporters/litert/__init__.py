@@ -26,7 +26,7 @@ RESHAPE uses -1 or a SHAPE-derived shape tensor, so the model runs after
 
 Integer policy: int64 stays int64 (TFLite has int64 kernels for ADD/SUB/MUL,
 comparisons, GATHER, CUMSUM, CAST, …); DIV/ABS/SIGN/POW compute in int32 between
-CASTs and TOPK_V2 indices are int32 cast back. float64 and bfloat16 run as float32. Integer
+CASTs and TOPK_V2 indices are int32 cast back. float64, bfloat16 and float16 run as float32. Integer
 ``&``/``|``/``^`` are exact at every width: TFLite has BITWISE_XOR and RIGHT_SHIFT
 but no AND/OR, so AND/OR are built from them with ADD/SUB/MUL on int32 words
 (int64 values BITCAST to pairs of words); bool and/or are LOGICAL_AND/OR.

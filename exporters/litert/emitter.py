@@ -32,10 +32,12 @@ from converter.errors import ExportError
 from exporters.jaxpr_walk import JaxprValue, is_static  # noqa: F401 (re-exported for the rules)
 from exporters.litert.ir import Graph, Op, Tensor
 
-#: float64 and bfloat16 (which TFLite has no type for) run as float32, uint64 as int64; the model's inputs and
-#: outputs are those types too (the artifact casts, from the output dtypes the file declares).
+#: float64 and bfloat16 (which TFLite has no type for) and float16 (which its CONV_2D and BATCH_MATMUL kernels
+#: refuse as activations: a float16 model's file failed in the interpreter) run as float32, uint64 as int64; the
+#: model's inputs and outputs are those types too (the artifact casts, from the output dtypes the file declares).
+#: Half-size weights are ``quantize="fp16"``'s job.
 _NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16): np.dtype(np.float32),
-           np.dtype(np.uint64): np.dtype(np.int64)}
+           np.dtype(np.float16): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.int64)}
 
 
 def tfl_dtype(dtype: Any) -> np.dtype:
