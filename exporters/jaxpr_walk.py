@@ -165,14 +165,22 @@ class JaxprTranslator:
         return [read(v) for v in jaxpr.outvars]
 
     @contextlib.contextmanager
-    def _inside(self, name: str, eqn: Any) -> Iterator[None]:
-        self.composites.append(name)
+    def _within(self, eqn: Any) -> Iterator[None]:
+        """Translate inside ``eqn`` (its body, expansion or formula): errors there name it."""
         self.outer.append(eqn)
         try:
             yield
         finally:
-            self.composites.pop()
             self.outer.pop()
+
+    @contextlib.contextmanager
+    def _inside(self, name: str, eqn: Any) -> Iterator[None]:
+        self.composites.append(name)
+        try:
+            with self._within(eqn):
+                yield
+        finally:
+            self.composites.pop()
 
     def eqn(self, eqn: Any, ins: list) -> list:
         """Translate one eqn; returns its output values."""
@@ -200,13 +208,10 @@ class JaxprTranslator:
             body = next((eqn.params[k] for k in _BODY_PARAMS if k in eqn.params), None)
             if body is None:
                 raise ExportError(f"{prim.name} without a body jaxpr at {location_of(eqn)}")
-            self.outer.append(eqn)
-            try:
+            with self._within(eqn):
                 if isinstance(body, jcore.ClosedJaxpr):
                     return self.eval_jaxpr(body.jaxpr, body.consts, ins)
                 return self.eval_jaxpr(body, [], ins)
-            finally:
-                self.outer.pop()
         if prim.name in _IDENTITY:
             return list(ins)
         if prim.name == "cond" and eqn.params.get("branches_platforms"):  # a per-platform implementation
@@ -223,24 +228,19 @@ class JaxprTranslator:
                 and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars):
             return self.fold(eqn, ins)
         if touches_complex(eqn):
-            self.outer.append(eqn)
-            try:
-                return complex_values.translate(self, eqn, ins)
-            except Unsupported as e:
-                raise self.unsupported(eqn, str(e)) from None
-            finally:
-                self.outer.pop()
+            with self._within(eqn):
+                try:
+                    return complex_values.translate(self, eqn, ins)
+                except Unsupported as e:
+                    raise self.unsupported(eqn, str(e)) from None
         rule = self.RULES.get(prim)
         if rule is None and prim in EXPANSIONS:
             try:
                 closed = expansion_jaxpr(eqn)
             except Unsupported as e:  # (an input the expansion does not cover)
                 raise self.unsupported(eqn, str(e)) from None
-            self.outer.append(eqn)
-            try:
+            with self._within(eqn):
                 return self.eval_jaxpr(closed.jaxpr, closed.consts, ins)
-            finally:
-                self.outer.pop()
         if rule is None:
             raise self.unsupported(eqn, f"jaxpr primitive '{prim.name}' has no {self.TARGET} rule "
                                         f"(add one in exporters/{self.KEY}/rules/)")
@@ -261,26 +261,20 @@ class JaxprTranslator:
         if index is None:
             raise self.unsupported(eqn, f"a cond specialized to the platforms {platforms} only")
         body = eqn.params["branches"][index]
-        self.outer.append(eqn)
-        try:
+        with self._within(eqn):
             return self.eval_jaxpr(body.jaxpr, body.consts, ins[1:])
-        finally:
-            self.outer.pop()
 
     def _selected_branches(self, eqn: Any, ins: list) -> list:
         """A ``cond``: every branch translated on the operands, each output selected by the branch index
         (``select_n``). Branches are pure, so computing the ones not taken changes nothing but the cost (neither
         format has a conditional the rules could map it to)."""
         index, operands = ins[0], ins[1:]
-        self.outer.append(eqn)
-        try:
+        with self._within(eqn):
             results = [self.eval_jaxpr(b.jaxpr, b.consts, operands) for b in eqn.params["branches"]]
             if len(results) == 1:
                 return results[0]
             return [self._through(lambda i, *outs: jax.lax.select_n(i, *outs), index, *column)
                     for column in zip(*results)]
-        finally:
-            self.outer.pop()
 
     def _unrolled_scan(self, eqn: Any, ins: list) -> list:
         """A ``scan`` of at most :data:`MAX_UNROLLED_SCAN` steps, unrolled: its body translated once per step
@@ -294,8 +288,7 @@ class JaxprTranslator:
         body = p["jaxpr"]
         consts, carry, xs = ins[:n_consts], ins[n_consts:n_consts + n_carry], ins[n_consts + n_carry:]
         per_step: list = []
-        self.outer.append(eqn)
-        try:
+        with self._within(eqn):
             for i in (range(length - 1, -1, -1) if p["reverse"] else range(length)):
                 step = [self._through(lambda x, i=i: x[i], x) for x in xs]
                 outs = self.eval_jaxpr(body.jaxpr, body.consts, [*consts, *carry, *step])
@@ -304,8 +297,6 @@ class JaxprTranslator:
             if p["reverse"]:
                 per_step.reverse()
             ys = [self._through(lambda *y: jax.numpy.stack(y), *column) for column in zip(*per_step)]
-        finally:
-            self.outer.pop()
         return [*carry, *ys]
 
     def _through(self, fn: Callable, *vals: Any) -> Any:

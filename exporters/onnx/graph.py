@@ -142,8 +142,6 @@ class OnnxGraph:
         """Cast ``name`` from dtype ``src`` to ``dst`` (no node when they are equal in the model; to bfloat16,
         which computes as float32, a Cast there and back: the value rounds as torch's does)."""
         if np.dtype(dst) in _EDGE and np.dtype(src) != np.dtype(dst):
-            if np.dtype(src).kind == "f" and np.dtype(src).itemsize == 1:  # float8 → float32 first
-                name = self.op("Cast", [name], to=elem_type(np.float32))
             rounded = self.op("Cast", [name], to=helper.np_dtype_to_tensor_dtype(np.dtype(dst)))
             return self.op("Cast", [rounded], to=elem_type(dst))
         if onnx_dtype(src) == onnx_dtype(dst):
