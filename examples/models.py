@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # loaded by file path (the CLI's FILE:FUNC form) 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples.sequence_models import (BiGRUClassifier, KeywordSpotter, LastHiddenState, LogitsOnly,  # noqa: E402,F401
-                                      LSTMTagger, bert, gru, kws, llama, lstm, qwen2)
+                                      LSTMTagger, bert, gru, kws, llama, lstm, mixtral, qwen2)
 
 Factory = Callable[[], "tuple[nn.Module, tuple]"]
 
@@ -473,6 +473,7 @@ FAMILIES: dict[str, Factory] = {
     "mingpt": mingpt,
     "llama": llama,
     "qwen2": qwen2,
+    "mixtral": mixtral,
     "bert": bert,
     "dlrm": dlrm,
     "lstm": lstm,

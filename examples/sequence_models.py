@@ -1,6 +1,6 @@
 """The zoo's sequence models (``examples/models.py`` lists them in ``FAMILIES``): tiny transformers decoders
-and encoder built from configs with random weights (``llama``, ``qwen2``, ``bert``), recurrent nets (``lstm``,
-``gru``) and a keyword spotter on raw audio (``kws``: a log-mel front end computed with ``torch.stft``).
+and encoder built from configs with random weights (``llama``, ``qwen2``, the mixture-of-experts ``mixtral``,
+``bert``), recurrent nets (``lstm``, ``gru``) and a keyword spotter on raw audio (``kws``: a log-mel front end computed with ``torch.stft``).
 
 None has a BatchNorm or GroupNorm, so a factory only puts its model in eval mode (``models._finish``'s other work
 is giving those layers statistics)."""
@@ -50,6 +50,18 @@ def qwen2() -> tuple[nn.Module, tuple]:
     torch.manual_seed(0)
     config = Qwen2Config(**_TINY_DECODER, attn_implementation="sdpa")
     return _eval(LogitsOnly(Qwen2ForCausalLM(config)), (torch.randint(0, 64, (1, 8)),))
+
+
+def mixtral() -> tuple[nn.Module, tuple]:
+    """Tiny MixtralForCausalLM (4 experts, top 2, SDPA) on input_ids [1, 8]: a mixture-of-experts decoder.
+
+    Traced in float32, transformers' expert layers call their grouped-matmul custom op
+    (``transformers::grouped_mm_fallback``); on the tpu device they call ``F.grouped_mm``."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    config = MixtralConfig(**_TINY_DECODER, num_local_experts=4, num_experts_per_tok=2, attn_implementation="sdpa")
+    return _eval(LogitsOnly(MixtralForCausalLM(config)), (torch.randint(0, 64, (1, 8)),))
 
 
 class LastHiddenState(nn.Module):

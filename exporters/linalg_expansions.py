@@ -12,7 +12,8 @@ models invert) each step is written out with elementwise ops, row selects and su
 * ``triangular_solve``: forward or back substitution (either side, transposed, unit diagonal);
 * ``cholesky``: the lower factor, column by column.
 
-A larger matrix is refused by name.
+A larger matrix is refused by name. Also here, as the other matrix product neither format has: ``ragged_dot``
+(mixture-of-experts layers' grouped products), every row times every group with a mask.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import jax.numpy as jnp
 from jax import lax as jlax
+from jax._src.lax import lax as jax_lax
 from jax._src.lax import linalg as lax_linalg
 from jax.extend.core import primitives as lax
 
@@ -124,12 +126,40 @@ def cholesky(a: Any, **_: Any) -> Any:
     return jnp.stack(columns, axis=-1)
 
 
+def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, *, ragged_dot_dimension_numbers: Any,
+               preferred_element_type: Any = None, group_offset: Any = None, **_: Any) -> Any:
+    """``lax.ragged_dot_general`` in the form mixture-of-experts layers take (``F.grouped_mm``, transformers'
+    grouped-matmul fallback): ``lhs`` (M, K) whose consecutive row groups of ``group_sizes`` go to experts
+    ``rhs`` (G, K, N). Every row times every expert (M, G, N), each row's own expert kept by a mask of the
+    group bounds (a cumulative sum), summed over G: G times the work of the grouped product, as JAX's own
+    expansion off TPU. Rows past the last group are zero.
+
+    Raises:
+        Unsupported: another layout (ragged contracted or batch dimensions, a group offset)."""
+    dims = ragged_dot_dimension_numbers
+    (contract, batch) = dims.dot_dimension_numbers
+    if (group_offset is not None or lhs.ndim != 2 or rhs.ndim != 3 or tuple(dims.lhs_ragged_dimensions) != (0,)
+            or tuple(dims.rhs_group_dimensions) != (0,) or contract != ((1,), (1,)) or batch != ((), ())):
+        raise Unsupported(f"ragged_dot_general with dimension numbers {dims} (exported: rows of a 2-D operand "
+                          "grouped over a 3-D one's leading dimension, as F.grouped_mm's 2-D x 3-D case)")
+    out_type = preferred_element_type or jnp.result_type(lhs.dtype, rhs.dtype)
+    ends = jnp.cumsum(group_sizes.astype(jnp.int32))
+    starts = ends - group_sizes.astype(jnp.int32)
+    rows = jnp.arange(lhs.shape[0], dtype=jnp.int32)[:, None]
+    mine = (rows >= starts[None, :]) & (rows < ends[None, :])  # (M, G)
+    every = jlax.dot_general(lhs, rhs, (((1,), (1,)), ((), ())), precision=jlax.Precision.HIGHEST,
+                             preferred_element_type=out_type)  # (M, G, N)
+    return jnp.sum(jnp.where(mine[:, :, None], every, jnp.zeros((), every.dtype)), axis=1)
+
+
 #: Primitive → expansion (merged into :data:`exporters.expansions.EXPANSIONS`).
 LINALG_EXPANSIONS = {
     lax.lu_p: lu,
     lax_linalg.lu_pivots_to_permutation_p: lu_pivots_to_permutation,
     lax.triangular_solve_p: triangular_solve,
     lax.cholesky_p: cholesky,
+    jax_lax.ragged_dot_general_p: ragged_dot,
 }
 
-__all__ = ["LINALG_EXPANSIONS", "MAX_UNROLLED", "cholesky", "lu", "lu_pivots_to_permutation", "triangular_solve"]
+__all__ = ["LINALG_EXPANSIONS", "MAX_UNROLLED", "cholesky", "lu", "lu_pivots_to_permutation", "ragged_dot",
+           "triangular_solve"]

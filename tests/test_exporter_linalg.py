@@ -1,7 +1,7 @@
 """Small-matrix linear algebra through ONNX and LiteRT (``exporters/linalg_expansions.py``: LU with partial
 pivoting, triangular solves and Cholesky unrolled up to 16 rows; a per-platform ``cond`` taken on its CPU branch,
 any other ``cond`` as both branches and a select): inverses, determinants, solves, factorizations and their
-pivots, batched and not, a singular matrix, against PyTorch."""
+pivots, batched and not, a singular matrix; and grouped expert products (``ragged_dot``), against PyTorch."""
 
 from __future__ import annotations
 
@@ -75,3 +75,27 @@ def test_factorizations_with_a_dynamic_batch(target):
         for g, w in zip(art(a), model(a), strict=True):
             g = torch.as_tensor(np.asarray(g))
             assert g.shape == w.shape and (g - w).abs().max() <= 1e-5 * max(w.abs().max().item(), 1.0)
+
+
+class _Experts(nn.Module):
+    """transformers' grouped-matmul op (a mixture-of-experts layer traced in float32) on fixed group ends: an empty
+    group, rows past the last group (zero)."""
+
+    def __init__(self):
+        super().__init__()
+        import transformers.integrations.moe  # noqa: F401  (defines torch.ops.transformers.grouped_mm_fallback)
+
+        self.weight = nn.Parameter(torch.randn(3, 8, 5, generator=torch.Generator().manual_seed(1)))
+        self.register_buffer("offs", torch.tensor([2, 2, 5], dtype=torch.int32))
+
+    def forward(self, x):
+        return torch.ops.transformers.grouped_mm_fallback(x, self.weight, self.offs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_grouped_expert_products_export(target):
+    """``lax.ragged_dot_general`` (no operator in either format) as every row times every group, masked."""
+    model, x = _Experts().eval(), torch.randn(7, 8, generator=torch.Generator().manual_seed(2))
+    got, want = torch.as_tensor(np.asarray(convert(model, (x,), target=target)(x))), model(x)
+    assert want[5:].eq(0).all() and got.shape == want.shape
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max().item()

@@ -256,6 +256,10 @@ _PROBED = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int
                      torch.uint32, torch.uint64, torch.complex64, torch.complex128})
 #: Inputs up to this many elements in all are rebuilt at their shapes by the probe; larger ones with size-1 dims.
 _PROBE_NUMEL = 1 << 14
+#: Ops whose integer inputs accelerators take where the CPU refuses them: ``histc`` (CUDA's kernel counts integer
+#: data; transformers' mixture-of-experts layers count tokens per expert with ``histc`` of int32 expert ids on
+#: every device but the CPU). Not probed: they run.
+_ACCELERATOR_DTYPES = frozenset({torch.ops.aten.histc.default})
 
 
 def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | None) -> None:
@@ -264,6 +268,8 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
     tensor with 1e10): the same call on CPU tensors of ones fails, and succeeds with those inputs as float32. XLA
     would compute such a call (an int softmax truncated to 0, a bool matmul); the error's type is the CPU's, so an
     ``except NotImplementedError`` catches it as on the CPU. Asked once per plan (a new call signature)."""
+    if func in _ACCELERATOR_DTYPES:
+        return
     templates = _templates(func, args, kwargs, dyn)
     tensors = [x for x in templates[2] if isinstance(x, TpuTensor)]
     if not any(x.dtype in _PROBED for x in tensors) and not _overflows(tensors, args, kwargs):

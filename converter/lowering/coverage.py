@@ -11,7 +11,7 @@ import sys
 import torch
 
 from converter.capture import PRESERVED_OPS
-from converter.lowering.registry import aten_overloads, registered
+from converter.lowering.registry import aten_overloads, library_ops, registered
 
 
 def core_aten_ops() -> set:
@@ -44,6 +44,8 @@ def render() -> str:
         kept = " (preserved)" if op in PRESERVED_OPS else ""
         lines.append(f"| `{op}` | {family} | {'yes' if op in core else ''} | "
                      f"{'yes' + kept if row.composite else ''} |")
+    lines += ["", "Ops other libraries define (lowered when the library is imported and its op is traced):", ""]
+    lines += [f"- `{name}`" for name in library_ops()]
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,11 @@
 """The one ATen → JAX lowering table (DESIGN.md: every target starts from it).
 
 Lowerings are keyed on the ``OpOverload`` object, never on a string; a duplicate
-registration is a hard error at import time. A lowering has the signature
+registration is a hard error at import time. The one exception is an op another library defines
+(``transformers::grouped_mm_fallback``): it exists only once that library is imported, so its
+lowering is registered by qualified name (:func:`library_lowering`) and its row is made, keyed on
+the op, the first time the op is looked up (kept apart from the ATen table: :func:`registered` lists ATen
+rows only). A lowering has the signature
 ``fn(ctx, *args, **kwargs)`` where ``ctx`` is a :class:`LoweringContext` and the
 arguments follow the op's ATen schema with tensors replaced by JAX arrays.
 
@@ -56,6 +60,10 @@ DATA_DEPENDENT: dict[str, str] = {
                  "aten.unique_consecutive", "aten.masked_select", "aten.nonzero_numpy", "aten.argwhere")
 }
 _OVERRIDES: dict[OpOverload, Lowering] = {}
+#: Lowerings of ops other libraries define, by ``"namespace::name.overload"`` (see :func:`library_lowering`),
+#: and the rows made for those ops once looked up.
+_LIBRARY_OPS: dict[str, Callable[..., Any]] = {}
+_LIBRARY_ROWS: dict[OpOverload, Lowering] = {}
 
 
 def lowering(*ops: OpOverload, composite: bool | Callable[[dict], bool] = False) -> Callable:
@@ -84,6 +92,46 @@ def lowering(*ops: OpOverload, composite: bool | Callable[[dict], bool] = False)
     return decorate
 
 
+def library_lowering(*names: str) -> Callable:
+    """Register ``fn`` as the lowering of the ops named ``names`` (``"transformers::grouped_mm_fallback.default"``):
+    ops another library defines when it is imported, which may not exist yet when the table loads. The row is
+    made, keyed on the op, when the op is first looked up.
+
+    Raises:
+        RegistrationError: a name is registered twice or is not ``namespace::name.overload``.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        for name in names:
+            if "::" not in name or "." not in name.split("::", 1)[1]:
+                raise RegistrationError(f"{name!r} is not a qualified op name (namespace::name.overload)")
+            if name in _LIBRARY_OPS:
+                raise RegistrationError(f"{name} is already lowered by {_LIBRARY_OPS[name].__module__}."
+                                        f"{_LIBRARY_OPS[name].__name__}")
+            _LIBRARY_OPS[name] = fn
+        return fn
+
+    return decorate
+
+
+def _library_row(op: Any) -> Lowering | None:
+    """The row of ``op`` when it is an op of another library with a :func:`library_lowering`."""
+    row = _LIBRARY_ROWS.get(op)
+    if row is not None or not isinstance(op, OpOverload) or op.namespace in ("aten", "prims"):
+        return row
+    fn = _LIBRARY_OPS.get(f"{op._schema.name}.{op._overloadname}")
+    if fn is None:
+        return None
+    row = _LIBRARY_ROWS[op] = Lowering(op, fn, False, fn.__module__)
+    return row
+
+
+def library_ops() -> list[str]:
+    """The qualified names of the other libraries' ops that have a lowering (loads the table first)."""
+    _ensure_loaded()
+    return sorted(_LIBRARY_OPS)
+
+
 def lookup(op: Any, target: str = "tpu", location: SourceLocation | None = None) -> Lowering:
     """Return the lowering of ``op`` or raise :class:`UnsupportedOpError`.
 
@@ -91,7 +139,7 @@ def lookup(op: Any, target: str = "tpu", location: SourceLocation | None = None)
     then names that look alike.
     """
     _ensure_loaded()
-    row = _OVERRIDES.get(op) or _TABLE.get(op)
+    row = _OVERRIDES.get(op) or _TABLE.get(op) or _library_row(op)
     if row is not None:
         return row
     name = str(op)
@@ -107,7 +155,7 @@ def lookup(op: Any, target: str = "tpu", location: SourceLocation | None = None)
 def find(op: Any) -> Lowering | None:
     """The lowering of ``op``, or ``None`` (no error built: for callers that try other routes)."""
     _ensure_loaded()
-    return _OVERRIDES.get(op) or _TABLE.get(op)
+    return _OVERRIDES.get(op) or _TABLE.get(op) or _library_row(op)
 
 
 def aten_overloads() -> Iterator[OpOverload]:

@@ -1,4 +1,5 @@
-"""Matrix products: linear, mm, bmm, addmm, addmv, _grouped_mm, _scaled_mm, _cdist_forward.
+"""Matrix products: linear, mm, bmm, addmm, addmv, _grouped_mm, _scaled_mm, _cdist_forward; transformers'
+grouped-matmul fallback ops.
 
 torch.export's core-ATen decomposition turns ``matmul``/``einsum``/``tensordot`` into
 ``mm``/``bmm`` plus views, ``baddbmm`` into ``bmm`` + ``mul`` + ``add``, and ``mv``/``dot``/
@@ -18,7 +19,7 @@ from converter.errors import LoweringError, UnsupportedOpError
 from converter.lowering.dtypes import scalar_type_name, to_jax_dtype
 from converter.lowering.helpers import opmath_dtype, pnorm
 from converter.lowering.ops.convert import cast
-from converter.lowering.registry import lowering
+from converter.lowering.registry import library_lowering, lowering
 
 aten = torch.ops.aten
 
@@ -175,6 +176,34 @@ def lower__grouped_mm_default(ctx, self, mat2, offs=None, bias=None, out_dtype=N
         mask = _group_of(offs, b.shape[1])[None, :] == jnp.arange(a.shape[0])[:, None]  # (G, N)
         out = jnp.sum(jnp.where(mask[:, None, :], full, jnp.zeros((), full.dtype)), axis=0)
     return out.astype(result)
+
+
+@library_lowering("transformers::grouped_mm_fallback.default")
+def lower_transformers_grouped_mm_fallback(ctx, input, weight, offs):
+    """transformers::grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs) -> Tensor
+
+    transformers' mixture-of-experts layers (Mixtral, Qwen2-MoE, …) call this custom op instead of
+    ``F.grouped_mm`` when traced (``torch.export``, ``torch.compile``) in a dtype other than bfloat16:
+    ``input`` (S, K) holds the tokens sorted by expert, ``weight`` (E, K, N) the experts, ``offs`` (E,) the
+    cumulative token count of each. Its meaning is ``_grouped_mm``'s 2-D × 3-D case, rows past the last
+    offset zero (the op zero-fills them): that lowering (:func:`lower__grouped_mm_default`).
+    """
+    return lower__grouped_mm_default(ctx, input, weight, offs)
+
+
+@library_lowering("transformers::grouped_mm_fallback_backward.default")
+def lower_transformers_grouped_mm_fallback_backward(ctx, input, weight, offs, grad_output):
+    """transformers::grouped_mm_fallback_backward(Tensor input, Tensor weight, Tensor offs, Tensor grad_output) -> (Tensor, Tensor)
+
+    The gradients of :func:`lower_transformers_grouped_mm_fallback` (a compiled MoE training step): the input's,
+    ``grad_output`` (S, N) by each row's expert transposed (a grouped 2-D × 3-D product); each expert's, its
+    rows of ``input`` transposed by their rows of ``grad_output`` (the 2-D × 2-D case, groups along the
+    contracted rows). Rows past the last offset get a zero gradient; so does an expert with no rows.
+    """
+    plain = ctx.fork()
+    grad_input = lower__grouped_mm_default(plain, grad_output, jnp.swapaxes(weight, 1, 2), offs)
+    grad_weight = lower__grouped_mm_default(plain, input.T, grad_output, offs)
+    return grad_input.astype(input.dtype), grad_weight.astype(weight.dtype)
 
 
 @lowering(aten._cdist_forward.default)
