@@ -20,6 +20,7 @@ import jax
 import numpy as np
 import torch
 
+from converter.call_inputs import CallInputs
 from converter.errors import InputError
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram
@@ -83,15 +84,12 @@ class TpuModule:
         self._keys: list[tuple] = []  # this module's cache entries, dropped when the module is freed
         weakref.finalize(self, CACHE.discard, self._keys)
         self.stats = CompileStats()
-        self._in_spec = program.exported.call_spec.in_spec
+        self._call = CallInputs.of(program)  # the model's own call: keywords in any order, nested inputs
         self._out_spec = program.exported.call_spec.out_spec
 
     def _flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
-        flat = [x for x in torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
-                if isinstance(x, (torch.Tensor, np.ndarray, jax.Array))]
+        flat = self._call.flatten(args, kwargs)
         specs = self.program.inputs
-        if len(flat) != len(specs):
-            raise InputError(f"expected {len(specs)} tensor inputs, got {len(flat)}")
         for x, spec in zip(flat, specs):
             shape = tuple(x.shape)
             if len(shape) != len(spec.shape) or any(isinstance(d, int) and d != s for d, s in zip(spec.shape, shape)):

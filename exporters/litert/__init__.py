@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from converter.call_inputs import CallInputs
 from converter.errors import InputError
 from exporters.litert.artifact import LiteRTArtifact
 from exporters.litert.builder import serialize
@@ -124,4 +125,4 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
     if len(data) > 2**31 and options.get("external_buffer_threshold_bytes") is None:
         notes.append("weights are stored after the flatbuffer (Buffer.offset/size): the model exceeds 2 GB")
     return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io,
-                          precision=quantize or "fp32")
+                          precision=quantize or "fp32", call_inputs={k: CallInputs.of(p) for k, p in programs.items()})

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from converter.call_inputs import CallInputs
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
 from exporters.litert.builder import OUTPUT_DTYPES_METADATA
@@ -25,7 +26,9 @@ class LiteRTArtifact(FileBytes):
     outputs are NHWC and the call transposes NCHW arguments and results for you
     (use :meth:`run_raw` to feed the file's own layout). Outputs come back in the
     dtype the program declares: float64 runs as float32 in the model and its results
-    are cast back (the declared dtypes are stored in the file's metadata).
+    are cast back (the declared dtypes are stored in the file's metadata). It takes the model's
+    own call (nested inputs, ``None``; keyword arguments by name when it came from
+    ``convert``: :mod:`converter.call_inputs`) or the flat inputs.
 
     Attributes:
         notes: conversion decisions worth knowing (int64 policy, fallbacks, …).
@@ -36,8 +39,10 @@ class LiteRTArtifact(FileBytes):
     """
 
     def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
-                 channels_last_io: bool = False, precision: str = "fp32"):
+                 channels_last_io: bool = False, precision: str = "fp32",
+                 call_inputs: dict[str, CallInputs] | None = None):
         self._bytes = bytes(model)
+        self._call_inputs = dict(call_inputs or {})  # signature → its program's call structure
         self.precision = precision
         self.notes = list(notes or [])
         self.num_threads = num_threads
@@ -115,11 +120,16 @@ class LiteRTArtifact(FileBytes):
             outs = [o.astype(d) if o.dtype != d else o for o, d in zip(outs, declared)]
         return outs
 
-    def __call__(self, *inputs: Any, signature: str | None = None) -> Any:
-        """Run the model on torch tensors or NumPy arrays (torch in → torch out).
+    def __call__(self, *args: Any, signature: str | None = None, **kwargs: Any) -> Any:
+        """Run the model on torch tensors or NumPy arrays (torch in → torch out), called as the model is.
 
         Returns a single output, or a tuple when the model has several.
         """
+        sig = signature or self.signatures[0]
+        call = self._call_inputs.get(sig)
+        if call is None:  # (a loaded file: positional inputs, nested or flat)
+            call = self._call_inputs[sig] = CallInputs(len(self._runner(sig).get_input_details()))
+        inputs = call.flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = []
         for x in inputs:

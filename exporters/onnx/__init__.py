@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from converter.call_inputs import CallInputs
 from converter.errors import InputError
 from exporters.onnx.artifact import OnnxArtifact
 from exporters.onnx.export import OPSET, build_model
@@ -59,4 +60,5 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
     notes: list[str] = []
     model, out_dtypes = build_model(program, notes, description=options.get("description", "tpu-export"))
     data = model.SerializeToString(deterministic=True)
-    return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes)
+    return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes,
+                        call_inputs=CallInputs.of(program))

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from converter.call_inputs import CallInputs
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
 
@@ -17,7 +18,9 @@ class OnnxArtifact(FileBytes):
 
     Calling it runs the model in an ``onnxruntime.InferenceSession`` on the CPU
     execution provider: torch tensors in → torch tensors out (NumPy in → NumPy out);
-    one output is returned as is, several as a tuple.
+    one output is returned as is, several as a tuple. It takes the model's own call (nested
+    inputs, ``None``; keyword arguments by name when it came from ``convert``:
+    :mod:`converter.call_inputs`) or the flat inputs.
 
     Attributes:
         notes: conversion decisions worth knowing (float64 policy, index ranges, …).
@@ -26,8 +29,9 @@ class OnnxArtifact(FileBytes):
     """
 
     def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
-                 output_dtypes: Sequence[Any] | None = None):
+                 output_dtypes: Sequence[Any] | None = None, call_inputs: CallInputs | None = None):
         self._bytes = bytes(model)
+        self._call_inputs = call_inputs
         self.notes = list(notes or [])
         self.num_threads = num_threads
         self.precision = "fp32"
@@ -118,11 +122,14 @@ class OnnxArtifact(FileBytes):
             outs = [o.astype(d) if o.dtype != d else o for o, d in zip(outs, self._output_dtypes)]
         return outs
 
-    def __call__(self, *inputs: Any) -> Any:
-        """Run the model on torch tensors or NumPy arrays (torch in → torch out).
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the model on torch tensors or NumPy arrays (torch in → torch out), called as the model is.
 
         Returns a single output, or a tuple when the model has several.
         """
+        if self._call_inputs is None:  # (a loaded file: positional inputs, nested or flat)
+            self._call_inputs = CallInputs(len(self.session().get_inputs()))
+        inputs = self._call_inputs.flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = [to_numpy(x) for x in inputs]
         outs = self.run_raw(*arrays)

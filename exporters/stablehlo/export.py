@@ -18,6 +18,7 @@ import numpy as np
 from jax import export as jax_export
 from jax.extend.core import jaxprs_in_params
 
+from converter.call_inputs import CallInputs
 from converter.errors import ExportError
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.interpreter import LoweredProgram
@@ -51,6 +52,7 @@ class StableHLOArtifact:
 
     def __init__(self, program: LoweredProgram, **_options: Any):
         self.program = program
+        self.call_inputs = CallInputs.of(program)  # the model's own call structure (see converter.call_inputs)
         self.state = {k: np.asarray(v) for k, v in program.state.items()}
         self.notes: list[str] = []
         avals = _abstract_inputs(program)
@@ -90,6 +92,7 @@ class StableHLOArtifact:
             "format": "tpu-export/stablehlo",
             "jax_version": jax.__version__,
             "inputs": [s.to_json() for s in self.program.inputs],
+            "keyword_inputs": list(self.call_inputs.keywords),
             "outputs": [s.to_json() for s in self.program.outputs],
             "dynamic_dims": sorted({d for s in self.program.inputs for d in s.shape if isinstance(d, str)}),
             "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in sorted(self.state.items())],
@@ -112,11 +115,13 @@ class StableHLOArtifact:
 
         return write_dir(path, fill)
 
-    def __call__(self, *inputs: Any, seed: int | None = None) -> Any:
-        """Run the exported module (same as a reloaded one; ``seed`` for a module that draws random numbers)."""
+    def __call__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
+        """Run the exported module, called as the model is (same as a reloaded one; ``seed`` for a module that
+        draws random numbers)."""
         from exporters.stablehlo.load import run_exported
 
-        return run_exported(self.exported, self.state, inputs, random=self.random, seed=seed)
+        return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs), random=self.random,
+                            seed=seed)
 
 
 def draws_random_numbers(jaxpr: Any) -> bool:

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
+from converter.call_inputs import CallInputs
 from converter.errors import ExportError
 
 
@@ -57,11 +58,12 @@ class LoadedStableHLO:
         except (ValueError, KeyError, json.JSONDecodeError) as e:
             raise ExportError(f"{path}: corrupt StableHLO artifact ({type(e).__name__}: {e})") from e
         self.mlir_text = (path / "model.mlir").read_text() if (path / "model.mlir").exists() else None
+        self.call_inputs = CallInputs(len(self.signature["inputs"]), self.signature.get("keyword_inputs", ()))
 
-    def __call__(self, *inputs: Any, seed: int | None = None) -> Any:
-        """Run with numpy arrays or torch tensors (``seed``: see :func:`run_exported`)."""
-        return run_exported(self.exported, self.state, inputs, random=bool(self.signature.get("random_seed")),
-                            seed=seed)
+    def __call__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
+        """Run with numpy arrays or torch tensors, called as the model is (``seed``: see :func:`run_exported`)."""
+        return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs),
+                            random=bool(self.signature.get("random_seed")), seed=seed)
 
 
 def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:

@@ -168,5 +168,5 @@ def test_unknown_option_and_signature_errors(program):
     art = build(program)
     with pytest.raises(InputError, match="unknown signature"):
         art(program.samples[0], signature="decode")
-    with pytest.raises(InputError, match="takes 1 inputs"):
+    with pytest.raises(InputError, match="takes 1 tensor inputs, the call gave 2"):
         art(program.samples[0], program.samples[0])

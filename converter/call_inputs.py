@@ -1,0 +1,95 @@
+"""Calling a converted model the way the model itself is called.
+
+A converted model takes its tensor inputs as one flat list: the tensors of the sample call's arguments in
+``torch.export``'s order (positional arguments, nested tuples, lists and dicts in their order, then the
+keyword arguments in the order the sample call gave them; ``None`` and Python numbers are not inputs).
+:class:`CallInputs` finds that list in a call made as the model is called (``art(ids, None, mask)``,
+``art(x, cache={"k": k, "v": v})``, ``art(x, b=b, a=a)`` with the keywords in any order), so every
+target takes the model's own call; a call of exactly the flat inputs works as before.
+
+It needs no PyTorch at call time (a reloaded StableHLO artifact runs without it): the keyword names are
+plain strings, saved with an artifact that is written to disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from converter.errors import InputError
+
+
+def _is_array(x: Any) -> bool:
+    """A tensor input: a torch tensor, NumPy array or scalar, JAX array (anything with a shape and a dtype)."""
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+class CallInputs:
+    """Where a converted model's ``n_inputs`` flat inputs are in a call.
+
+    Args:
+        n_inputs: how many tensor inputs the converted model takes.
+        keywords: the names of the sample call's keyword arguments, in its order (their tensors follow the
+            positional ones).
+    """
+
+    def __init__(self, n_inputs: int, keywords: Sequence[str] = ()):
+        self.n_inputs = n_inputs
+        self.keywords = tuple(keywords)
+
+    @classmethod
+    def of(cls, program: Any) -> "CallInputs":
+        """The call structure of a :class:`~converter.lowering.interpreter.LoweredProgram` (its captured
+        program's input tree: ``(args, kwargs)``)."""
+        exported = getattr(program, "exported", None)
+        spec = exported.call_spec.in_spec if exported is not None else None
+        keywords = ()
+        if spec is not None and spec.num_children == 2:
+            keywords = tuple(spec.child(1).context or ())
+        return cls(len(program.inputs), keywords)
+
+    def flatten(self, args: Sequence[Any], kwargs: dict | None = None) -> list[Any]:
+        """The flat inputs of the call ``(*args, **kwargs)``.
+
+        Raises:
+            InputError: a keyword the model was not converted with, or a number of tensors other than the
+                model's inputs.
+        """
+        kwargs = kwargs or {}
+        if not kwargs and len(args) == self.n_inputs and not any(_nested(a) for a in args):
+            return list(args)  # the flat inputs themselves (a list of numbers may be one array-like input)
+        unknown = [k for k in kwargs if k not in self.keywords]
+        if unknown:
+            known = ", ".join(self.keywords) if self.keywords else "none"
+            raise InputError(f"unexpected keyword argument(s) {', '.join(unknown)}: the model was converted with "
+                             f"keyword arguments: {known}")
+        flat: list[Any] = []
+        _leaves(tuple(args), flat)
+        for name in self.keywords:  # the sample call's order, whatever order this call gives them in
+            if name in kwargs:
+                _leaves(kwargs[name], flat)
+        if len(flat) != self.n_inputs:
+            raise InputError(f"the model takes {self.n_inputs} tensor inputs, the call gave {len(flat)} (its "
+                             "arguments' tensors, nested tuples, lists and dicts included)")
+        return flat
+
+
+def _nested(x: Any) -> bool:
+    """Whether a call argument is a structure of inputs, or ``None``, rather than one input."""
+    if x is None or isinstance(x, (tuple, dict)):
+        return True
+    return isinstance(x, list) and any(_is_array(i) or _nested(i) for i in x)
+
+
+def _leaves(x: Any, out: list) -> None:
+    """Append ``x``'s tensors to ``out`` in ``torch.export``'s order."""
+    if _is_array(x):
+        out.append(x)
+    elif isinstance(x, (tuple, list)):
+        for item in x:
+            _leaves(item, out)
+    elif isinstance(x, dict):
+        for item in x.values():
+            _leaves(item, out)
+
+
+__all__ = ["CallInputs"]

@@ -1,0 +1,80 @@
+"""Every target's artifact is called as the model is (``converter/call_inputs.py``): keyword arguments by name
+in any order, ``None`` arguments, nested tuples and dicts of tensors; saved and reloaded artifacts too, and the
+flat inputs as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from converter import convert
+from converter.errors import InputError
+from exporters.litert import LiteRTArtifact
+from exporters.onnx import OnnxArtifact
+from exporters.stablehlo import load
+
+TARGETS = ("tpu", "stablehlo", "onnx", "litert")
+
+
+class _Optional(nn.Module):
+    """A transformers-style signature: optional tensors, a dict of tensors, keyword arguments."""
+
+    def forward(self, x, mask=None, cache=None, *, a=None, b=None):
+        y = x * 2
+        if mask is not None:
+            y = y * mask
+        if cache is not None:
+            y = y + cache["k"] - cache["v"][0]
+        return y + 3 * a - b
+
+
+def _tensors():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(2, 3, generator=g) for _ in range(5)]
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def converted(request):
+    """Each target converted with ``(x, None, cache)`` and keywords ``a``, ``b`` (in that order)."""
+    x, k, v, a, b = _tensors()
+    model = _Optional().eval()
+    cache = {"k": k, "v": (v,)}
+    art = convert(model, (x, None, cache), {"a": a, "b": b}, target=request.param)
+    return request.param, art, model, (x, k, v, a, b)
+
+
+def _same(got, want):
+    got = torch.as_tensor(np.asarray(got)) if not isinstance(got, torch.Tensor) else got
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_called_as_the_model_is(converted):
+    target, art, model, (x, k, v, a, b) = converted
+    cache = {"k": k, "v": (v,)}
+    want = model(x, None, cache, a=a, b=b)
+    _same(art(x, None, cache, a=a, b=b), want)
+    _same(art(x, None, cache, b=b, a=a), want)  # keywords in another order: matched by name (tpu swapped them)
+    _same(art(x, k, v, a, b), want)  # the flat inputs
+
+
+def test_a_keyword_the_model_was_not_converted_with_is_refused(converted):
+    target, art, model, (x, k, v, a, b) = converted
+    with pytest.raises(InputError, match="unexpected keyword argument.*c.*converted with keyword arguments: a, b"):
+        art(x, None, {"k": k, "v": (v,)}, a=a, c=b)
+    with pytest.raises(InputError, match="takes 5 tensor inputs, the call gave 4"):
+        art(x, None, {"k": k, "v": (v,)}, a=a)
+
+
+def test_saved_artifacts_take_the_call_too(converted, tmp_path):
+    target, art, model, (x, k, v, a, b) = converted
+    cache = {"k": k, "v": (v,)}
+    want = model(x, None, cache, a=a, b=b)
+    if target == "stablehlo":  # signature.json keeps the keyword names
+        art.save(tmp_path / "m")
+        _same(load(tmp_path / "m")(x, None, cache, b=b, a=a), want)
+    elif target in ("onnx", "litert"):  # the file alone: positional inputs, nested or flat
+        loaded = (OnnxArtifact if target == "onnx" else LiteRTArtifact).load(art.save(tmp_path / f"m.{target}"))
+        _same(loaded(x, None, cache, a, b), want)
+        _same(loaded(x, k, v, a, b), want)
