@@ -525,3 +525,26 @@ def test_compiled_empty_tpu_inputs_match_cpu():
     model = torch.nn.Linear(3, 2).to("tpu")
     torch.compile(model, backend="tpu")(x.to("tpu")).sum().backward()
     assert model.weight.grad.cpu().eq(0).all()
+
+
+def test_a_backward_with_a_data_dependent_shape_falls_back_as_on_cpu():
+    # index_put with a boolean mask (wav2vec2's time masking in training) has a backward that reads grad[mask]: a
+    # data-dependent shape AOTAutograd cannot trace, so dynamo runs the frame eagerly, as it does for CPU tensors.
+    # Traced on the tpu device's backward thread, the exception had ended the engine as a bare SystemError
+    torch._dynamo.reset()
+
+    def masked(h, emb, m):
+        h = h * 2
+        h[m] = emb
+        return h
+
+    g = torch.Generator().manual_seed(3)
+    h, emb = torch.randn(1, 4, 3, generator=g), torch.randn(3, generator=g)
+    m = torch.tensor([[True, False, True, False]])
+    hr, er = h.clone().requires_grad_(), emb.clone().requires_grad_()
+    masked(hr, er, m).pow(2).sum().backward()
+    ht, et = h.to("tpu").requires_grad_(), emb.to("tpu").requires_grad_()
+    torch.compile(masked, backend="tpu")(ht, et, m.to("tpu")).pow(2).sum().backward()
+    torch.testing.assert_close(ht.grad.cpu(), hr.grad)
+    torch.testing.assert_close(et.grad.cpu(), er.grad)
+    torch._dynamo.reset()
