@@ -151,6 +151,12 @@ def payload_stride(t: TpuTensor) -> Any:
         offset = t.storage_offset()
         if type(offset) is int and offset:
             return TracedLayout(strides, offset)
+    elif t._opaque and not t._chain and t.storage_offset():
+        # a concrete tensor at an offset that is no view of another (a compiled graph's output that views one of
+        # its intermediates: a KV cache's window ``cat([k, new])[:, :, 1:]`` fed to the next call): its fake gets
+        # the offset too (dynamo's fakeification otherwise re-points a fake of another layout at a meta storage,
+        # which a tpu tensor refuses)
+        return TracedLayout(tuple(t.stride()) if strides is None else strides, t.storage_offset())
     return strides
 
 

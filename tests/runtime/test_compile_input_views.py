@@ -1,6 +1,7 @@
 """``torch.compile(backend="tpu")`` on inputs that are views of tpu data at a storage offset, mutated in the
 compiled function, with an output that views them: AOTAutograd rebuilds such an output from the input at the
-traced offset, which the tpu tensor protocol must carry (it read the input's storage from offset 0)."""
+traced offset, which the tpu tensor protocol must carry (it read the input's storage from offset 0); and an output that views
+an intermediate at an offset, fed to the next call."""
 
 from __future__ import annotations
 
@@ -69,3 +70,25 @@ def test_a_function_compiled_for_cpu_views_then_for_tpu_views_writes_them():
         with torch.no_grad():
             got = compiled(base[0], base[2])
         assert float(got) == float(bump(want[0], want[2])) and torch.equal(base.cpu(), want)
+
+
+def _window(cache, new):
+    full = torch.cat([cache, new], -2)
+    return full[:, :, 1:, :], full.sum()
+
+
+def test_an_output_viewing_an_intermediate_feeds_the_next_call():
+    # a sliding-window KV cache (transformers' Gemma 3 in generate with a compiled forward): the compiled call returns
+    # a window of an intermediate, at a storage offset, and the next call takes it as its input. Its fake had come
+    # out at offset 0 and dynamo's fakeification failed ("set the storage of a tensor on device tpu:0 to a storage
+    # on different device meta")
+    torch._dynamo.reset()
+    step = torch.compile(_window, backend="tpu")
+    cache, want = torch.zeros(1, 2, 3, 8).to("tpu"), torch.zeros(1, 2, 3, 8)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        new = torch.randn(1, 2, 1, 8, generator=g)
+        (cache, total), (want, want_total) = step(cache, new.to("tpu")), _window(want, new)
+        torch.testing.assert_close(cache.cpu(), want)
+        torch.testing.assert_close(total.cpu(), want_total)
+    torch._dynamo.reset()
