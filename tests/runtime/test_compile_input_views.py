@@ -1,7 +1,7 @@
 """``torch.compile(backend="tpu")`` on inputs that are views of tpu data at a storage offset, mutated in the
 compiled function, with an output that views them: AOTAutograd rebuilds such an output from the input at the
-traced offset, which the tpu tensor protocol must carry (it read the input's storage from offset 0); and an output that views
-an intermediate at an offset, fed to the next call."""
+traced offset, which the tpu tensor protocol must carry (it read the input's storage from offset 0); and an
+output that views an intermediate at an offset, fed to the next call."""
 
 from __future__ import annotations
 
