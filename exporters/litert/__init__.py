@@ -52,8 +52,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
+
 from converter.call_inputs import CallInputs
 from converter.errors import InputError
+from converter.lowering.stateful import StateCarrier, stateful_program
+from converter.lowering.stateful import note as state_note
 from exporters.litert.artifact import LiteRTArtifact
 from exporters.litert.builder import serialize
 from exporters.litert.export import lower_program
@@ -112,6 +116,17 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
     if unknown:
         raise InputError(f"unknown LiteRT option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
     notes: list[str] = []
+    call_inputs = {k: CallInputs.of(p) for k, p in programs.items()}
+    carried, carrier = {}, StateCarrier({})
+    for key, prog in list(programs.items()):
+        if getattr(prog, "mutated_buffers", None):  # buffers written in place: carried inputs and outputs
+            programs[key] = prog = stateful_program(prog)
+            carried[key] = prog.carried
+            carrier.add({n: v.transpose(0, 2, 3, 1) if channels_last_io and np.ndim(v) == 4 else v
+                         for n, v in prog.initial.items()})  # (in the file's layout; signatures of one model share
+            # them: one KV cache)
+    if carried:
+        notes.append(state_note(sorted({n for names in carried.values() for n in names})))
     graphs = [lower_program(p, key, channels_last_io=channels_last_io, notes=notes, options=options)
               for key, p in programs.items()]
     if any(t.dtype.name == "int64" for g in graphs for t in g.tensors()):
@@ -125,4 +140,5 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
     if len(data) > 2**31 and options.get("external_buffer_threshold_bytes") is None:
         notes.append("weights are stored after the flatbuffer (Buffer.offset/size): the model exceeds 2 GB")
     return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io,
-                          precision=quantize or "fp32", call_inputs={k: CallInputs.of(p) for k, p in programs.items()})
+                          precision=quantize or "fp32", call_inputs=call_inputs,
+                          carried=(carried, carrier) if carried else None)

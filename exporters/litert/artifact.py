@@ -40,9 +40,12 @@ class LiteRTArtifact(FileBytes):
 
     def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
                  channels_last_io: bool = False, precision: str = "fp32",
-                 call_inputs: dict[str, CallInputs] | None = None):
+                 call_inputs: dict[str, CallInputs] | None = None, carried: tuple | None = None):
         self._bytes = bytes(model)
         self._call_inputs = dict(call_inputs or {})  # signature → its program's call structure
+        #: ``({signature: buffer names}, StateCarrier)``: the buffers the model writes in place
+        #: (converter.lowering.stateful), kept in the file's layout
+        self._carried = carried
         self.precision = precision
         self.notes = list(notes or [])
         self.num_threads = num_threads
@@ -137,10 +140,20 @@ class LiteRTArtifact(FileBytes):
             if self.channels_last_io and arr.ndim == 4:
                 arr = arr.transpose(0, 2, 3, 1)
             arrays.append(arr)
-        outs = self.run_raw(*arrays, signature=signature)
+        names = self._carried[0].get(sig, ()) if self._carried is not None else ()
+        if names:
+            carrier = self._carried[1]
+            outs = carrier.take(names, self.run_raw(*arrays, *carrier.inputs(names), signature=sig))
+        else:
+            outs = self.run_raw(*arrays, signature=signature)
         if self.channels_last_io:
             outs = [o.transpose(0, 3, 1, 2) if o.ndim == 4 else o for o in outs]
         return from_numpy(outs, as_torch)
+
+    def reset_state(self) -> None:
+        """Start the buffers the model writes in place over from their converted values (see ``notes``)."""
+        if self._carried is not None:
+            self._carried[1].reset()
 
     def __repr__(self) -> str:
         top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))

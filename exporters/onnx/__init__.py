@@ -28,6 +28,8 @@ from typing import Any
 
 from converter.call_inputs import CallInputs
 from converter.errors import InputError
+from converter.lowering.stateful import StateCarrier, stateful_program
+from converter.lowering.stateful import note as state_note
 from exporters.onnx.artifact import OnnxArtifact
 from exporters.onnx.export import OPSET, build_model
 
@@ -58,7 +60,12 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
     if unknown:
         raise InputError(f"unknown ONNX option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
     notes: list[str] = []
+    call_inputs, carried = CallInputs.of(program), None
+    if getattr(program, "mutated_buffers", None):  # buffers written in place: carried inputs and outputs
+        program = stateful_program(program)
+        notes.append(state_note(program.carried))
+        carried = (program.carried, StateCarrier(program.initial))
     model, out_dtypes = build_model(program, notes, description=options.get("description", "tpu-export"))
     data = model.SerializeToString(deterministic=True)
     return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes,
-                        call_inputs=CallInputs.of(program))
+                        call_inputs=call_inputs, carried=carried)

@@ -29,9 +29,12 @@ class OnnxArtifact(FileBytes):
     """
 
     def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
-                 output_dtypes: Sequence[Any] | None = None, call_inputs: CallInputs | None = None):
+                 output_dtypes: Sequence[Any] | None = None, call_inputs: CallInputs | None = None,
+                 carried: tuple | None = None):
         self._bytes = bytes(model)
         self._call_inputs = call_inputs
+        #: ``(buffer names, StateCarrier)`` of the buffers the model writes in place (converter.lowering.stateful)
+        self._carried = carried
         self.notes = list(notes or [])
         self.num_threads = num_threads
         self.precision = "fp32"
@@ -132,8 +135,16 @@ class OnnxArtifact(FileBytes):
         inputs = self._call_inputs.flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = [to_numpy(x) for x in inputs]
-        outs = self.run_raw(*arrays)
-        return from_numpy(outs, as_torch)
+        if self._carried is None:
+            return from_numpy(self.run_raw(*arrays), as_torch)
+        names, carrier = self._carried
+        outs = self.run_raw(*arrays, *carrier.inputs(names))
+        return from_numpy(carrier.take(names, outs), as_torch)
+
+    def reset_state(self) -> None:
+        """Start the buffers the model writes in place over from their converted values (see ``notes``)."""
+        if self._carried is not None:
+            self._carried[1].reset()
 
     def __repr__(self) -> str:
         top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))

@@ -64,7 +64,13 @@ class StableHLOArtifact:
             self.notes.append("dynamic dims: high-level ops emitted as their decompositions, not composites")
         with jax.enable_x64(True):
             state_avals = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.state.items()}
-            seeded = jax.jit(lambda state, seed, *xs: program.fn(state, *xs, rng=jax.random.key(seed))[0])
+            carried = list(program.mutated_buffers)  # their new values follow the outputs (see run_exported)
+
+            def outputs(result: tuple) -> tuple:
+                outs, muts = result
+                return tuple(outs) + tuple(muts[name] for name in carried)
+
+            seeded = jax.jit(lambda state, seed, *xs: outputs(program.fn(state, *xs, rng=jax.random.key(seed))))
             seed = jax.ShapeDtypeStruct((), np.uint32)
             try:
                 with dispatch.portable("stablehlo export"):
@@ -72,10 +78,15 @@ class StableHLOArtifact:
                     if self.random:  # a seed input, drawn per call: a constant one would repeat one draw forever
                         self.exported = jax_export.export(seeded)(state_avals, seed, *avals)
                     else:
-                        fn = jax.jit(lambda state, *xs: program.fn(state, *xs)[0])
+                        fn = jax.jit(lambda state, *xs: outputs(program.fn(state, *xs)))
                         self.exported = jax_export.export(fn)(state_avals, *avals)
             except Exception as e:  # jax raises many types while tracing/lowering
                 raise ExportError(f"jax.export failed: {type(e).__name__}: {e}") from e
+        self.carried = carried
+        if carried:
+            self.notes.append(f"buffers the model writes in place ({', '.join(carried)}) are outputs after the model's "
+                              "own: calling the artifact (or a reloaded one) writes them into its weights for the next "
+                              "call")
         if self.random:
             self.notes.append("random numbers: the module takes a uint32 seed after the weights, a fresh one per call "
                               "(NumPy's global generator, or seed=)")
@@ -98,8 +109,11 @@ class StableHLOArtifact:
             "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in sorted(self.state.items())],
             "notes": self.notes,
             "random_seed": self.random,
-            "calling_convention": ("main(weights: dict[name→array], seed: uint32[], *inputs) -> tuple(outputs)"
-                                   if self.random else "main(weights: dict[name→array], *inputs) -> tuple(outputs)"),
+            "mutated_buffers": list(self.carried),
+            "calling_convention": (("main(weights: dict[name→array], seed: uint32[], *inputs)" if self.random
+                                    else "main(weights: dict[name→array], *inputs)")
+                                   + (" -> tuple(*outputs, *mutated_buffers' new values)" if self.carried
+                                      else " -> tuple(outputs)")),
         }
 
     def save(self, path: str) -> Path:
@@ -121,7 +135,7 @@ class StableHLOArtifact:
         from exporters.stablehlo.load import run_exported
 
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs), random=self.random,
-                            seed=seed)
+                            seed=seed, carried=self.carried)
 
 
 def draws_random_numbers(jaxpr: Any) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -15,16 +15,22 @@ from converter.call_inputs import CallInputs
 from converter.errors import ExportError
 
 
-def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None) -> Any:
+def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None,
+                 carried: Sequence[str] = ()) -> Any:
     """Call an Exported module; torch tensors in → torch tensors out, else numpy. A module that draws random
     numbers (``random``) takes a uint32 seed after the weights: ``seed``, else a fresh one from NumPy's global
-    generator (``np.random.seed`` makes the draws repeat)."""
+    generator (``np.random.seed`` makes the draws repeat). The buffers the model writes in place (``carried``)
+    are its last outputs: written into ``state`` for the next call."""
     torch_io = any(type(x).__module__.startswith("torch") for x in inputs)
     with jax.enable_x64(True):
         arrays = [_to_array(x) for x in inputs]
         if random:
             arrays.insert(0, np.uint32(np.random.randint(0, 2**32, dtype=np.uint64) if seed is None else seed))
         outs = exported.call(state, *arrays)
+    if carried:
+        n = len(outs) - len(carried)
+        state.update(zip(carried, outs[n:]))
+        outs = outs[:n]
     if torch_io:
         from tpu_runtime.module import to_torch
 
@@ -63,7 +69,8 @@ class LoadedStableHLO:
     def __call__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
         """Run with numpy arrays or torch tensors, called as the model is (``seed``: see :func:`run_exported`)."""
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs),
-                            random=bool(self.signature.get("random_seed")), seed=seed)
+                            random=bool(self.signature.get("random_seed")), seed=seed,
+                            carried=self.signature.get("mutated_buffers", ()))
 
 
 def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:
