@@ -29,7 +29,7 @@ def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False
         outs = exported.call(state, *arrays)
     if carried:
         n = len(outs) - len(carried)
-        state.update(zip(carried, outs[n:]))
+        state.update((name, np.asarray(v)) for name, v in zip(carried, outs[n:]))  # (host arrays, as loaded)
         outs = outs[:n]
     if torch_io:
         from tpu_runtime.module import to_torch
