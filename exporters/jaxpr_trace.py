@@ -34,7 +34,7 @@ def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str,
                 if not _IDENT.match(d):
                     raise ExportError(f"dynamic dim {d!r} of input {spec.name} is not a plain symbol")
                 names.append(d)
-    constraints = _range_constraints(program, names)
+    constraints = range_constraints(program, names)
     symbols = dict(zip(names, jax_export.symbolic_shape(", ".join(names), constraints=constraints))) if names else {}
     env: dict[str, int] = {}
     avals, shapes = [], []
@@ -114,7 +114,7 @@ def fx_locator(program: Any) -> Any:
     return locate
 
 
-def _range_constraints(program: Any, names: list[str]) -> tuple[str, ...]:
+def range_constraints(program: Any, names: list[str]) -> tuple[str, ...]:
     """``jax.export`` constraints from torch.export's range constraints (e.g. ``s <= 15``),
     so lowerings that compare a dynamic dim with a constant stay conclusive."""
     ranges = getattr(getattr(program, "exported", None), "range_constraints", None) or {}

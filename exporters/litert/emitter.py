@@ -173,11 +173,10 @@ class Emitter:
         if key in val.cache:
             return val.cache[key]
         if val.is_const:
-            arr = val.full() if expand else val.const
-            if expand and not val.static:
+            if expand and not val.static:  # (a symbolic shape: no NumPy array of it)
                 t = self._broadcast(self.const(val.const.transpose(perm), val.dtype), val, perm)
             else:
-                t = self.const(np.transpose(arr, perm), val.dtype)
+                t = self.const(np.transpose(val.full() if expand else val.const, perm), val.dtype)
         elif expand and val.pending:
             t = self._broadcast(self.tensor_of(val, perm), val, perm)
         elif perm == val.perm:

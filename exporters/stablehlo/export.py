@@ -23,17 +23,19 @@ from converter.errors import ExportError
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.interpreter import LoweredProgram
 from exporters.atomic import write_dir
+from exporters.jaxpr_trace import range_constraints
 from kernels import dispatch
 
 SCHEMA_VERSION = 1
 
 
 def _abstract_inputs(program: LoweredProgram) -> list[jax.ShapeDtypeStruct]:
-    """Input avals, with one shared symbolic scope for every dynamic dim."""
+    """Input avals, with one shared symbolic scope for every dynamic dim (bounded by torch.export's ranges, so a
+    lowering that compares a dim with a constant, ``position_ids[:, :seq]`` of a 64-long buffer, is conclusive)."""
     names = sorted({d for s in program.inputs for d in s.shape if isinstance(d, str)})
     if not names:
         return [jax.ShapeDtypeStruct(tuple(s.shape), to_jax_dtype(s.dtype)) for s in program.inputs]
-    scope = jax_export.SymbolicScope()
+    scope = jax_export.SymbolicScope(range_constraints(program, names))  # (torch.export's ranges: ``s <= 64``)
     out = []
     for s in program.inputs:
         text = ", ".join(str(d) for d in s.shape)

@@ -73,19 +73,38 @@ def _with_batching_indices(em: Emitter, idx: Val, operand_bdims: tuple, index_bd
     """Turn batching dims into explicit index columns (iota), for GATHER_ND/SCATTER_ND."""
     if not operand_bdims:
         return idx, tuple(index_map)
-    if not idx.static:
-        raise Unsupported("gather/scatter batching dims with dynamic shapes")
     batch_shape = list(idx.shape[:-1])
+    t = em.tensor_of(idx, None, expand=True)
+    if not idx.static:  # the columns at run time: RANGE over each batching dim, broadcast (a dynamic batch)
+        parts = [_iota_column(em, batch_shape, ib, np.dtype(idx.dtype)) for ib in index_bdims]
+        dims = batch_shape + [len(parts) + idx.shape[-1]]
+        cat = em.emit("CONCATENATION", parts + [t], dims, idx.dtype, axis=len(batch_shape))
+        return Val(dims, idx.dtype, tensor=cat), tuple(operand_bdims) + tuple(index_map)
     cols = []
     for ib in index_bdims:
         col = np.arange(batch_shape[ib]).reshape([-1 if i == ib else 1 for i in range(len(batch_shape))])
         cols.append(np.broadcast_to(col, batch_shape)[..., None].astype(np.dtype(idx.dtype)))
     iota = np.concatenate(cols, axis=-1) if cols else None
     it = em.const(iota, idx.dtype)
-    t = em.tensor_of(idx, None, expand=True)
     dims = batch_shape + [len(cols) + idx.shape[-1]]
     cat = em.emit("CONCATENATION", [it, t], dims, idx.dtype, axis=len(batch_shape))
     return Val(dims, idx.dtype, tensor=cat), tuple(operand_bdims) + tuple(index_map)
+
+
+def _iota_column(em: Emitter, batch_shape: list, ib: int, dtype: np.dtype) -> Any:
+    """``batch_shape + [1]`` holding each position's index along batch dim ``ib`` (``batch_shape`` may be symbolic):
+    RANGE (or a constant) along ``ib``, broadcast over the rest."""
+    n = batch_shape[ib]
+    base = [1] * len(batch_shape) + [1]
+    base[ib] = n
+    if is_static(n):
+        r = em.const(np.arange(int(n), dtype=dtype).reshape(base))
+    else:
+        limit = em.emit("RESHAPE", [em.dim_tensor(n), em.const(i32([]))], [], np.int32)
+        r = em.emit("RANGE", [em.const(np.asarray(0, np.int32)), limit, em.const(np.asarray(1, np.int32))],
+                    [n], np.int32)
+        r = em.emit("RESHAPE", [em.cast(r, dtype), em.shape_operand(base)], base, dtype)
+    return em.tensor_of(Val(batch_shape + [1], dtype, tensor=r, base=base), None, expand=True)
 
 
 @rule(lax.gather_p)
