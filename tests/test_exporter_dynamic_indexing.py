@@ -1,6 +1,7 @@
 """Dynamic dims through indexing that transformers encoders and routers use: a gather along a dynamic batch (RoBERTa's
-position ids; ``topk`` values), a position buffer sliced to a dynamic length (DistilBERT), exported with
-``dynamic_shapes`` and run at several sizes against PyTorch."""
+position ids; ``topk`` values), a position buffer sliced to a dynamic length (DistilBERT), a tensor repeated a
+dynamic number of times (BLOOM's ALiBi bias), exported with ``dynamic_shapes`` and run at several sizes against
+PyTorch."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class _Indexing(nn.Module):
     def forward(self, x, idx):
         picked = torch.gather(x, 1, idx)  # a gather whose batch dim is dynamic (lax batching dims)
         top = torch.topk(x, 2, dim=-1).values
-        return picked + top.sum(-1, keepdim=True), x + self.positions[:, : x.shape[1], 0]  # (x.shape[1] <= 64)
+        tiled = self.positions[:, :3, 0].repeat(x.shape[0], 2)  # repeats that are a dynamic dim
+        return picked + top.sum(-1, keepdim=True), x + self.positions[:, : x.shape[1], 0], tiled  # (x.shape[1] <= 64)
 
 
 @pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])

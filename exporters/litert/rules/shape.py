@@ -320,11 +320,12 @@ def lower_rev(em: Emitter, eqn: Any, x: Val) -> Val:
 
 @rule(lax_internal.tile_p)
 def lower_tile(em: Emitter, eqn: Any, x: Val) -> Val:
-    """tile (``Tensor.repeat``) → TILE with the repeats in the value's layout (its pending broadcasts made first)."""
+    """tile (``Tensor.repeat``) → TILE with the repeats in the value's layout (its pending broadcasts made first;
+    the repeats computed at run time when one is a dynamic dim: ``alibi.repeat(batch, 1, 1)``)."""
     aval = out_aval(eqn)
     p = x.perm
-    reps = [int(eqn.params["reps"][d]) for d in p]
-    out = em.emit("TILE", [em.tensor_of(x, p, expand=True), em.const(i32(reps))], [aval.shape[d] for d in p],
+    reps = [eqn.params["reps"][d] for d in p]
+    out = em.emit("TILE", [em.tensor_of(x, p, expand=True), em.shape_tensor(reps)], [aval.shape[d] for d in p],
                   aval.dtype)
     return Val(aval.shape, aval.dtype, tensor=out, perm=p)
 

@@ -127,9 +127,10 @@ def lower_rev(g: OnnxGraph, eqn: Any, x: Val) -> Val:
 
 @rule(lax_internal.tile_p)
 def lower_tile(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """tile (``Tensor.repeat``) → Tile with the repeats."""
+    """tile (``Tensor.repeat``) → Tile with the repeats (computed at run time when one is a dynamic dim:
+    ``alibi.repeat(batch, 1, 1)``)."""
     aval = out_aval(eqn)
-    out = g.op("Tile", [g.tensor(x), g.i64([int(r) for r in eqn.params["reps"]])])
+    out = g.op("Tile", [g.tensor(x), g.shape_tensor(list(eqn.params["reps"]))])
     return g.val(out, aval.shape, aval.dtype)
 
 
