@@ -225,6 +225,27 @@ def lower_unfold_default(ctx, self, dimension, size, step):
     return jnp.moveaxis(jnp.take(self, idx, axis=d), d + 1, -1)
 
 
+def _dense_restride(ctx, self, size, stride, storage_offset) -> bool:
+    """Whether an as_strided view only re-labels the strides of size-1 dims of a dense input of as many elements
+    (channels-last's ``mean(keepdim=True)`` output re-strided: ``as_strided(x, [b, c, 1, 1], [c, 1, c, c])``):
+    its elements are the input's in order, a reshape, also when a size is a dynamic dim (a batch)."""
+    if storage_offset not in (None, 0) or len(size) != len(stride):
+        return False
+    meta = ctx.node.args[0].meta.get("val") if ctx.node is not None else None
+    if meta is not None and (not meta.is_contiguous() or meta.storage_offset() != 0):
+        return False
+    dense = 1
+    for n, st in zip(reversed(size), reversed(stride)):
+        if not (isinstance(n, int) and n == 1):
+            if not isinstance(st, int) or not isinstance(dense, int) or st != dense:
+                return False
+        dense = dense * n
+    try:
+        return bool(dense == math.prod(self.shape))
+    except Exception:  # noqa: BLE001 (an inconclusive symbolic comparison)
+        return False
+
+
 def _strided_indices(ctx, op, self, size, stride, storage_offset, views=False):
     """Flat indices into ``self`` of an as_strided view (computed at conversion time).
 
@@ -288,6 +309,8 @@ def lower_as_strided_default(ctx, self, size, stride, storage_offset=None):
     layout in the node's meta (torch reads raw storage); storage it does not hold raises
     UnsupportedOpError.
     """
+    if _dense_restride(ctx, self, size, stride, storage_offset):
+        return self.reshape(tuple(size))
     idx = _strided_indices(ctx, aten.as_strided.default, self, size, stride, storage_offset, views=True)
     flat = self.reshape(-1)
     if np.array_equal(idx.reshape(-1), np.arange(idx.size)):
