@@ -23,7 +23,7 @@ from jax.lax import GatherScatterMode
 from exporters.litert.emitter import Emitter, Val, is_static, tfl_dtype
 from exporters.litert.rules import Unsupported, out_aval, rule
 from exporters.litert.rules.linalg import _permuted
-from exporters.litert.rules.shape import _same, i32, reshape_to
+from exporters.litert.rules.shape import _same, dynamic_range, i32, reshape_to
 
 
 def _index_tensor(em: Emitter, idx: Val) -> Any:
@@ -97,13 +97,7 @@ def _iota_column(em: Emitter, batch_shape: list, ib: int, dtype: np.dtype) -> An
     n = batch_shape[ib]
     base = [1] * len(batch_shape) + [1]
     base[ib] = n
-    if is_static(n):
-        r = em.const(np.arange(int(n), dtype=dtype).reshape(base))
-    else:
-        limit = em.emit("RESHAPE", [em.dim_tensor(n), em.const(i32([]))], [], np.int32)
-        r = em.emit("RANGE", [em.const(np.asarray(0, np.int32)), limit, em.const(np.asarray(1, np.int32))],
-                    [n], np.int32)
-        r = em.emit("RESHAPE", [em.cast(r, dtype), em.shape_operand(base)], base, dtype)
+    r = em.const(np.arange(int(n), dtype=dtype).reshape(base)) if is_static(n) else dynamic_range(em, n, base, dtype)
     return em.tensor_of(Val(batch_shape + [1], dtype, tensor=r, base=base), None, expand=True)
 
 

@@ -340,13 +340,19 @@ def lower_iota(em: Emitter, eqn: Any) -> Val:
     n = shape[dim]
     if is_static(n):
         return Val(shape, dtype, const=np.arange(int(n), dtype=dtype).reshape(base))
+    return Val(shape, aval.dtype, tensor=dynamic_range(em, n, base, dtype), base=base)
+
+
+def dynamic_range(em: Emitter, n: Any, base: Sequence, dtype: Any) -> Any:
+    """``0 .. n-1`` (``n`` a dynamic dim) in ``dtype``, shaped ``base`` (1 except ``n`` on its axis): RANGE, CAST,
+    RESHAPE."""
     limit = em.emit("RESHAPE", [em.dim_tensor(n), em.const(i32([]))], [], np.int32)
     r = em.emit("RANGE", [em.const(np.asarray(0, np.int32)), limit, em.const(np.asarray(1, np.int32))],
                 [n], np.int32)
     r = em.cast(r, dtype)
-    if len(shape) > 1:
-        r = em.emit("RESHAPE", [r, em.shape_operand(base)], base, dtype)
-    return Val(shape, aval.dtype, tensor=r, base=base)
+    if len(base) > 1:
+        r = em.emit("RESHAPE", [r, em.shape_operand(base)], list(base), dtype)
+    return r
 
 
 @rule(shape_poly.dim_as_value_p)
