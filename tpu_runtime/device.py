@@ -25,8 +25,9 @@ Nothing global is patched: these are registrations into PyTorch's extension poin
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import torch
@@ -82,7 +83,7 @@ def _device_type(_type: Any = _PRIVATEUSE1, _exhausted: Any = iter(frozenset()),
     returning a value from a call made with the indicator set fails, which in that destructor is
     ``std::terminate`` (the process aborted). Iterating an exhausted iterator makes the interpreter
     check the indicator without a call: a pending exception is raised here and caught, kept for
-    :meth:`TpuTensor.backward <tpu_runtime.tensor.TpuTensor.backward>` to raise in place of the
+    :func:`rescued_engine_errors` (``TpuTensor.backward``, the dynamo backend) to raise in place of the
     ``SystemError`` the engine then ends with. (A static function with default arguments: no bound
     method and no global lookup per call.)"""
     try:
@@ -98,6 +99,20 @@ def take_hook_error() -> BaseException | None:
     if not _HOOK_ERROR:
         return None
     return _HOOK_ERROR.pop()
+
+
+@contextlib.contextmanager
+def rescued_engine_errors() -> Iterator[None]:
+    """Run a call into the autograd engine, raising the exception :func:`_device_type` rescued (a hook's, or an op's
+    on the tpu device's backward thread) in place of the bare ``SystemError`` the engine then ends with."""
+    take_hook_error()  # (a stale one, left by a torch.autograd.grad call)
+    try:
+        yield
+    except SystemError:
+        error = take_hook_error()
+        if error is None:
+            raise
+        raise error from None
 
 
 class _Guard(torch._C._acc.DeviceGuard):

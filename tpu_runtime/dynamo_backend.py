@@ -403,24 +403,19 @@ def _custom_op_decompositions(gm: torch.fx.GraphModule) -> list:
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
     :func:`compile_graph` for the forward and backward graphs."""
-    from tpu_runtime.device import take_hook_error
+    from tpu_runtime.device import rescued_engine_errors
 
     _late_decompositions()
     custom = _custom_op_decompositions(gm)
     views = split_shared_views(gm, example_inputs)
-    take_hook_error()  # (a stale one)
     try:
-        compiled = _AOT(gm, example_inputs, **kwargs)
-        return compiled if views is None else views(compiled)
-    except SystemError:
         # AOTAutograd traces the backward with ``torch.autograd.grad``, on the engine's thread for the tpu device,
         # where an op's exception (a data-dependent shape: ``grad[bool_mask]`` in ``index_put``'s backward) ends
-        # the engine with a bare SystemError (see tpu_runtime.device._device_type, which keeps the exception):
-        # raise that exception, which dynamo handles as it does on the CPU (the frame runs eagerly)
-        error = take_hook_error()
-        if error is None:
-            raise
-        raise error from None
+        # the engine with a bare SystemError: the op's own exception is raised instead, which dynamo handles as it
+        # does on the CPU (the frame runs eagerly)
+        with rescued_engine_errors():
+            compiled = _AOT(gm, example_inputs, **kwargs)
+        return compiled if views is None else views(compiled)
     except AssertionError as e:  # AOTAutograd's check that the traced graph is functional
         if not custom:
             raise

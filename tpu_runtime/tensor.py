@@ -194,17 +194,10 @@ class TpuTensor(torch.Tensor):
             # on the CPU and leave CPU .grads on tpu parameters)
             raise RuntimeError(f"invalid gradient at index 0 - expected device {self.device} but got "
                                f"{gradient.device}")
-        from tpu_runtime.device import take_hook_error
+        from tpu_runtime.device import rescued_engine_errors
 
-        take_hook_error()  # (a stale one, left by a torch.autograd.grad call)
-        try:
-            with torch.autograd.set_multithreading_enabled(False):
-                torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
-        except SystemError:
-            hook_error = take_hook_error()  # what a backward hook raised (see device._device_type)
-            if hook_error is None:
-                raise
-            raise hook_error from None
+        with rescued_engine_errors(), torch.autograd.set_multithreading_enabled(False):
+            torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
         executor().sync()
 
     def tolist(self) -> Any:
