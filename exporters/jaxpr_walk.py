@@ -11,7 +11,9 @@ and constant folding:
   lowered through its decomposition jaxpr.
 * An eqn whose inputs are all constants is evaluated now (constant folding), except
   the primitives in ``NO_FOLD``, whose rules handle constant inputs themselves.
-* A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled; a ``cond`` between
+* A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled, a longer one is a
+  loop where the target has one (``LOOPS``: a ``while``, :mod:`exporters.loops`); a ``while`` is the target's
+  :meth:`JaxprTranslator.while_loop`; a ``cond`` between
   per-platform implementations is its CPU branch, any other ``cond`` every branch and a select.
 * A primitive neither format has an operator for, and the exporter no rule, is translated through its
   expansion (:mod:`exporters.expansions`: written once, for both).
@@ -35,7 +37,7 @@ from jax._src import source_info_util
 from jax._src.lax import lax as lax_internal
 
 from converter.errors import ConversionError, ExportError, SourceLocation, UnsupportedOpError
-from exporters import complex_values
+from exporters import complex_values, loops
 from exporters.complex_values import ComplexPair, is_complex, touches_complex
 from exporters.jaxpr_values import JaxprValue, is_static, same_dim  # noqa: F401 (re-exported)
 from exporters.expansions import EXPANSIONS, expansion_jaxpr
@@ -110,6 +112,9 @@ class JaxprTranslator:
     NO_FOLD: ClassVar[frozenset] = frozenset()
     #: Names of dtypes the target has no type for: an eqn making or reading one is refused where it is.
     NO_DTYPES: ClassVar[frozenset] = frozenset()
+    #: Whether the target has a loop operator (:meth:`while_loop`); without one a long ``scan`` and a
+    #: ``while`` are refused by name.
+    LOOPS: ClassVar[bool] = False
 
     def __init__(self, em: Any, locate: Any = None):
         self.em = em
@@ -223,7 +228,7 @@ class JaxprTranslator:
                                         "deterministic program; pass the noise in as an input (or export in eval mode, "
                                         "where dropout draws none)")
         if prim.name == "scan" and prim not in self.RULES:
-            return self._unrolled_scan(eqn, ins)
+            return self._scan(eqn, ins)
         if all(v.is_const for v in ins) and prim.name not in self.NO_FOLD \
                 and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars):
             return self.fold(eqn, ins)
@@ -233,6 +238,9 @@ class JaxprTranslator:
                     return complex_values.translate(self, eqn, ins)
                 except Unsupported as e:
                     raise self.unsupported(eqn, str(e)) from None
+        if prim.name == "while" and self.LOOPS and prim not in self.RULES:
+            with self._within(eqn):
+                return self.while_loop(eqn, ins)
         rule = self.RULES.get(prim)
         if rule is None and prim in EXPANSIONS:
             try:
@@ -275,6 +283,23 @@ class JaxprTranslator:
                 return results[0]
             return [self._through(lambda i, *outs: jax.lax.select_n(i, *outs), index, *column)
                     for column in zip(*results)]
+
+    def while_loop(self, eqn: Any, ins: list) -> list:
+        """A ``while`` eqn as the target's loop (targets with ``LOOPS``)."""
+        raise NotImplementedError
+
+    def scan_loop(self, eqn: Any, ins: list) -> list:
+        """A ``scan`` too long to unroll, as a loop: by default rewritten as a ``while``
+        (:func:`exporters.loops.scan_as_while`)."""
+        closed = loops.scan_as_while(eqn)
+        return self.eval_jaxpr(closed.jaxpr, closed.consts, ins)
+
+    def _scan(self, eqn: Any, ins: list) -> list:
+        length = eqn.params["length"]
+        if (is_static(length) and 0 < length <= MAX_UNROLLED_SCAN) or not self.LOOPS:
+            return self._unrolled_scan(eqn, ins)
+        with self._within(eqn):
+            return self.scan_loop(eqn, ins)
 
     def _unrolled_scan(self, eqn: Any, ins: list) -> list:
         """A ``scan`` of at most :data:`MAX_UNROLLED_SCAN` steps, unrolled: its body translated once per step

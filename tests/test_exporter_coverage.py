@@ -54,36 +54,25 @@ def _outcome(name: str, target: str) -> str:
 
 
 #: Refused by name, one clear UnsupportedOpError each (linalg decompositions beyond LU and Cholesky, complex inputs
-#: (``fft_c2r``), special functions, while/scan lowerings, conv with non-constant weights in LiteRT, ...).
+#: (``fft_c2r``), conv with non-constant weights in LiteRT, ...). The ``while``/``scan`` lowerings (gcd, the Bessel
+#: functions, the orthogonal polynomials, LDL) export as loops.
 REFUSED = {
     "onnx": frozenset({
-        "adaptive_max_pool_backward", "chebyshev_polynomial_t", "chebyshev_polynomial_u",
-        "chebyshev_polynomial_v", "chebyshev_polynomial_w", "conv_transpose", "convolution_backward", "fft_c2r",
-        "fractional_max_pool_backward", "frexp", "gcd", "geqrf", "grid_sampler_2d_backward",
-        "grid_sampler_3d_backward", "hash_tensor", "hermite_polynomial_h", "hermite_polynomial_he", "histogram",
-        "histogramdd", "igamma", "igammac", "jagged_to_padded_dense", "laguerre_polynomial_l", "lcm",
-        "legendre_polynomial_p", "linalg_eig", "linalg_eigh", "linalg_eigvals", "linalg_householder_product",
-        "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_matrix_exp", "linalg_pinv", "linalg_qr",
-        "linalg_svd", "max_pool_backward", "multi_margin_loss_backward", "multilabel_margin_loss_backward",
-        "nextafter", "ormqr", "repeat_interleave", "segment_reduce", "segment_reduce_backward",
-        "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
-        "shifted_chebyshev_polynomial_w", "special_airy_ai", "special_bessel_j0", "special_bessel_j1",
-        "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0", "special_modified_bessel_k1",
-        "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1", "view_dtype",
+        "adaptive_max_pool_backward", "conv_transpose", "convolution_backward", "fft_c2r",
+        "fractional_max_pool_backward", "frexp", "geqrf", "grid_sampler_2d_backward", "grid_sampler_3d_backward",
+        "hash_tensor", "histogram", "histogramdd", "igamma", "igammac", "jagged_to_padded_dense", "linalg_eig",
+        "linalg_eigh", "linalg_eigvals", "linalg_householder_product", "linalg_matrix_exp", "linalg_pinv",
+        "linalg_qr", "linalg_svd", "max_pool_backward", "multi_margin_loss_backward",
+        "multilabel_margin_loss_backward", "nextafter", "ormqr", "repeat_interleave", "segment_reduce",
+        "segment_reduce_backward", "view_dtype",
     }),
     "litert": frozenset({
-        "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
-        "conv_transpose", "convolution_backward", "fft_c2r", "gcd", "geqrf", "grid_sampler_2d_backward",
-        "grid_sampler_3d_backward", "hash_tensor", "hermite_polynomial_h", "hermite_polynomial_he", "histogram",
-        "histogramdd", "igamma", "igammac", "index_reduce", "int_mm", "jagged_to_padded_dense",
-        "laguerre_polynomial_l", "lcm", "legendre_polynomial_p", "linalg_eig", "linalg_eigh", "linalg_eigvals",
-        "linalg_householder_product", "linalg_ldl_factor_ex", "linalg_ldl_solve", "linalg_matrix_exp",
-        "linalg_pinv", "linalg_qr", "linalg_svd", "nextafter", "ormqr", "repeat_interleave", "scaled_mm",
-        "scaled_mm_v2", "scatter_reduce", "segment_reduce", "segment_reduce_backward",
-        "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
-        "shifted_chebyshev_polynomial_w", "special_airy_ai", "special_bessel_j0", "special_bessel_j1",
-        "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0", "special_modified_bessel_k1",
-        "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1", "view_dtype",
+        "conv_transpose", "convolution_backward", "fft_c2r", "geqrf", "grid_sampler_2d_backward",
+        "grid_sampler_3d_backward", "hash_tensor", "histogram", "histogramdd", "igamma", "igammac", "index_reduce",
+        "int_mm", "jagged_to_padded_dense", "linalg_eig", "linalg_eigh", "linalg_eigvals",
+        "linalg_householder_product", "linalg_matrix_exp", "linalg_pinv", "linalg_qr", "linalg_svd", "nextafter",
+        "ormqr", "repeat_interleave", "scaled_mm", "scaled_mm_v2", "scatter_reduce", "segment_reduce",
+        "segment_reduce_backward", "view_dtype",
     }),
 }
 #: Documented runtime behaviour (README, Known differences).

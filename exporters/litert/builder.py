@@ -27,6 +27,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from converter.errors import ExportError
 from exporters.litert.ir import Graph, Op, Tensor
+from exporters.litert.loops import called_graphs
 
 #: Model metadata name of the declared output dtypes ``{signature key: [dtype name, …]}`` (JSON).
 OUTPUT_DTYPES_METADATA = "tpu_export.output_dtypes"
@@ -77,6 +78,7 @@ OPTIONS = {
     "SPLIT": "SplitOptions", "PACK": "PackOptions", "UNPACK": "UnpackOptions", "FILL": "FillOptions",
     "DEPTH_TO_SPACE": "DepthToSpaceOptions", "ZEROS_LIKE": "ZerosLikeOptions", "WHERE": "WhereOptions",
     "ATAN2": "ATan2Options", "BITWISE_XOR": "BitwiseXorOptions", "RIGHT_SHIFT": "RightShiftOptions",
+    "WHILE": "WhileOptions",
 }
 
 
@@ -116,8 +118,9 @@ def op_code_value(code: str) -> int:
         raise ExportError(f"unknown TFLite builtin operator {code}") from None
 
 
-def _options(op: Op):
-    """The ``(BuiltinOptions type, <Name>OptionsT)`` of an operator (``NONE`` when it takes none)."""
+def _options(op: Op, number: dict):
+    """The ``(BuiltinOptions type, <Name>OptionsT)`` of an operator (``NONE`` when it takes none); a
+    subgraph named in the options (a loop's body) is its index in ``number``."""
     name = op.options_type or OPTIONS.get(op.code)
     if name is None:
         if op.options:
@@ -127,7 +130,7 @@ def _options(op: Op):
     for key, value in op.options.items():
         if not hasattr(obj, key):
             raise ExportError(f"{name} has no field {key!r}")
-        setattr(obj, key, value)
+        setattr(obj, key, number[value] if isinstance(value, Graph) else value)
     return getattr(schema.BuiltinOptions, name), obj
 
 
@@ -137,7 +140,7 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
 
     Args:
         graphs: subgraphs in signature order; their input/output names become the
-            signature's ``TensorMap`` names.
+            signature's ``TensorMap`` names. The subgraphs their loops call follow them.
         description: the model description string.
         external_buffer_threshold_bytes: put constants after the flatbuffer when
             their total size exceeds this (default: just under 2 GiB).
@@ -155,7 +158,9 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
     model.version = 3
     model.description = description
     model.subgraphs, model.signatureDefs = [], []
-    for gi, graph in enumerate(graphs):
+    bodies = [sub for g in graphs for sub in called_graphs(g)]
+    number = {g: i for i, g in enumerate([*graphs, *dict.fromkeys(bodies)])}
+    for gi, graph in enumerate(number):
         tensors = graph.tensors()
         index = {t: i for i, t in enumerate(tensors)}
         sub = schema.SubGraphT()
@@ -173,9 +178,11 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
             o.opcodeIndex = code_index[value]
             o.inputs = [-1 if t is None else index[t] for t in op.inputs]
             o.outputs = [index[t] for t in op.outputs]
-            o.builtinOptionsType, o.builtinOptions = _options(op)
+            o.builtinOptionsType, o.builtinOptions = _options(op, number)
             sub.operators.append(o)
         model.subgraphs.append(sub)
+        if gi >= len(graphs):  # a loop's condition or body: no signature
+            continue
         sig = schema.SignatureDefT()
         sig.signatureKey = graph.name
         sig.subgraphIndex = gi

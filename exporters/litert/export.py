@@ -10,6 +10,7 @@ from converter.errors import UnsupportedOpError, source_location
 from exporters.jaxpr_trace import fx_locator, trace
 from exporters.litert.emitter import Emitter, Val
 from exporters.litert.ir import Graph
+from exporters.litert.loops import called_graphs
 from exporters.litert.optimize import optimize
 from exporters.litert.translate import NO_TYPES, Translator
 
@@ -65,6 +66,8 @@ def lower_program(program: Any, name: str, *, channels_last_io: bool = False, no
         graph.output_names.append(f"output_{i}")
         graph.output_dtypes.append(np.dtype(val.dtype))
     optimize(graph)
+    for sub in called_graphs(graph):  # (loop bodies)
+        optimize(sub)
     for i, t in enumerate(graph.outputs):
         t.name = f"{name}_output_{i}"
     return graph

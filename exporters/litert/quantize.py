@@ -32,6 +32,7 @@ import numpy as np
 
 from converter.errors import InputError
 from exporters.litert.ir import Graph, Op, QuantParams, Tensor
+from exporters.litert.loops import called_graphs
 
 #: Accepted values of the ``quantize`` option (``None`` = float32).
 MODES = ("fp16", "int8")
@@ -57,8 +58,10 @@ def check_mode(mode: object) -> str | None:
 
 
 def quantize_graphs(graphs: list[Graph], mode: str, notes: list[str]) -> None:
-    """Quantize the weights of ``graphs`` in place (``mode`` from :func:`check_mode`)."""
-    counts = [(_fp16 if mode == "fp16" else _int8)(g) for g in graphs]
+    """Quantize the weights of ``graphs`` and of the loop bodies they call in place (``mode`` from
+    :func:`check_mode`)."""
+    bodies = dict.fromkeys(sub for g in graphs for sub in called_graphs(g))  # (loops' subgraphs, once each)
+    counts = [(_fp16 if mode == "fp16" else _int8)(g) for g in [*graphs, *bodies]]
     n = sum(counts)
     if mode == "fp16":
         notes.append(f"fp16 weights: {n} float32 constants stored as float16 and read through DEQUANTIZE; "

@@ -28,6 +28,7 @@ from exporters.litert import rules
 from exporters.litert.builder import TFLITE_TYPES
 from exporters.litert.emitter import Val, tfl_dtype
 from exporters.litert.fold import fold
+from exporters.litert.loops import translate_while
 
 #: Names of the dtypes a TFLite model has no tensor type for (bfloat16, float8, complex, uint16).
 NO_TYPES = frozenset(np.dtype(d).name for d in TORCH_TO_JAX.values() if tfl_dtype(d) not in TFLITE_TYPES)
@@ -63,6 +64,11 @@ class Translator(JaxprTranslator):
     #: Broadcasting a scalar to a large shape at export time would bloat the file.
     NO_FOLD = frozenset({"broadcast_in_dim", "iota", "dim_as_value"})
     NO_DTYPES = NO_TYPES
+    LOOPS = True
+
+    def while_loop(self, eqn: Any, ins: list) -> list:
+        """A ``while`` as one ``WHILE`` op (:mod:`exporters.litert.loops`)."""
+        return translate_while(self, eqn, ins)
 
     def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
         """Evaluate an eqn on constant inputs now (:func:`exporters.litert.fold.fold`)."""

@@ -65,8 +65,17 @@ class OnnxArtifact(FileBytes):
 
     @property
     def op_list(self) -> list[str]:
-        """ONNX op types of the graph, in execution order."""
-        return [n.op_type for n in self.model().graph.node]
+        """ONNX op types of the graph, in execution order; a ``Loop``'s body follows the ``Loop``."""
+        def walk(nodes: Any) -> list[str]:
+            out = []
+            for n in nodes:
+                out.append(n.op_type)
+                for attr in n.attribute:
+                    if attr.type == attr.GRAPH:
+                        out += walk(attr.g.node)
+            return out
+
+        return walk(self.model().graph.node)
 
     @property
     def ops(self) -> collections.Counter:

@@ -24,7 +24,7 @@ from onnx import helper
 from converter.errors import ExportError
 from exporters.jaxpr_trace import fx_locator, trace
 from exporters.jaxpr_walk import JaxprTranslator, const_val
-from exporters.onnx import rules
+from exporters.onnx import loops, rules
 from exporters.onnx.graph import OnnxGraph, Val, edge_dtype, elem_type, onnx_dtype, value_info
 
 #: The ONNX opset the exporter writes (Gelu needs 20; ONNX Runtime 1.32 runs it).
@@ -53,6 +53,15 @@ class Translator(JaxprTranslator):
     NO_FOLD = frozenset({"broadcast_in_dim", "iota", "dim_as_value", "reshape"})
     #: Dtypes no rule computes with (ONNX Runtime has no complex kernels for Abs, MatMul, …).
     NO_DTYPES = frozenset({"complex64", "complex128"})
+    LOOPS = True
+
+    def while_loop(self, eqn: Any, ins: list) -> list:
+        """A ``while`` as a ``Loop`` (:mod:`exporters.onnx.loops`)."""
+        return loops.translate_while(self, eqn, ins)
+
+    def scan_loop(self, eqn: Any, ins: list) -> list:
+        """A long ``scan`` as a ``Loop`` with scan outputs (:mod:`exporters.onnx.loops`)."""
+        return loops.translate_scan(self, eqn, ins)
 
     def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
         """Evaluate an eqn on constant inputs now (:func:`fold`)."""
@@ -125,9 +134,20 @@ def _prune(g: OnnxGraph, outputs: list[str]) -> None:
     for node in reversed(g.nodes):
         if any(o in needed for o in node.output):
             keep.append(node)
-            needed.update(i for i in node.input if i)
+            needed.update(_reads(node))
     g.nodes[:] = keep[::-1]
     g.initializers[:] = [t for t in g.initializers if t.name in needed]
+
+
+def _reads(node: Any) -> set:
+    """The names ``node`` reads: its inputs and, for a ``Loop``, every name its body reads (names are unique
+    across the model, so the body's own ones match nothing outside)."""
+    names = {i for i in node.input if i}
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            for inner in attr.g.node:
+                names |= _reads(inner)
+    return names
 
 
 __all__ = ["IR_VERSION", "OPSET", "Translator", "build_model"]

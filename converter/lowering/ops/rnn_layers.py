@@ -13,9 +13,9 @@ same computation straight into JAX:
 Sequences keep the caller's layout: with ``batch_first`` the time axis stays axis 1
 (steps are sliced and concatenated there), so no transpose is emitted for it; a
 reverse direction walks the steps backwards instead of flipping the sequence. The
-time loop is unrolled: torch.export specializes the sequence length of these ops
-(their fake kernel loops over it), so it is always static here; the batch may be
-dynamic.
+time loop is unrolled up to :data:`MAX_UNROLLED_STEPS` steps and a ``lax.scan`` beyond (a loop in the
+exported file): torch.export specializes the sequence length of these ops (their fake kernel loops over
+it), so it is always static here; the batch may be dynamic.
 In train mode, ``dropout`` drops the outputs of every layer but the last, as
 PyTorch's CPU kernel does (the ``native_dropout`` row).
 """
@@ -82,6 +82,27 @@ def _weights(params: list, index: int, has_biases: bool, proj: bool) -> dict:
     return {"ih": group[0], "hh": group[1], "b_ih": b_ih, "b_hh": b_hh, "hr": group[-1] if proj else None}
 
 
+#: The longest sequence whose time loop is unrolled; a longer one is a ``lax.scan`` (the exporters' loop:
+#: one copy of the step in the file, not one per step; 500 steps of a 2-layer LSTM took 35 s to export
+#: unrolled).
+MAX_UNROLLED_STEPS = 64
+
+
+def _time_loop(ctx, cell, xp, state, w, axis: int, reverse: bool):
+    """The cell over the steps of ``xp`` (time on ``axis``); returns the outputs (time on ``axis``) and the
+    final state."""
+    steps = xp.shape[axis]
+    if steps <= MAX_UNROLLED_STEPS:
+        return _unrolled(ctx, cell, xp, state, w, axis, reverse)
+
+    def step(state, x_t):
+        out, state = cell(ctx, jnp.expand_dims(x_t, axis), state, w)
+        return state, jnp.squeeze(out, axis)
+
+    state, outs = jax.lax.scan(step, state, jnp.moveaxis(xp, axis, 0), reverse=reverse)
+    return jnp.moveaxis(outs, 0, axis), state
+
+
 def _unrolled(ctx, cell, xp, state, w, axis: int, reverse: bool):
     steps = xp.shape[axis]
     outs: list = [None] * steps
@@ -106,7 +127,7 @@ def _layers(ctx, cell, input, states, params, has_biases, num_layers, dropout, t
             w = _weights(params, k, has_biases, proj)
             xp = _linear(ctx, x, w["ih"], w["b_ih"])
             state = tuple(jnp.moveaxis(jax.lax.slice_in_dim(s, k, k + 1, axis=0), 0, axis) for s in states)
-            out, state = _unrolled(ctx, cell, xp, state, w, axis, reverse=d == 1)
+            out, state = _time_loop(ctx, cell, xp, state, w, axis, reverse=d == 1)
             outs.append(out)
             for final, s in zip(finals, state):
                 final.append(jnp.squeeze(s, axis))

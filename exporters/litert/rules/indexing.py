@@ -204,6 +204,9 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Va
             it = em.emit_like("SELECT_V2", [in_range, it, em.const(pad)], it)
     # SCATTER_ND takes int32 indices only, with an int32 shape (the clamped values fit).
     it = em.cast(it, np.int32)
+    if not ut.shape:  # one scalar update (``x.at[i, j].set(v)``): SCATTER_ND takes updates of rank 1 or more
+        ut = em.emit("RESHAPE", [ut, em.const(i32([1]))], [1], x.dtype)
+        it = em.emit("RESHAPE", [it, em.const(i32([1, len(index_map)]))], [1, len(index_map)], np.int32)
     shape_t = em.const(i32(full))
 
     def scatter_nd(updates: Any, dtype: Any) -> Any:

@@ -378,19 +378,27 @@ def lower_split(em: Emitter, eqn: Any, x: Val) -> list[Val]:
     return [Val(v.aval.shape, x.dtype, tensor=o, perm=p) for v, o in zip(eqn.outvars, outs)]
 
 
-def _starts_tensor(em: Emitter, starts: Sequence[Val], shape: Sequence, sizes: Sequence) -> Any:
-    """An int32 vector of clamped start indices (lax clamps them into range)."""
+def _starts_tensor(em: Emitter, starts: Sequence[Val], shape: Sequence, sizes: Sequence, clamp: bool = True) -> Any:
+    """An int32 vector of start indices, clamped into range as lax clamps them (unless the op clamps itself);
+    consecutive constant starts are one constant piece of it (a loop step's ``[i, 0, 0]``: one CONCATENATION)."""
     if all(s.is_const for s in starts) and all(is_static(d) for d in shape):
         vals = [min(max(int(s.const), 0), int(d) - int(z)) for s, d, z in zip(starts, shape, sizes)]
         return em.const(i32(vals))
-    parts = []
+    parts: list = []
     for s in starts:
-        t = em.tensor_of(s)
-        parts.append(em.emit("RESHAPE", [em.cast(t, np.int32), em.const(i32([1]))], [1], np.int32))
-    vec = em.emit("CONCATENATION", parts, [len(parts)], np.int32, axis=0)
+        if s.is_const and parts and isinstance(parts[-1], list):
+            parts[-1].append(int(s.const))
+        elif s.is_const:
+            parts.append([int(s.const)])
+        else:
+            parts.append(em.emit("RESHAPE", [em.cast(em.tensor_of(s), np.int32), em.const(i32([1]))], [1], np.int32))
+    parts = [em.const(i32(p)) if isinstance(p, list) else p for p in parts]
+    vec = parts[0] if len(parts) == 1 else em.emit("CONCATENATION", parts, [len(starts)], np.int32, axis=0)
+    if not clamp:
+        return vec
     hi = em.shape_tensor([d - z for d, z in zip(shape, sizes)])
-    vec = em.emit("MINIMUM", [vec, hi], [len(parts)], np.int32)
-    return em.emit("MAXIMUM", [vec, em.const(i32([0] * len(parts)))], [len(parts)], np.int32)
+    vec = em.emit("MINIMUM", [vec, hi], [len(starts)], np.int32)
+    return em.emit("MAXIMUM", [vec, em.const(i32([0] * len(starts)))], [len(starts)], np.int32)
 
 
 @rule(lax.dynamic_slice_p)
@@ -400,7 +408,7 @@ def lower_dynamic_slice(em: Emitter, eqn: Any, x: Val, *starts: Val) -> Val:
     aval = out_aval(eqn)
     t = em.tensor_of(x, None, expand=True)
     begin = _starts_tensor(em, starts[: x.rank], x.shape, sizes)
-    out = em.emit("SLICE", [t, begin, em.const(i32(sizes))], sizes, x.dtype)
+    out = em.emit("SLICE", [t, begin, em.shape_tensor(sizes)], sizes, x.dtype)  # (a dynamic size: at run time)
     return Val(aval.shape, aval.dtype, tensor=out)
 
 
@@ -409,6 +417,6 @@ def lower_dynamic_update_slice(em: Emitter, eqn: Any, x: Val, update: Val, *star
     """dynamic_update_slice → DYNAMIC_UPDATE_SLICE (TFLite clamps the indices like XLA)."""
     t = em.tensor_of(x, None, expand=True)
     u = em.tensor_of(update, None, expand=True)
-    begin = _starts_tensor(em, starts, x.shape, update.shape)
+    begin = _starts_tensor(em, starts, x.shape, update.shape, clamp=False)
     out = em.emit_like("DYNAMIC_UPDATE_SLICE", [t, u, begin], t)
     return Val(x.shape, x.dtype, tensor=out)
