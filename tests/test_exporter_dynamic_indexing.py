@@ -1,7 +1,8 @@
 """Dynamic dims through indexing that transformers encoders and routers use: a gather along a dynamic batch (RoBERTa's
 position ids; ``topk`` values), a position buffer sliced to a dynamic length (DistilBERT), a tensor repeated a
 dynamic number of times (BLOOM's ALiBi bias), exported with ``dynamic_shapes`` and run at several sizes against
-PyTorch; a channels-last global pool with a dynamic batch."""
+PyTorch; a channels-last global pool with a dynamic batch; scatters into a dynamic number of rows (a mixture-of-experts
+layer's token rows)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,26 @@ def test_a_channels_last_global_pool_with_a_dynamic_batch(target):
     for b in (1, 3):
         x = torch.randn(b, 3, 4, 4, generator=g).to(memory_format=torch.channels_last)
         torch.testing.assert_close(torch.as_tensor(np.asarray(art(x))), model(x), rtol=1e-6, atol=1e-6)
+
+
+class _Scatters(nn.Module):
+    """Writes into rows of a tensor whose row count is dynamic (a mixture-of-experts layer's ``index_add`` of each
+    expert's output into the token rows; LiteRT refused "scatter into a dynamically shaped operand")."""
+
+    def forward(self, x, idx, src):
+        added = torch.zeros_like(x).index_add(0, idx, src)
+        put = x.clone()
+        put[idx] = src * 2
+        return added, put, x.scatter_add(0, idx[:, None].expand(-1, x.shape[1]), src)
+
+
+@pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
+def test_scatter_into_rows_of_a_dynamic_count(target):
+    g = torch.Generator().manual_seed(0)
+    src = torch.randn(4, 3, generator=g)
+    art = convert(_Scatters().eval(), (torch.randn(6, 3), torch.tensor([0, 2, 5, 3]), src), target=target,
+                  dynamic_shapes=({0: Dim("rows", min=4, max=64)}, None, None))
+    for n in (6, 11):
+        x, idx = torch.randn(n, 3, generator=g), torch.tensor([0, n - 1, 2, n - 3])
+        for got, want in zip(art(x, idx, src), _Scatters()(x, idx, src), strict=True):
+            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-6, atol=1e-6)

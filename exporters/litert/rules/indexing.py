@@ -170,8 +170,6 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Va
     """scatter / scatter-add of whole slices → SCATTER_ND (see the module docstring for
     out-of-range indices); ``add``: operand + scattered, else SELECT_V2 on a hit mask."""
     dn = eqn.params["dimension_numbers"]
-    if not x.static:
-        raise Unsupported("scatter into a dynamically shaped operand")
     if any(is_static(d) and d == 0 for d in upd.shape):
         return x  # no updates
     idx, index_map = _with_batching_indices(em, idx, tuple(dn.operand_batching_dims),
@@ -190,35 +188,47 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Va
     ut = em.tensor_of(u, None, expand=True)
     order = list(index_map) + rest
     xt = em.tensor_of(x, tuple(order), expand=True)
-    shape = [int(x.shape[d]) for d in order]
+    shape = [x.shape[d] for d in order]  # (dynamic dims: the shape operands are computed at run time)
     drop = eqn.params.get("mode") == GatherScatterMode.FILL_OR_DROP
     it, in_range = _clamped(em, _index_tensor(em, idx), shape[:len(index_map)], drop)
     full = list(shape)
     if in_range is not None:  # dropped updates go to a padding slot after the first indexed dim
-        full[0] += 1
-        pad = np.zeros(len(index_map), np.dtype(it.dtype))
-        pad[0] = shape[0]
-        if it.is_const:
-            it = em.const(np.where(in_range.data, it.data, pad))
+        full[0] = shape[0] + 1
+        if is_static(shape[0]):
+            pad = np.zeros(len(index_map), np.dtype(it.dtype))
+            pad[0] = shape[0]
+            padding = em.const(pad)
         else:
-            it = em.emit_like("SELECT_V2", [in_range, it, em.const(pad)], it)
+            parts = [em.cast(em.dim_tensor(shape[0]), it.dtype)]
+            if len(index_map) > 1:
+                parts.append(em.const(np.zeros(len(index_map) - 1, np.dtype(it.dtype))))
+            padding = parts[0] if len(parts) == 1 else \
+                em.emit("CONCATENATION", parts, [len(index_map)], it.dtype, axis=0)
+        if it.is_const and padding.is_const:
+            it = em.const(np.where(in_range.data, it.data, padding.data))
+        else:
+            it = em.emit_like("SELECT_V2", [in_range, it, padding], it)
     # SCATTER_ND takes int32 indices only, with an int32 shape (the clamped values fit).
     it = em.cast(it, np.int32)
     if not ut.shape:  # one scalar update (``x.at[i, j].set(v)``): SCATTER_ND takes updates of rank 1 or more
         ut = em.emit("RESHAPE", [ut, em.const(i32([1]))], [1], x.dtype)
         it = em.emit("RESHAPE", [it, em.const(i32([1, len(index_map)]))], [1, len(index_map)], np.int32)
-    shape_t = em.const(i32(full))
+    shape_t = em.shape_tensor(full)
 
     def scatter_nd(updates: Any, dtype: Any) -> Any:
         out = em.emit("SCATTER_ND", [it, updates, shape_t], full, dtype)
-        if full == shape:
+        if in_range is None:
             return out
-        return em.emit("SLICE", [out, em.const(i32([0] * len(shape))), em.const(i32(shape))], shape, dtype)
+        return em.emit("SLICE", [out, em.const(i32([0] * len(shape))), em.shape_tensor(shape)], shape, dtype)
 
     if add:
         out = em.emit("ADD", [xt, scatter_nd(ut, x.dtype)], shape, x.dtype)
     else:
-        ones = em.const(np.ones(ut.shape, np.float32))
+        if ut.dynamic:  # (ones of the updates' run-time shape)
+            dims = em.emit("SHAPE", [ut], [len(ut.shape)], np.int32, outType=2)
+            ones = em.emit("FILL", [dims, em.const(np.ones((), np.float32))], u.shape, np.float32)
+        else:
+            ones = em.const(np.ones(ut.shape, np.float32))
         keep = _last_writes(em, it, len(ut.shape) - (len(it.shape) - 1))
         if keep is not None:  # duplicate indices: only the last write to a position counts
             ut = em.emit("SELECT_V2", [keep, ut, em.const(np.zeros((), ut.dtype))], ut.shape, ut.dtype)
@@ -244,7 +254,7 @@ def _last_writes(em: Emitter, it: Any, window_rank: int) -> Any:
     runtime rows: the artifact's notes say that unique indices are assumed).
     """
     rows_shape = list(it.shape[:-1])
-    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in it.shape):
+    if it.dynamic or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in it.shape):
         em.note(_DUPLICATES_NOTE.format(what="a dynamic number of index rows"))
         return None
     n, k = int(np.prod(rows_shape, dtype=np.int64)), int(it.shape[-1])
