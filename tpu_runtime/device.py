@@ -74,6 +74,10 @@ _PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
 _HOOK_ERROR: list = []
 
 
+#: How many :func:`rescued_engine_errors` calls are running (a rescued exception is raised by one of them).
+_RESCUERS = [0]
+
+
 def _device_type(_type: Any = _PRIVATEUSE1, _exhausted: Any = iter(frozenset()), _found: list = _HOOK_ERROR) -> Any:
     """The guard's device type, and a rescue for the exception of a failed backward hook.
 
@@ -84,14 +88,32 @@ def _device_type(_type: Any = _PRIVATEUSE1, _exhausted: Any = iter(frozenset()),
     ``std::terminate`` (the process aborted). Iterating an exhausted iterator makes the interpreter
     check the indicator without a call: a pending exception is raised here and caught, kept for
     :func:`rescued_engine_errors` (``TpuTensor.backward``, the dynamo backend) to raise in place of the
-    ``SystemError`` the engine then ends with. (A static function with default arguments: no bound
-    method and no global lookup per call.)"""
+    ``SystemError`` the engine then ends with. With no rescuer running (``torch.autograd.grad``, which this
+    runtime does not wrap) the exception and its traceback are printed as Python reports one it cannot
+    raise, before the ``SystemError``. (A static
+    function with default arguments: no bound method and no global lookup per call.)"""
     try:
         for _ in _exhausted:
             pass
     except BaseException as e:  # noqa: BLE001 - whatever the hook raised
         _found[:] = [e]
+        if not _RESCUERS[0]:
+            _report_unraisable(e)
     return _type
+
+
+def _report_unraisable(error: BaseException) -> None:
+    """Print ``error`` and its traceback to ``sys.stderr`` as Python reports an exception it cannot raise
+    ("Exception ignored in: …"; see :func:`_device_type`); never raises."""
+    try:
+        import sys
+        import traceback
+
+        print("Exception ignored in: a backward hook on the tpu device (torch.autograd.grad then fails with a "
+              "SystemError)", file=sys.stderr)
+        traceback.print_exception(error, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - reporting must not fail inside the engine
+        pass
 
 
 def take_hook_error() -> BaseException | None:
@@ -106,6 +128,7 @@ def rescued_engine_errors() -> Iterator[None]:
     """Run a call into the autograd engine, raising the exception :func:`_device_type` rescued (a hook's, or an op's
     on the tpu device's backward thread) in place of the bare ``SystemError`` the engine then ends with."""
     take_hook_error()  # (a stale one, left by a torch.autograd.grad call)
+    _RESCUERS[0] += 1
     try:
         yield
     except SystemError:
@@ -113,6 +136,8 @@ def rescued_engine_errors() -> Iterator[None]:
         if error is None:
             raise
         raise error from None
+    finally:
+        _RESCUERS[0] -= 1
 
 
 class _Guard(torch._C._acc.DeviceGuard):

@@ -441,14 +441,23 @@ def test_an_exception_raised_by_a_backward_hook_reaches_the_caller(where):
     torch.testing.assert_close(w.grad.cpu(), torch.full((3,), 2.0))
 
 
-def test_a_failing_hook_under_autograd_grad_raises():
+def test_a_failing_hook_under_autograd_grad_raises(capsys):
     # torch.autograd.grad does not pass through TpuTensor.backward: the engine's SystemError is what
-    # reaches the caller (it no longer aborts the process)
+    # reaches the caller (it no longer aborts the process); the hook's own exception and line are printed
+    # first, as Python prints an exception it cannot raise (only the SystemError said anything before)
     x = torch.ones(3, device="tpu", requires_grad=True)
     y = x * 2
     y.register_hook(_raise)
     with pytest.raises(SystemError):
         torch.autograd.grad(y.sum(), x)
+    err = capsys.readouterr().err
+    assert "Exception ignored in: a backward hook on the tpu device" in err
+    assert "_HookFailed: the hook failed" in err and "in _raise" in err
+    with pytest.raises(_HookFailed):  # (under .backward() it is raised, not printed)
+        y = x * 2
+        y.register_hook(_raise)
+        y.sum().backward()
+    assert "Exception ignored" not in capsys.readouterr().err
     y = x * 3
     (g,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(g.cpu(), torch.full((3,), 3.0))
