@@ -1,9 +1,9 @@
-"""LU factorization and triangular solves for both exporters, unrolled for small matrices
-(:mod:`exporters.expansions` registers them).
+"""LU factorization and triangular solves for both exporters (:mod:`exporters.expansions` registers them).
 
-Neither ONNX nor TFLite has a factorization or a triangular solve, and neither has a loop the exporters could
-use, so for a matrix of at most :data:`MAX_UNROLLED` rows (the 3×3 and 4×4 poses, homographies and covariances
-models invert) each step is written out with elementwise ops, row selects and sums:
+Neither ONNX nor TFLite has a factorization or a triangular solve. For a matrix of at most :data:`MAX_UNROLLED`
+rows (the 3×3 and 4×4 poses, homographies and covariances models invert) each step is written out with
+elementwise ops, row selects and sums; a larger one runs the same steps as one ``while`` loop over the row
+(:func:`_rows`: an ONNX ``Loop`` / LiteRT ``WHILE``, :mod:`exporters.loops`), the row a run-time index:
 
 * ``lu``: Gaussian elimination with partial pivoting, as LAPACK's ``getrf`` (the pivot is the first entry of
   largest magnitude; a zero column leaves its multipliers zero), giving the packed factors, the pivot rows and
@@ -12,7 +12,7 @@ models invert) each step is written out with elementwise ops, row selects and su
 * ``triangular_solve``: forward or back substitution (either side, transposed, unit diagonal);
 * ``cholesky``: the lower factor, column by column.
 
-A larger matrix is refused by name. Also here, as the other matrix product neither format has: ``ragged_dot``
+Also here, as the other matrix product neither format has: ``ragged_dot``
 (mixture-of-experts layers' grouped products), every row times every group with a mask.
 """
 
@@ -39,10 +39,30 @@ def _at(x: Any, i: int, axis: int) -> Any:
 
 
 def _check(n: Any, what: str) -> int:
-    if not isinstance(n, int) or n > MAX_UNROLLED:
-        raise Unsupported(f"{what} of a {n}-row matrix (unrolled up to {MAX_UNROLLED} rows; neither format has a "
-                          "factorization or a loop)")
+    if not isinstance(n, int):
+        raise Unsupported(f"{what} of a matrix with a dynamic number of rows ({n})")
     return n
+
+
+def _unrolled(n: int) -> bool:
+    """Whether steps over ``n`` rows are written out (else: a loop)."""
+    return n <= MAX_UNROLLED
+
+
+def _rows(n: int, step: Any, state: Any, reverse: bool = False) -> Any:
+    """``state`` after ``step(i, state)`` for ``i`` in ``range(n)`` (``reverse``: from ``n - 1`` down), as one
+    ``while`` loop (a ``fori_loop`` of static bounds would be a ``scan``, unrolled by the exporters up to 64
+    steps)."""
+    def body(carry: tuple) -> tuple:
+        k, st = carry
+        return k + 1, step(n - 1 - k if reverse else k, st)
+
+    return jlax.while_loop(lambda carry: carry[0] < n, body, (jnp.int32(0), state))[1]
+
+
+def _row(x: Any, i: Any, axis: int) -> Any:
+    """``x``'s entry ``i`` (a run-time index) along ``axis`` (a slice at a run-time start)."""
+    return jlax.dynamic_index_in_dim(x, i, axis % x.ndim, keepdims=False)
 
 
 def _swap_rows(x: Any, k: int, p: Any) -> Any:
@@ -53,7 +73,7 @@ def _swap_rows(x: Any, k: int, p: Any) -> Any:
     at_p = rows == p[..., None]
     if not vector:
         at_p = at_p[..., None]
-    row_k = _at(x, k, -1 if vector else -2)
+    row_k = (_at if isinstance(k, int) else _row)(x, k, -1 if vector else -2)
     row_p = jnp.sum(jnp.where(at_p, x, jnp.zeros_like(x)), axis=-1 if vector else -2, dtype=x.dtype)
     at_k = rows == k if vector else (rows == k)[:, None]
     picked_k = row_p[..., None] if vector else row_p[..., None, :]
@@ -67,25 +87,42 @@ def lu(a: Any, **_: Any) -> list:
     batch = a.shape[:-2]
     rows, cols = jnp.arange(m)[:, None], jnp.arange(n)[None, :]
     perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), (*batch, m))
-    pivots = []
-    for k in range(min(m, n)):
-        column = jnp.where(jnp.arange(m) >= k, jnp.abs(_at(a, k, -1)), -1)  # (rows above k are done)
+
+    def step(k: Any, a: Any, perm: Any, at: Any) -> tuple:
+        column = jnp.where(jnp.arange(m) >= k, jnp.abs(at(a, k, -1)), -1)  # (rows above k are done)
         p = jnp.argmax(column, axis=-1).astype(jnp.int32)
-        pivots.append(p)
         a, perm = _swap_rows(a, k, p), _swap_rows(perm, k, p)
-        pivot = _at(_at(a, k, -1), k, -1)
+        pivot = at(at(a, k, -1), k, -1)
         safe = jnp.where(pivot == 0, jnp.ones_like(pivot), pivot)
-        factor = jnp.where((jnp.arange(m) > k) & (pivot[..., None] != 0), _at(a, k, -1) / safe[..., None], 0)
-        right = jnp.where(jnp.arange(n) > k, _at(a, k, -2), 0)
+        factor = jnp.where((jnp.arange(m) > k) & (pivot[..., None] != 0), at(a, k, -1) / safe[..., None], 0)
+        right = jnp.where(jnp.arange(n) > k, at(a, k, -2), 0)
         a = a - factor[..., :, None] * right[..., None, :]
-        a = jnp.where((rows > k) & (cols == k), factor[..., :, None], a)
-    return [a, jnp.stack(pivots, axis=-1), perm]
+        return jnp.where((rows > k) & (cols == k), factor[..., :, None], a), perm, p
+
+    steps = min(m, n)
+    if _unrolled(m):
+        pivots = []
+        for k in range(steps):
+            a, perm, p = step(k, a, perm, _at)
+            pivots.append(p)
+        return [a, jnp.stack(pivots, axis=-1), perm]
+
+    def looped(k: Any, state: tuple) -> tuple:
+        a, perm, pivots = state
+        a, perm, p = step(k, a, perm, _row)
+        return a, perm, jnp.where(jnp.arange(steps) == k, p[..., None], pivots)
+
+    a, perm, pivots = _rows(steps, looped, (a, perm, jnp.zeros((*batch, steps), jnp.int32)))
+    return [a, pivots, perm]
 
 
 def lu_pivots_to_permutation(pivots: Any, *, permutation_size: int, **_: Any) -> Any:
     """The permutation of ``arange(permutation_size)`` the pivots' row swaps make."""
     perm = jnp.broadcast_to(jnp.arange(permutation_size, dtype=pivots.dtype), (*pivots.shape[:-1], permutation_size))
-    for k in range(_check(pivots.shape[-1], "a pivot permutation")):
+    n = _check(pivots.shape[-1], "a pivot permutation")
+    if not _unrolled(n):
+        return _rows(n, lambda k, perm: _swap_rows(perm, k, _row(pivots, k, -1)), perm)
+    for k in range(n):
         perm = _swap_rows(perm, k, _at(pivots, k, -1))
     return perm
 
@@ -100,6 +137,9 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool, lower: bool, transpose_
     if not left_side:  # x a = b  ⇔  aᵀ xᵀ = bᵀ
         a, lower, b = jnp.swapaxes(a, -1, -2), not lower, jnp.swapaxes(b, -1, -2)
     n = _check(a.shape[-1], "a triangular solve")
+    if not _unrolled(n):
+        x = _rows(n, lambda i, x: _substitute(a, b, x, i, lower, unit_diagonal), jnp.zeros_like(b), reverse=not lower)
+        return x if left_side else jnp.swapaxes(x, -1, -2)
     xs: list = [None] * n
     for i in (range(n) if lower else range(n - 1, -1, -1)):
         acc = _at(b, i, -2)
@@ -110,12 +150,30 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool, lower: bool, transpose_
     return x if left_side else jnp.swapaxes(x, -1, -2)
 
 
+def _substitute(a: Any, b: Any, x: Any, i: Any, lower: bool, unit_diagonal: bool) -> Any:
+    """``x`` with its row ``i`` solved from ``a``'s row ``i`` and the rows already solved (zeros elsewhere)."""
+    row = _row(a, i, -2)
+    idx = jnp.arange(a.shape[-1])
+    done = jnp.where((idx < i) if lower else (idx > i), row, jnp.zeros_like(row))
+    acc = _row(b, i, -2) - jnp.sum(done[..., :, None] * x, axis=-2)
+    if not unit_diagonal:
+        acc = acc / _row(row, i, -1)[..., None]
+    return jnp.where((idx == i)[:, None], acc[..., None, :], x)
+
+
 def cholesky(a: Any, **_: Any) -> Any:
     """The lower Cholesky factor ``l`` of ``a = l lᵀ`` (reading ``a``'s lower triangle), column by column
     (Cholesky–Banachiewicz); NaN from the first non-positive pivot on, as LAPACK's ``potrf`` leaves it for jax,
     whose callers mask it. Zeros above the diagonal."""
     n = _check(a.shape[-1], "a Cholesky factorization")
     rows = jnp.arange(n)
+    if not _unrolled(n):
+        def column(j: Any, factor: Any) -> Any:  # (columns j and on of ``factor`` are still zero)
+            col = _row(a, j, -1) - jnp.sum(factor * _row(factor, j, -2)[..., None, :], axis=-1)
+            new = jnp.where(rows >= j, col / jnp.sqrt(_row(col, j, -1))[..., None], jnp.zeros_like(col))
+            return jnp.where(rows[None, :] == j, new[..., :, None], factor)
+
+        return _rows(n, column, jnp.zeros_like(a))
     columns: list = []
     for j in range(n):
         col = _at(a, j, -1)

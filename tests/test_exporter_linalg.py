@@ -1,5 +1,5 @@
-"""Small-matrix linear algebra through ONNX and LiteRT (``exporters/linalg_expansions.py``: LU with partial
-pivoting, triangular solves and Cholesky unrolled up to 16 rows; a per-platform ``cond`` taken on its CPU branch,
+"""Linear algebra through ONNX and LiteRT (``exporters/linalg_expansions.py``: LU with partial pivoting, triangular
+solves and Cholesky unrolled up to 16 rows, a loop over the rows beyond; a per-platform ``cond`` taken on its CPU branch,
 any other ``cond`` as both branches and a select): inverses, determinants, solves, factorizations and their
 pivots, batched and not, a singular matrix; and grouped expert products (``ragged_dot``), against PyTorch."""
 
@@ -11,21 +11,29 @@ import torch
 from torch import nn
 
 from converter.api import convert
-from converter.errors import UnsupportedOpError
 
 TARGETS = ["onnx", "litert"]
 
 
-class _Linalg(nn.Module):
-    def forward(self, a, spd, single):
+class _Factorizations(nn.Module):
+    """Inverse, determinants, solves, LU and its pivots, triangular solves, Cholesky and its solve."""
+
+    def forward(self, a, spd):
         lu, pivots = torch.linalg.lu_factor(a)
-        upper = a.triu() + 3 * torch.eye(4)
+        upper = a.triu() + 3 * torch.eye(a.shape[-1])
         chol = torch.linalg.cholesky(spd)
         return (torch.linalg.inv(a), torch.linalg.det(a), torch.linalg.slogdet(a)[1],
                 torch.linalg.solve(a, a[..., :2] + 1), lu, pivots,
                 torch.linalg.solve_triangular(upper, a, upper=True, left=False),
                 torch.linalg.solve_triangular(upper.mT, a, upper=False, unitriangular=True),
-                chol, torch.cholesky_solve(a[..., :1], chol), torch.linalg.cholesky_ex(spd - 9 * torch.eye(4))[1],
+                chol, torch.cholesky_solve(a[..., :1], chol))
+
+
+class _Linalg(_Factorizations):
+    """The factorizations of 4-row matrices, a failed Cholesky's info, a 3-row inverse, a singular determinant."""
+
+    def forward(self, a, spd, single):
+        return (*super().forward(a, spd), torch.linalg.cholesky_ex(spd - 9 * torch.eye(4))[1],
                 torch.linalg.inv(single), torch.linalg.det(torch.tensor([[1.0, 2.0], [2.0, 4.0]]) * single[0, 0]))
 
 
@@ -49,29 +57,39 @@ def test_small_matrix_linear_algebra_matches_pytorch(target):
             assert torch.equal(g, w), f"output {i}: {g} vs {w}"
 
 
-class _Big(nn.Module):
-    def forward(self, a):
-        return torch.linalg.inv(a)
-
-
 @pytest.mark.parametrize("target", TARGETS)
-def test_a_matrix_too_large_to_unroll_is_refused_by_name(target):
-    with pytest.raises(UnsupportedOpError, match=r"LU factorization of a 17-row matrix \(unrolled up to 16"):
-        convert(_Big().eval(), (torch.randn(17, 17),), target=target)
+def test_a_matrix_too_large_to_unroll_runs_as_a_loop(target):
+    # the same ops on 24-row matrices, over the 16 rows that are unrolled: one loop over the rows each (refused by
+    # name before ("LU factorization of a 17-row matrix (unrolled up to 16 ...)")
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(2, 24, 24, generator=g) + 4 * torch.eye(24), torch.randn(2, 24, 24, generator=g)
+    args = (a, b @ b.mT + torch.eye(24))
+    art = convert(_Factorizations().eval(), args, target=target)
+    for i, (got, want) in enumerate(zip(art(*args), _Factorizations()(*args), strict=True)):
+        got = torch.as_tensor(np.asarray(got))
+        if want.is_floating_point():
+            assert (got - want).abs().max() <= 2e-5 * max(want.abs().max().item(), 1.0), f"output {i}"
+        else:
+            assert torch.equal(got, want), f"output {i}"
+    assert art.ops["Loop" if target == "onnx" else "WHILE"] >= 6
+    assert len(art.op_list) < 2000  # (unrolled, these 24-row ops took over 10 minutes to convert)
 
 
 class _Dynamic(nn.Module):
     def forward(self, a):
-        return torch.linalg.det(a), torch.linalg.cholesky(a @ a.mT + torch.eye(3))
+        return torch.linalg.det(a), torch.linalg.cholesky(a @ a.mT + torch.eye(a.shape[-1]))
 
 
+@pytest.mark.parametrize("rows", [3, 20])
 @pytest.mark.parametrize("target", TARGETS)
-def test_factorizations_with_a_dynamic_batch(target):
-    """Entries are picked by slices, not indexing (a gather, which LiteRT refuses over symbolic dims)."""
+def test_factorizations_with_a_dynamic_batch(target, rows):
+    """Entries are picked by slices, not indexing (a gather, which LiteRT refuses over symbolic dims); over 16 rows
+    by slices at a run-time start inside a loop (ONNX refused those with a dynamic batch)."""
     model = _Dynamic().eval()
-    art = convert(model, (torch.randn(2, 3, 3),), target=target, dynamic_shapes=({0: torch.export.Dim("batch")},))
+    art = convert(model, (torch.randn(2, rows, rows),), target=target,
+                  dynamic_shapes=({0: torch.export.Dim("batch")},))
     for n in (1, 5):
-        a = torch.randn(n, 3, 3, generator=torch.Generator().manual_seed(n))
+        a = torch.randn(n, rows, rows, generator=torch.Generator().manual_seed(n)) + rows * torch.eye(rows)
         for g, w in zip(art(a), model(a), strict=True):
             g = torch.as_tensor(np.asarray(g))
             assert g.shape == w.shape and (g - w).abs().max() <= 1e-5 * max(w.abs().max().item(), 1.0)

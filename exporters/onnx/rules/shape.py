@@ -218,8 +218,7 @@ def _index_vector(g: OnnxGraph, starts: tuple, x: Val, sizes: list) -> str:
         t = g.tensor(s)
         parts.append(g.reshape(g.cast(t, s.dtype, np.int64), [1]))
     vec = parts[0] if len(parts) == 1 else g.op("Concat", parts, axis=0)
-    upper = g.op("Sub", [g.shape_tensor(x.shape), g.i64(sizes)]) if not x.static else \
-        g.i64([int(d) - int(s) for d, s in zip(x.shape, sizes)])
+    upper = g.shape_tensor([d - s for d, s in zip(x.shape, sizes)])  # (computed at run time for dynamic dims)
     return g.op("Max", [g.op("Min", [vec, upper]), g.i64([0] * len(sizes))])
 
 
@@ -227,11 +226,9 @@ def _index_vector(g: OnnxGraph, starts: tuple, x: Val, sizes: list) -> str:
 def lower_dynamic_slice(g: OnnxGraph, eqn: Any, x: Val, *starts: Val) -> Val:
     """dynamic_slice → Slice with run-time starts (clamped like lax) and ends = starts + sizes."""
     aval = out_aval(eqn)
-    sizes = [int(s) for s in eqn.params["slice_sizes"]]
-    if any(not is_static(d) for d in x.shape):
-        raise Unsupported("dynamic_slice of an operand with dynamic dims")
+    sizes = list(eqn.params["slice_sizes"])  # (a dynamic dim's size is computed at run time)
     begin = _index_vector(g, starts, x, sizes)
-    end = g.op("Add", [begin, g.i64(sizes)])
+    end = g.op("Add", [begin, g.shape_tensor(sizes)])
     out = g.op("Slice", [g.tensor(x), begin, end, g.i64(list(range(x.rank)))])
     return g.val(out, aval.shape, aval.dtype)
 
