@@ -14,6 +14,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src.lax import special as jax_special
 from jax.extend.core import primitives as lax
 
 from exporters.linalg_expansions import LINALG_EXPANSIONS
@@ -233,6 +234,18 @@ def polygamma(m: Any, x: Any, **_: Any) -> Any:
     out = jnp.where(m == 0, digamma(x), out)
     return jnp.where((m < 0) | (m != jnp.floor(m)), jnp.nan, out)
 
+def igamma(a: Any, x: Any, **_: Any) -> Any:
+    """The regularized lower incomplete gamma function ``P(a, x)``: JAX's own implementation (a series or a
+    continued fraction, each a ``while`` loop until every element converges: a loop in the exported file)."""
+    return jax_special.igamma_impl(a, x, dtype=a.dtype)
+
+
+def igammac(a: Any, x: Any, **_: Any) -> Any:
+    """The regularized upper incomplete gamma function ``Q(a, x) = 1 - P(a, x)``: JAX's own implementation
+    (see :func:`igamma`)."""
+    return jax_special.igammac_impl(a, x, dtype=a.dtype)
+
+
 #: Primitive → a JAX function of its operands (and its params as keywords: ``accuracy`` is ignored) computing it.
 EXPANSIONS: dict[Any, Callable] = {
     lax.erfc_p: erfc,
@@ -245,6 +258,8 @@ EXPANSIONS: dict[Any, Callable] = {
     lax.bessel_i1e_p: bessel_i1e,
     lax.zeta_p: zeta,
     lax.polygamma_p: polygamma,
+    lax.igamma_p: igamma,
+    lax.igammac_p: igammac,
     **LINALG_EXPANSIONS,  # (LU and triangular solves of small matrices, unrolled)
 }
 
@@ -270,4 +285,4 @@ def expansion_jaxpr(eqn: Any) -> Any:
 
 
 __all__ = ["EXPANSIONS", "expansion_jaxpr", "erfc", "log1p", "expm1", "erf_inv", "lgamma", "digamma", "bessel_i0e",
-           "bessel_i1e", "zeta", "polygamma"]
+           "bessel_i1e", "zeta", "polygamma", "igamma", "igammac"]

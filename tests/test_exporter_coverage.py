@@ -55,12 +55,12 @@ def _outcome(name: str, target: str) -> str:
 
 #: Refused by name, one clear UnsupportedOpError each (linalg decompositions beyond LU and Cholesky, complex inputs
 #: (``fft_c2r``), conv with non-constant weights in LiteRT, ...). The ``while``/``scan`` lowerings (gcd, the Bessel
-#: functions, the orthogonal polynomials, LDL) export as loops.
+#: functions, the orthogonal polynomials, LDL, the incomplete gamma functions) export as loops.
 REFUSED = {
     "onnx": frozenset({
         "adaptive_max_pool_backward", "conv_transpose", "convolution_backward", "fft_c2r",
         "fractional_max_pool_backward", "frexp", "geqrf", "grid_sampler_2d_backward", "grid_sampler_3d_backward",
-        "hash_tensor", "histogram", "histogramdd", "igamma", "igammac", "jagged_to_padded_dense", "linalg_eig",
+        "hash_tensor", "histogram", "histogramdd", "jagged_to_padded_dense", "linalg_eig",
         "linalg_eigh", "linalg_eigvals", "linalg_householder_product", "linalg_matrix_exp", "linalg_pinv",
         "linalg_qr", "linalg_svd", "max_pool_backward", "multi_margin_loss_backward",
         "multilabel_margin_loss_backward", "nextafter", "ormqr", "repeat_interleave", "segment_reduce",
@@ -68,7 +68,7 @@ REFUSED = {
     }),
     "litert": frozenset({
         "conv_transpose", "convolution_backward", "fft_c2r", "geqrf", "grid_sampler_2d_backward",
-        "grid_sampler_3d_backward", "hash_tensor", "histogram", "histogramdd", "igamma", "igammac", "index_reduce",
+        "grid_sampler_3d_backward", "hash_tensor", "histogram", "histogramdd", "index_reduce",
         "int_mm", "jagged_to_padded_dense", "linalg_eig", "linalg_eigh", "linalg_eigvals",
         "linalg_householder_product", "linalg_matrix_exp", "linalg_pinv", "linalg_qr", "linalg_svd", "nextafter",
         "ormqr", "repeat_interleave", "scaled_mm", "scaled_mm_v2", "scatter_reduce", "segment_reduce",
