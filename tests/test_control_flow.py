@@ -105,3 +105,31 @@ def test_compiled_cond_trains_and_while_loop_runs_as_eager():
                 torch.testing.assert_close(g, e)
     with pytest.raises(Exception, match="a while_loop whose gradient is needed saves every iteration"):
         torch.compile(lambda x: loop(x)[1].sum(), backend="tpu", fullgraph=True)(w0.clone().requires_grad_())
+
+
+class _Scanned(torch.nn.Module):
+    """``torch._higher_order_ops.scan`` over 80 steps (a loop in ONNX / LiteRT), forward along dim 1 and reversed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor) -> tuple:
+        from torch._higher_order_ops.scan import scan
+
+        def step(h, xt):
+            h = torch.tanh(h @ self.w + xt)
+            return h, h * 2
+
+        h, ys = scan(step, h0, x, dim=1)
+        back, total = scan(lambda c, xt: (c + xt, c.sum(-1)), h0, x, dim=1, reverse=True)
+        return h, ys, back, total
+
+
+@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
+def test_scan_exports_and_matches_pytorch(target):
+    # it was refused: "this higher-order op is not supported (torch.cond and while_loop are)"
+    x, h0 = torch.randn(2, 80, 4), torch.randn(2, 4)
+    report = validate(_Scanned().eval(), (x, h0), targets=(target,), num_random_inputs=1)
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]

@@ -1,4 +1,5 @@
-"""torch's control-flow operators: ``torch.cond`` → ``lax.cond``, ``while_loop`` → ``lax.while_loop``.
+"""torch's control-flow operators: ``torch.cond`` → ``lax.cond``, ``while_loop`` → ``lax.while_loop``,
+``scan`` → ``lax.scan``.
 
 torch.export and AOTAutograd keep each branch / loop function as a sub-``GraphModule``
 (a ``get_attr`` node of the graph); it is lowered with the same table, op by op, inside
@@ -23,6 +24,7 @@ from converter.lowering.dtypes import to_jax_dtype
 
 cond_op = torch.ops.higher_order.cond
 while_loop_op = torch.ops.higher_order.while_loop
+scan_op = torch.ops.higher_order.scan
 
 
 def subgraphs(node: torch.fx.Node) -> list[torch.fx.GraphModule]:
@@ -83,8 +85,30 @@ def lower_while_loop(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -
                               lambda c: body(tuple(c) + extra), init)
 
 
+def lower_scan(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> tuple:
+    """scan(GraphModule combine_fn, Tensor[] init, Tensor[] xs, Tensor[] additional_inputs) -> Tensor[]
+
+    ``lax.scan`` over the leading dim of ``xs`` (``torch._higher_order_ops.scan`` moved its ``dim`` there and
+    flips the sequence for ``reverse`` around the op): ``combine_fn(*carry, *x, *additional)`` gives the next
+    carry (in the initial carry's dtypes) and the step's outputs, stacked. The additional inputs are closed over.
+    """  # noqa: E501 (the first line is the schema)
+    combine_fn, init, xs, additional = args
+    metas = node.meta.get("val")
+    n, extra = len(init), tuple(additional)
+    run = _runner(combine_fn, ctx, node)
+    carry = tuple(jnp.asarray(c).astype(to_jax_dtype(m.dtype)) for c, m in zip(init, metas[:n]))
+
+    def step(carry: tuple, x: tuple) -> tuple:
+        out = run(tuple(carry) + tuple(x) + extra)
+        ys = tuple(jnp.asarray(y).astype(to_jax_dtype(m.dtype)) for y, m in zip(out[n:], metas[n:]))
+        return tuple(jnp.asarray(o).astype(c.dtype) for o, c in zip(out[:n], carry)), ys
+
+    carry, ys = jax.lax.scan(step, carry, tuple(jnp.asarray(x) for x in xs))
+    return (*carry, *ys)
+
+
 #: Control-flow operators → their lowering ``(node, args, kwargs, ctx) -> outputs``.
-HOPS: dict[Any, Callable] = {cond_op: lower_cond, while_loop_op: lower_while_loop}
+HOPS: dict[Any, Callable] = {cond_op: lower_cond, while_loop_op: lower_while_loop, scan_op: lower_scan}
 
 #: Why other higher-order operators are refused (by name; the default reason covers the rest).
 REFUSED = {

@@ -125,7 +125,7 @@ def check_supported(graph: torch.fx.Graph, target: str) -> None:
                 check_supported(sub.graph, target)
         elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             reason = control_flow.REFUSED.get(str(node.target), "this higher-order op is not supported "
-                                                                "(torch.cond and while_loop are)")
+                                                                "(torch.cond, while_loop and scan are)")
             raise UnsupportedOpError(str(node.target), target, source_location(node), reason=reason, hint=False)
 
 
@@ -275,7 +275,7 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
         return effects.call(node, args, kwargs, ctx)
     if target in rng_ops.RNG_OPS:  # activation checkpointing's saved / replayed generator state
         return rng_ops.call(node, args, kwargs, ctx, source_location(node), conform)
-    if target in control_flow.HOPS:  # torch.cond, while_loop
+    if target in control_flow.HOPS:  # torch.cond, while_loop, scan
         return control_flow.HOPS[target](node, args, kwargs, ctx)
     if not isinstance(target, torch._ops.OpOverload):
         # SymInt arithmetic (operator.mul, torch.sym_max, …) works on python ints and
