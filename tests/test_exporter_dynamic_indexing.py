@@ -2,7 +2,7 @@
 position ids; ``topk`` values), a position buffer sliced to a dynamic length (DistilBERT), a tensor repeated a
 dynamic number of times (BLOOM's ALiBi bias), exported with ``dynamic_shapes`` and run at several sizes against
 PyTorch; a channels-last global pool with a dynamic batch; scatters into a dynamic number of rows (a mixture-of-experts
-layer's token rows)."""
+layer's token rows) and slice assignments into a dynamic batch."""
 
 from __future__ import annotations
 
@@ -84,3 +84,25 @@ def test_scatter_into_rows_of_a_dynamic_count(target):
         x, idx = torch.randn(n, 3, generator=g), torch.tensor([0, n - 1, 2, n - 3])
         for got, want in zip(art(x, idx, src), _Scatters()(x, idx, src), strict=True):
             torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-6, atol=1e-6)
+
+
+class _SliceWrites(nn.Module):
+    """Slice assignments into a tensor with a dynamic batch (a KV cache's write at fixed positions): ONNX refused
+    "dynamic_update_slice with dynamic dims"."""
+
+    def forward(self, cache, k):
+        written = cache.clone()
+        written[:, 2:5] = k
+        return written, torch.ops.aten.slice_scatter(cache, k * 2, 1, 13, 16)
+
+
+@pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
+def test_slice_writes_with_a_dynamic_batch(target):
+    g = torch.Generator().manual_seed(0)
+    batch = Dim("batch", max=8)
+    art = convert(_SliceWrites().eval(), (torch.zeros(2, 16, 4), torch.randn(2, 3, 4)), target=target,
+                  dynamic_shapes=({0: batch}, {0: batch}))
+    for b in (1, 5):
+        cache, k = torch.randn(b, 16, 4, generator=g), torch.randn(b, 3, 4, generator=g)
+        for got, want in zip(art(cache, k), _SliceWrites()(cache, k), strict=True):
+            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=0, atol=0)

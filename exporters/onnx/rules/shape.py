@@ -8,6 +8,7 @@ import numpy as np
 from jax._src.export import shape_poly
 from jax._src.lax import lax as lax_internal
 from jax.extend.core import primitives as lax
+from onnx import TensorProto, helper
 
 from exporters.jaxpr_walk import same_dim as _same
 from exporters.onnx.graph import OnnxGraph, Val, is_static
@@ -235,10 +236,18 @@ def lower_dynamic_slice(g: OnnxGraph, eqn: Any, x: Val, *starts: Val) -> Val:
 
 @rule(lax.dynamic_update_slice_p)
 def lower_dynamic_update_slice(g: OnnxGraph, eqn: Any, x: Val, update: Val, *starts: Val) -> Val:
-    """dynamic_update_slice → ScatterND of the update at its (clamped) window of indices."""
+    """dynamic_update_slice → ScatterND of the update at its (clamped) window of indices; with dynamic dims (a slice
+    assignment into a tensor with a dynamic batch) the update padded to the operand's shape and selected where it
+    lands (the window's indices would need a grid of run-time size)."""
     aval = out_aval(eqn)
     if not (x.static and update.static):
-        raise Unsupported("dynamic_update_slice with dynamic dims")
+        begin = _index_vector(g, starts, x, list(update.shape))
+        sizes = g.shape_tensor(update.shape)
+        pads = g.op("Concat", [begin, g.op("Sub", [g.op("Sub", [g.shape_tensor(x.shape), sizes]), begin])], axis=0)
+        placed = g.op("Pad", [g.tensor(update), pads])
+        ones = g.op("ConstantOfShape", [sizes], value=helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0]))
+        mask = g.op("Cast", [g.op("Pad", [ones, pads])], to=TensorProto.BOOL)
+        return g.val(g.where(mask, placed, g.tensor(x), x.dtype), aval.shape, aval.dtype)
     sizes = [int(d) for d in update.shape]
     begin = _index_vector(g, starts, x, sizes)
     grid = np.stack(np.meshgrid(*[np.arange(s) for s in sizes], indexing="ij"), axis=-1).astype(np.int64)
