@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.export import ExportedProgram
@@ -53,6 +54,52 @@ PRESERVED_OPS: tuple = (
     aten.rnn_tanh.input,
     aten.rnn_relu.input,
 )
+
+
+#: The recurrent layers :data:`PRESERVED_OPS` keeps: their output shapes come from :func:`recurrent_shape_rules`.
+_RECURRENT = (aten.lstm.input, aten.gru.input, aten.rnn_tanh.input, aten.rnn_relu.input)
+
+
+def _recurrent_shapes(fake_mode: Any, func: Any, input: Any, hx: Any, *rest: Any, **kwargs: Any) -> tuple:
+    """A preserved recurrent layer's outputs under fake tensors, from the shapes alone: ``output`` is the input's
+    shape with its features replaced by ``directions × hidden`` (``hidden`` as the initial state has it: the
+    projection size where there is one), the final states are shaped as the initial ones."""
+    # (params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    bidirectional = rest[5] if len(rest) > 5 else kwargs["bidirectional"]
+    states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+    with fake_mode:
+        out = input.new_empty((*input.shape[:-1], (2 if bidirectional else 1) * states[0].shape[-1]))
+        return (out, *[s.new_empty(s.shape) for s in states])
+
+
+def _recurrent_fast_shapes(fake_mode: Any, *args: Any, **kwargs: Any) -> tuple:
+    """:func:`_recurrent_shapes` in the form of fake tensors' rules for symbolic sizes."""
+    return _recurrent_shapes(fake_mode, None, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def recurrent_shape_rules() -> Iterator[None]:
+    """Fake-tensor rules for the preserved recurrent layers while torch.export traces them whole.
+
+    With a symbolic size, fake tensors ran torch's Python decomposition of these ops, whose loop over time made
+    torch.export specialize the sequence length (a dynamic length was refused: "Constraints violated"); the rule
+    here computes the shapes directly, so the length may be dynamic (the lowering's time loop is then a
+    ``lax.scan``). Fake tensors consult it first for symbolic sizes (their "fast" rules); it is registered only
+    for the capture and removed after, so no other fake-tensor run sees it."""
+    from torch._subclasses import fake_impls
+
+    table = fake_impls.get_fast_op_impls()
+    saved = {op: table.get(op) for op in _RECURRENT}
+    for op in _RECURRENT:
+        table[op] = _recurrent_fast_shapes
+    try:
+        yield
+    finally:
+        for op, rule in saved.items():
+            if rule is None:
+                table.pop(op, None)
+            else:
+                table[op] = rule
 
 
 def _multilabel_margin_loss(self: Any, target: Any, reduction: int = 1) -> Any:
@@ -123,7 +170,7 @@ def decompose_program(ep: ExportedProgram) -> ExportedProgram:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.export.exported_program import _decompose_exported_program
     cia, python = plan
-    with unset_fake_temporarily():  # as run_decompositions does
+    with unset_fake_temporarily(), recurrent_shape_rules():  # as run_decompositions does
         return _decompose_exported_program(ep, cia_to_decomp=dict(cia), python_decomp_table=dict(python),
                                            joint_loss_index=None, decompose_custom_triton_ops=False)
 
@@ -191,7 +238,7 @@ def _one_pass(model: torch.nn.Module, args: tuple, kwargs: dict | None, dynamic_
         return None
     if plan is None:
         return None
-    with _override_composite_implicit_decomp(dict(plan[0])):
+    with recurrent_shape_rules(), _override_composite_implicit_decomp(dict(plan[0])):
         return _export(model, args, kwargs or None, dynamic_shapes=dynamic_shapes, strict=strict, pre_dispatch=False)
 
 

@@ -1,7 +1,7 @@
 """Loops in ONNX and LiteRT files (``exporters/loops.py``, ``exporters/{onnx,litert}/loops.py``): a ``while`` and a
 ``scan`` too long to unroll become one ONNX ``Loop`` / LiteRT ``WHILE`` (both were refused by name), with carries,
 stacked outputs, reverse scans, weights the body reads, nested loops and dynamic dims; ``nn.LSTM``/``nn.GRU``/``nn.RNN``
-over a long sequence export as loops (unrolled: one copy of the step per frame)."""
+over a long sequence export as loops (unrolled: one copy of the step per frame), also with a dynamic length."""
 
 from __future__ import annotations
 
@@ -109,3 +109,18 @@ def test_recurrent_layers_over_a_long_sequence_export_as_loops(recurrent, target
     if target in LOOP:
         assert art.ops[LOOP[target]] == 6  # one per layer and direction
         assert len(art.op_list) < 600
+
+
+@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
+def test_recurrent_layers_with_a_dynamic_sequence_length(recurrent, target):
+    # torch.export specialized the length ("Constraints violated"): its fake-tensor rule for these ops looped over
+    # time (converter.capture.recurrent_shape_rules computes their shapes instead)
+    model, x = recurrent
+    dims = {0: torch.export.Dim("steps", min=2, max=1000), 1: torch.export.Dim("batch", min=1, max=16)}
+    art = convert(model, (x,), target=target, dynamic_shapes=(dims,))
+    for steps, batch in ((100, 2), (3, 1), (250, 3)):
+        seq = torch.randn(steps, batch, 4, generator=torch.Generator().manual_seed(steps))
+        with torch.no_grad():
+            want = model(seq)
+        for g, w in zip(art(seq), want, strict=True):
+            torch.testing.assert_close(torch.as_tensor(np.asarray(g)), w, rtol=1e-5, atol=1e-5)

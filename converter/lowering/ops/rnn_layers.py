@@ -14,8 +14,8 @@ Sequences keep the caller's layout: with ``batch_first`` the time axis stays axi
 (steps are sliced and concatenated there), so no transpose is emitted for it; a
 reverse direction walks the steps backwards instead of flipping the sequence. The
 time loop is unrolled up to :data:`MAX_UNROLLED_STEPS` steps and a ``lax.scan`` beyond (a loop in the
-exported file): torch.export specializes the sequence length of these ops (their fake kernel loops over
-it), so it is always static here; the batch may be dynamic.
+exported file), also for a dynamic sequence length (the capture gives these ops shape rules that do not
+loop over time: ``converter.capture.recurrent_shape_rules``); the batch may be dynamic too.
 In train mode, ``dropout`` drops the outputs of every layer but the last, as
 PyTorch's CPU kernel does (the ``native_dropout`` row).
 """
@@ -92,7 +92,7 @@ def _time_loop(ctx, cell, xp, state, w, axis: int, reverse: bool):
     """The cell over the steps of ``xp`` (time on ``axis``); returns the outputs (time on ``axis``) and the
     final state."""
     steps = xp.shape[axis]
-    if steps <= MAX_UNROLLED_STEPS:
+    if isinstance(steps, int) and steps <= MAX_UNROLLED_STEPS:  # (a dynamic length: a loop)
         return _unrolled(ctx, cell, xp, state, w, axis, reverse)
 
     def step(state, x_t):
