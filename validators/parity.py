@@ -69,7 +69,8 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
              tolerances: dict | None = None, sample_kwargs: dict | None = None, localize: bool = True,
              task: str | dict | None = None, errors: str = "raise", progress: bool | None = None,
              builders: dict[str, Callable] | None = None,
-             target_options: dict[str, dict] | None = None, op_profile: bool = True) -> ParityReport:
+             target_options: dict[str, dict] | None = None, op_profile: bool = True,
+             dynamic_shapes: Any = None) -> ParityReport:
     """Run PyTorch and every target on the same inputs and compare every output.
 
     Args:
@@ -97,6 +98,8 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
             ``convert(..., **options)`` takes them (e.g. ``{"litert": {"quantize": "int8"}}``).
         op_profile: with ``localize``, record the per-op error profile when every target
             passes (the report's per-op chart); it costs one more compile of the program.
+        dynamic_shapes: torch.export ``dynamic_shapes``, as ``convert`` takes them: every target is built
+            with those dims dynamic, so ``inputs`` of other sizes check the same artifacts at those sizes.
 
     Returns:
         The :class:`ParityReport`.
@@ -119,7 +122,7 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     show = Progress(progress)
     try:
         show("capturing with torch.export")
-        ep, _ = run_passes(capture(model, sample_args, sample_kwargs), inference=not model.training)
+        ep, _ = run_passes(capture(model, sample_args, sample_kwargs, dynamic_shapes), inference=not model.training)
         sets = build_input_sets(ep, sample_args, sample_kwargs, inputs=list(inputs or []),
                                 num_random_inputs=num_random_inputs, seed=seed)
         refs = []

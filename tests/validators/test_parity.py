@@ -118,3 +118,18 @@ def test_progress_shows_on_a_terminal_and_stays_quiet_when_piped(tty):
     show.close()
     assert ("tpu: input 1/3" in stream.getvalue()) is tty
     assert stream.getvalue() == "" or tty
+
+
+def test_validate_checks_a_dynamic_export_at_other_sizes():
+    # validate captured with static shapes, so the artifacts refused inputs of another batch size
+    model, (x,) = mlp()
+    batch = torch.export.Dim("batch", min=1, max=32)
+    others = [(torch.randn(5, *x.shape[1:]),), (torch.randn(1, *x.shape[1:]),)]
+    targets = ("tpu", "stablehlo", "onnx", "litert")
+    report = validate(model, (x,), targets=targets, inputs=others, num_random_inputs=0, localize=False,
+                      dynamic_shapes=({0: batch},))
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+    assert [len(t.comparisons) for t in report.targets] == [3] * 4  # (the sample and both sizes, one output each)
+    static = validate(model, (x,), targets=("onnx",), inputs=others, num_random_inputs=0, localize=False,
+                      errors="report")
+    assert not static.passed
