@@ -60,21 +60,16 @@ PRESERVED_OPS: tuple = (
 _RECURRENT = (aten.lstm.input, aten.gru.input, aten.rnn_tanh.input, aten.rnn_relu.input)
 
 
-def _recurrent_shapes(fake_mode: Any, func: Any, input: Any, hx: Any, *rest: Any, **kwargs: Any) -> tuple:
-    """A preserved recurrent layer's outputs under fake tensors, from the shapes alone: ``output`` is the input's
-    shape with its features replaced by ``directions × hidden`` (``hidden`` as the initial state has it: the
-    projection size where there is one), the final states are shaped as the initial ones."""
-    # (params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+def _recurrent_shapes(fake_mode: Any, input: Any, hx: Any, *rest: Any, **kwargs: Any) -> tuple:
+    """A preserved recurrent layer's outputs under fake tensors (a fake-tensor rule for symbolic sizes), from the
+    shapes alone: ``output`` is the input's shape with its features replaced by ``directions × hidden`` (``hidden``
+    as the initial state has it: the projection size where there is one), the final states are shaped as the
+    initial ones. ``rest``: params, has_biases, num_layers, dropout, train, bidirectional, batch_first."""
     bidirectional = rest[5] if len(rest) > 5 else kwargs["bidirectional"]
     states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
     with fake_mode:
         out = input.new_empty((*input.shape[:-1], (2 if bidirectional else 1) * states[0].shape[-1]))
         return (out, *[s.new_empty(s.shape) for s in states])
-
-
-def _recurrent_fast_shapes(fake_mode: Any, *args: Any, **kwargs: Any) -> tuple:
-    """:func:`_recurrent_shapes` in the form of fake tensors' rules for symbolic sizes."""
-    return _recurrent_shapes(fake_mode, None, *args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -91,7 +86,7 @@ def recurrent_shape_rules() -> Iterator[None]:
     table = fake_impls.get_fast_op_impls()
     saved = {op: table.get(op) for op in _RECURRENT}
     for op in _RECURRENT:
-        table[op] = _recurrent_fast_shapes
+        table[op] = _recurrent_shapes
     try:
         yield
     finally:
