@@ -124,3 +124,19 @@ def test_recurrent_layers_with_a_dynamic_sequence_length(recurrent, target):
             want = model(seq)
         for g, w in zip(art(seq), want, strict=True):
             torch.testing.assert_close(torch.as_tensor(np.asarray(g)), w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["onnx", "litert"])
+def test_inspect_shows_what_runs_inside_the_loops(recurrent, target, tmp_path):
+    from exporters.litert.inspect import inspect_file
+    from exporters.onnx.inspect import inspect_onnx
+
+    model, x = recurrent
+    path = tmp_path / ("m.onnx" if target == "onnx" else "m.tflite")
+    convert(model, (x,), target=target).save(path)
+    text = (inspect_onnx if target == "onnx" else inspect_file)(path)
+    if target == "onnx":
+        assert "Loop ×6" in text and "inside loops (" in text and "Sigmoid" in text.split("inside loops")[1]
+    else:  # a condition and a body per WHILE, listed after the signature
+        loops = [line for line in text.splitlines() if line.startswith("loop subgraph")]
+        assert len(loops) == 12 and sum("FULLY_CONNECTED" in line for line in loops) == 6, text

@@ -169,6 +169,10 @@ def inspect_bytes(data: bytes, label: str = "model") -> str:
         except IndexError:
             raise ExportError(f"{label} is corrupt: signature {sig['key']!r} names a missing tensor") from None
         lines.append(f"  ops: {_hist(sub['ops'])}")
+    named = {sig["subgraph"] for sig in info["signatures"] or [default]}
+    for index, sub in enumerate(info["subgraphs"]):
+        if index not in named:  # (a WHILE's condition or body)
+            lines.append(f"loop subgraph {index} {sub['name']} ({len(sub['ops'])} ops): {_hist(sub['ops'])}")
     split = delegated_ops(data)
     if split is None:
         raise ExportError(f"{label} is corrupt: the LiteRT interpreter refused to load it")

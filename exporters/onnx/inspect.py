@@ -56,6 +56,7 @@ def describe_onnx(data: bytes, what: str = "model") -> dict:
         "inputs": [_value_info(v) for v in g.input],
         "outputs": [_value_info(v) for v in g.output],
         "ops": collections.Counter(n.op_type for n in g.node),
+        "loop_ops": collections.Counter(op for n in g.node for op in _body_ops(n)),
         "weights_bytes": weights, "external_tensors": external, "initializers": len(g.initializer),
         "size": len(data),
     }
@@ -85,8 +86,22 @@ def inspect_onnx(path: str | os.PathLike) -> str:
                                            if info["external_tensors"] else ""))
     lines.append(f"  ops ({sum(info['ops'].values())}): "
                  + ", ".join(f"{op} ×{n}" for op, n in sorted(info["ops"].items(), key=lambda kv: (-kv[1], kv[0]))))
+    if info["loop_ops"]:
+        lines.append(f"  inside loops ({sum(info['loop_ops'].values())}): "
+                     + ", ".join(f"{op} ×{n}" for op, n in sorted(info["loop_ops"].items(),
+                                                                    key=lambda kv: (-kv[1], kv[0]))))
     lines.append(f"  onnxruntime CPU: {_ort_status(data)}")
     return "\n".join(lines)
+
+
+def _body_ops(node: Any) -> list[str]:
+    """The op types inside ``node``'s subgraphs (a ``Loop``'s body), nested ones included."""
+    out = []
+    for attr in node.attribute:
+        if attr.type == attr.GRAPH:
+            for inner in attr.g.node:
+                out += [inner.op_type, *_body_ops(inner)]
+    return out
 
 
 def _ort_status(data: bytes) -> str:
