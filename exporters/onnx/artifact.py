@@ -66,16 +66,9 @@ class OnnxArtifact(FileBytes):
     @property
     def op_list(self) -> list[str]:
         """ONNX op types of the graph, in execution order; a ``Loop``'s body follows the ``Loop``."""
-        def walk(nodes: Any) -> list[str]:
-            out = []
-            for n in nodes:
-                out.append(n.op_type)
-                for attr in n.attribute:
-                    if attr.type == attr.GRAPH:
-                        out += walk(attr.g.node)
-            return out
+        from exporters.onnx.inspect import body_ops
 
-        return walk(self.model().graph.node)
+        return [op for n in self.model().graph.node for op in (n.op_type, *body_ops(n))]
 
     @property
     def ops(self) -> collections.Counter:

@@ -56,7 +56,7 @@ def describe_onnx(data: bytes, what: str = "model") -> dict:
         "inputs": [_value_info(v) for v in g.input],
         "outputs": [_value_info(v) for v in g.output],
         "ops": collections.Counter(n.op_type for n in g.node),
-        "loop_ops": collections.Counter(op for n in g.node for op in _body_ops(n)),
+        "loop_ops": collections.Counter(op for n in g.node for op in body_ops(n)),
         "weights_bytes": weights, "external_tensors": external, "initializers": len(g.initializer),
         "size": len(data),
     }
@@ -94,13 +94,13 @@ def inspect_onnx(path: str | os.PathLike) -> str:
     return "\n".join(lines)
 
 
-def _body_ops(node: Any) -> list[str]:
+def body_ops(node: Any) -> list[str]:
     """The op types inside ``node``'s subgraphs (a ``Loop``'s body), nested ones included."""
     out = []
     for attr in node.attribute:
         if attr.type == attr.GRAPH:
             for inner in attr.g.node:
-                out += [inner.op_type, *_body_ops(inner)]
+                out += [inner.op_type, *body_ops(inner)]
     return out
 
 
