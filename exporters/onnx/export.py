@@ -26,6 +26,7 @@ from exporters.jaxpr_trace import fx_locator, trace
 from exporters.jaxpr_walk import JaxprTranslator, const_val
 from exporters.onnx import loops, rules
 from exporters.onnx.graph import OnnxGraph, Val, edge_dtype, elem_type, onnx_dtype, value_info
+from exporters.onnx.inspect import inner_nodes
 
 #: The ONNX opset the exporter writes (Gelu needs 20; ONNX Runtime 1.32 runs it).
 OPSET = 20
@@ -142,12 +143,7 @@ def _prune(g: OnnxGraph, outputs: list[str]) -> None:
 def _reads(node: Any) -> set:
     """The names ``node`` reads: its inputs and, for a ``Loop``, every name its body reads (names are unique
     across the model, so the body's own ones match nothing outside)."""
-    names = {i for i in node.input if i}
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            for inner in attr.g.node:
-                names |= _reads(inner)
-    return names
+    return {i for n in (node, *inner_nodes(node)) for i in n.input if i}
 
 
 __all__ = ["IR_VERSION", "OPSET", "Translator", "build_model"]

@@ -245,10 +245,12 @@ class OnnxGraph:
         return self._dims[key]
 
 
-def value_info(name: str, dtype: Any, shape: Sequence) -> Any:
-    """A graph input/output declaration; symbolic dims become ``dim_param`` names."""
+def value_info(name: str, dtype: Any, shape: Sequence, *, edge: bool = True) -> Any:
+    """A graph input/output declaration; symbolic dims become ``dim_param`` names. ``edge``: a model input or
+    output (its type is :func:`edge_dtype`'s), else a value inside the model (a loop body's: :func:`onnx_dtype`'s)."""
     dims = [int(d) if is_static(d) else str(d) for d in shape]
-    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(edge_dtype(dtype)), dims)
+    stored = edge_dtype(dtype) if edge else onnx_dtype(dtype)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(stored), dims)
 
 
 __all__ = ["OnnxGraph", "Val", "edge_dtype", "elem_type", "is_static", "onnx_dtype", "value_info"]

@@ -94,14 +94,19 @@ def inspect_onnx(path: str | os.PathLike) -> str:
     return "\n".join(lines)
 
 
-def body_ops(node: Any) -> list[str]:
-    """The op types inside ``node``'s subgraphs (a ``Loop``'s body), nested ones included."""
+def inner_nodes(node: Any) -> list:
+    """The nodes inside ``node``'s subgraphs (a ``Loop``'s body), nested ones included, each before its own."""
     out = []
     for attr in node.attribute:
         if attr.type == attr.GRAPH:
             for inner in attr.g.node:
-                out += [inner.op_type, *body_ops(inner)]
+                out += [inner, *inner_nodes(inner)]
     return out
+
+
+def body_ops(node: Any) -> list[str]:
+    """The op types inside ``node``'s subgraphs (:func:`inner_nodes`)."""
+    return [n.op_type for n in inner_nodes(node)]
 
 
 def _ort_status(data: bytes) -> str:

@@ -21,10 +21,10 @@ import contextlib
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import helper
 
 from exporters.loops import while_parts
-from exporters.onnx.graph import OnnxGraph, Val, elem_type, is_static
+from exporters.onnx.graph import OnnxGraph, Val, is_static, value_info
 
 
 def translate_while(tr: Any, eqn: Any, ins: list) -> list[Val]:
@@ -102,17 +102,12 @@ def _graph(g: OnnxGraph, nodes: _Nodes, inside: list[Val], outs: list, cond: str
         if name not in produced or name in names:
             name = g.op("Identity", [name])  # (a body output must be the body's own value, each once)
         names.append(name)
-    ins = [helper.make_tensor_value_info(nodes.iteration, TensorProto.INT64, []),
-           helper.make_tensor_value_info(nodes.condition, TensorProto.BOOL, [])]
-    ins += [helper.make_tensor_value_info(v.name, elem_type(v.dtype), _dims(v.shape)) for v in inside]
+    ins = [value_info(nodes.iteration, np.int64, (), edge=False), value_info(nodes.condition, np.bool_, (), edge=False)]
+    ins += [value_info(v.name, v.dtype, v.shape, edge=False) for v in inside]
     typed = [np.dtype(np.bool_)] + [v.dtype for v in outs[1:]]
     shapes = [()] + [v.shape for v in outs[1:]]
-    outputs = [helper.make_tensor_value_info(n, elem_type(d), _dims(s)) for n, d, s in zip(names, typed, shapes)]
+    outputs = [value_info(n, d, s, edge=False) for n, d, s in zip(names, typed, shapes)]
     return helper.make_graph(list(nodes), g.fresh("loop_body"), ins, outputs)
-
-
-def _dims(shape: Sequence) -> list:
-    return [int(d) if is_static(d) else str(d) for d in shape]
 
 
 def _listed(names: Any) -> list:
