@@ -44,19 +44,24 @@ def translate_while(tr: Any, eqn: Any, ins: list) -> list[Val]:
     outer = [em.tensor_of(v, None, expand=True) for v in loop_vars]
     cond_graph, body_graph = Graph(em._name("while_cond")), Graph(em._name("while_body"))
     with _subgraph(em, cond_graph, loop_vars) as inside:
-        seen = dict(zip(map(id, invariant), inside))
-        args = [seen[id(v)] if id(v) in seen else _fresh(v) for v in cond_consts] + inside[len(invariant):]
+        args = _arguments(cond_consts, invariant, inside)
         (go,) = tr.eval_jaxpr(p["cond_jaxpr"].jaxpr, p["cond_jaxpr"].consts, args)
         cond_graph.outputs = [_produced(em, em.tensor_of(go, None, expand=True), go)]
     with _subgraph(em, body_graph, loop_vars) as inside:
-        seen = dict(zip(map(id, invariant), inside))
-        args = [seen[id(v)] if id(v) in seen else _fresh(v) for v in body_consts] + inside[len(invariant):]
+        args = _arguments(body_consts, invariant, inside)
         new = tr.eval_jaxpr(p["body_jaxpr"].jaxpr, p["body_jaxpr"].consts, args)
         passed = [v.tensor for v in inside[:len(invariant)]]
         body_graph.outputs = passed + [_produced(em, em.tensor_of(v, None, expand=True), v) for v in new]
     results = [em.tensor(v.shape, v.dtype, "while") for v in loop_vars]
     em.op("WHILE", outer, results, condSubgraphIndex=cond_graph, bodySubgraphIndex=body_graph)
     return [Val(v.shape, v.dtype, tensor=t) for v, t in zip(init, results[len(invariant):])]
+
+
+def _arguments(consts: list, invariant: list, inside: list) -> list:
+    """A subgraph's jaxpr arguments: ``consts`` as the subgraph has them (an invariant's loop variable, a
+    constant fresh), then the carry's loop variables."""
+    seen = dict(zip(map(id, invariant), inside))
+    return [seen[id(v)] if id(v) in seen else _fresh(v) for v in consts] + inside[len(invariant):]
 
 
 def _fresh(v: Val) -> Val:
