@@ -1,4 +1,4 @@
-"""torch.cond and while_loop: lowered to lax.cond / lax.while_loop for every jaxpr target and torch.compile."""
+"""torch.cond, while_loop, scan and map: lowered to lax.cond / lax.while_loop / lax.scan for every jaxpr target and torch.compile."""
 
 import pytest
 import torch
@@ -132,4 +132,26 @@ def test_scan_exports_and_matches_pytorch(target):
     # it was refused: "this higher-order op is not supported (torch.cond and while_loop are)"
     x, h0 = torch.randn(2, 80, 4), torch.randn(2, 4)
     report = validate(_Scanned().eval(), (x, h0), targets=(target,), num_random_inputs=1)
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+
+
+class _Mapped(torch.nn.Module):
+    """``torch._higher_order_ops.map`` over 80 slices (a loop in ONNX / LiteRT), two outputs of different dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
+
+    def forward(self, x: torch.Tensor, b: torch.Tensor) -> tuple:
+        from torch._higher_order_ops.map import map as hmap
+
+        return hmap(lambda xt, b: (torch.tanh(xt @ self.w) + b, xt.sum(-1).to(torch.float64)), x, b)
+
+
+@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
+def test_map_exports_and_matches_pytorch(target):
+    # it was refused: "this higher-order op is not supported (torch.cond, while_loop and scan are)"
+    report = validate(_Mapped().eval(), (torch.randn(80, 2, 4), torch.randn(4)), targets=(target,),
+                      num_random_inputs=1)
     assert report.passed, [(t.target, t.status, t.message) for t in report.targets]

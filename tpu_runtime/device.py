@@ -11,6 +11,7 @@ would do, from Python, with PyTorch's documented registration APIs:
   to run backward on the device;
 * ``pin_memory`` for the tpu device (a plain CPU copy: nothing to pin for JAX), so
   ``DataLoader(pin_memory=True)`` keeps working once tpu is the current accelerator;
+* ``torch.cond``, ``scan`` and ``map`` kernels for tpu tensors (:mod:`tpu_runtime.control_flow`);
 * ``torch.autocast("tpu")`` kernels on the AutocastPrivateUse1 key (:mod:`tpu_runtime.autocast`);
 * ``torch.library`` kernels on the PrivateUse1 key for the entry points that take
   no tpu tensor (``torch.empty(..., device="tpu")``, ``arange``, ``full``,
@@ -265,7 +266,9 @@ def register() -> None:
     # torch.autocast("tpu") without dtype= computes in bfloat16, TPU's matmul type (PrivateUse1's default is float16)
     torch.set_autocast_dtype("tpu", torch.bfloat16)
     _register_foreach_type()
-    from tpu_runtime import serialization
+    from tpu_runtime import control_flow, serialization
+
+    control_flow.register()
 
     serialization.register()
     _STATE["registered"] = True

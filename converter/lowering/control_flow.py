@@ -1,5 +1,5 @@
 """torch's control-flow operators: ``torch.cond`` → ``lax.cond``, ``while_loop`` → ``lax.while_loop``,
-``scan`` → ``lax.scan``.
+``scan`` and ``map`` → ``lax.scan``.
 
 torch.export and AOTAutograd keep each branch / loop function as a sub-``GraphModule``
 (a ``get_attr`` node of the graph); it is lowered with the same table, op by op, inside
@@ -25,6 +25,7 @@ from converter.lowering.dtypes import to_jax_dtype
 cond_op = torch.ops.higher_order.cond
 while_loop_op = torch.ops.higher_order.while_loop
 scan_op = torch.ops.higher_order.scan
+map_op = torch.ops.higher_order.map_impl
 
 
 def subgraphs(node: torch.fx.Node) -> list[torch.fx.GraphModule]:
@@ -107,8 +108,25 @@ def lower_scan(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> tupl
     return (*carry, *ys)
 
 
+def lower_map(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> tuple:
+    """map_impl(GraphModule f, Tensor[] xs, Tensor[] pos_args) -> Tensor[]
+
+    ``torch._higher_order_ops.map``: ``f(*x, *pos_args)`` on each slice of ``xs`` along its leading dim, the results
+    stacked: a ``lax.scan`` with no carry. The positional arguments are closed over.
+    """
+    f, xs, pos_args = args
+    metas = node.meta.get("val")
+    run, extra = _runner(f, ctx, node), tuple(pos_args)
+
+    def step(carry: tuple, x: tuple) -> tuple:
+        return carry, tuple(jnp.asarray(y).astype(to_jax_dtype(m.dtype)) for y, m in zip(run(tuple(x) + extra), metas))
+
+    return tuple(jax.lax.scan(step, (), tuple(jnp.asarray(x) for x in xs))[1])
+
+
 #: Control-flow operators → their lowering ``(node, args, kwargs, ctx) -> outputs``.
-HOPS: dict[Any, Callable] = {cond_op: lower_cond, while_loop_op: lower_while_loop, scan_op: lower_scan}
+HOPS: dict[Any, Callable] = {cond_op: lower_cond, while_loop_op: lower_while_loop, scan_op: lower_scan,
+                             map_op: lower_map}
 
 #: Why other higher-order operators are refused (by name; the default reason covers the rest).
 REFUSED = {
