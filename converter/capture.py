@@ -7,6 +7,8 @@ import functools
 from typing import Any, Iterator
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.export import ExportedProgram
 
 from converter.errors import CaptureError, InputError
@@ -199,18 +201,75 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         ep = None
         if decompose:
             try:
-                ep = _one_pass(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict)
+                with _tracers_kept_out(model):
+                    ep = _one_pass(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict)
             except Exception:  # torch.export's documented path below gives the error (or succeeds)
                 ep = None
         if ep is None:
-            ep = torch.export.export(model, tuple(sample_args), sample_kwargs or None,
-                                     dynamic_shapes=dynamic_shapes, strict=strict)
+            with _tracers_kept_out(model):
+                ep = torch.export.export(model, tuple(sample_args), sample_kwargs or None,
+                                         dynamic_shapes=dynamic_shapes, strict=strict)
         if decompose and not _all_lowered(ep):
             ep = decompose_program(ep)
     except Exception as e:  # torch.export raises many types; keep its message, one line first
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CaptureError(f"torch.export failed on {type(model).__name__}: {first}") from e
     return ep
+
+
+def _is_tracer(v: Any) -> bool:
+    """Whether ``v`` is a tensor that only exists inside a trace (fake, functional, or another storage-less one)."""
+    if not isinstance(v, torch.Tensor):
+        return False
+    if isinstance(v, (FakeTensor, FunctionalTensor)):
+        return True
+    try:
+        v.untyped_storage().data_ptr()
+    except Exception:  # (a tracing wrapper: "Cannot access data pointer")
+        return True
+    return False
+
+
+def _holds_tracer(v: Any) -> bool:
+    if isinstance(v, dict):
+        return any(_is_tracer(x) for x in v.values())
+    if isinstance(v, (list, tuple, set)):
+        return any(_is_tracer(x) for x in v)
+    return _is_tracer(v)
+
+
+@contextlib.contextmanager
+def _tracers_kept_out(model: torch.nn.Module) -> Iterator[None]:
+    """Undo what a trace of ``model`` left of its tensors in the modules' Python state.
+
+    A module that caches a tensor computed in ``forward`` in a plain attribute or container (LeViT's
+    ``attention_bias_cache``, a dict keyed by device, filled in eval mode) keeps the trace's fake or functional
+    tensor there: the model then fails in eager ("Attempting to use FunctionalTensor on its own") and in every
+    later export. Each module attribute and each dict / list / set attribute's contents are noted before the trace;
+    afterwards, one that changed and now holds such a tensor gets its old value back, a container that holds one
+    its old contents (LeViT's ``train()`` replaces the dict: both the old and the new one were filled), and one the
+    trace added is removed. (torch.export restores parameters, buffers and tensor attributes itself.)
+    """
+    saved = []
+    for m in model.modules():
+        d = m.__dict__
+        saved.append((d, {k: (v, v.copy() if isinstance(v, (dict, list, set)) else None) for k, v in d.items()}))
+    try:
+        yield
+    finally:
+        for d, before in saved:
+            for k in [k for k in d if k not in before and _holds_tracer(d[k])]:
+                del d[k]
+            for k, (v, contents) in before.items():
+                now = d.get(k, v)
+                if now is not v and _holds_tracer(now):
+                    d[k] = v
+                if contents is not None and _holds_tracer(v):
+                    if isinstance(v, list):
+                        v[:] = contents
+                    else:
+                        v.clear()
+                        v.update(contents)
 
 
 def _one_pass(model: torch.nn.Module, args: tuple, kwargs: dict | None, dynamic_shapes: Any,

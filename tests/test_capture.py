@@ -85,3 +85,48 @@ def test_a_program_with_torch_linalg_error_checks_converts_and_runs():
         Solve()(singular)
     with pytest.raises(torch.linalg.LinAlgError, match="linalg.inv: .*singular"):
         art(singular)
+
+
+class _CachesInForward(torch.nn.Module):
+    """LeViT's pattern: eval mode caches a tensor computed in ``forward`` in a dict keyed by device, and ``train()``
+    replaces the dict (torch.export toggles the mode, so a trace fills the old dict and the new one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(4))
+        self.cache: dict = {}
+        self.history: list = []
+
+    def train(self, mode: bool = True) -> "_CachesInForward":
+        super().train(mode)
+        if mode and self.cache:
+            self.cache = {}
+        return self
+
+    def forward(self, x):
+        if not self.training:
+            key = str(x.device)
+            if key not in self.cache:
+                self.cache[key] = self.bias * 2
+            self.history.append(self.cache[key])
+            return x + self.cache[key]
+        return x + self.bias * 2
+
+
+@pytest.mark.parametrize("target", ["tpu", "onnx"])
+def test_a_model_caching_tensors_in_forward_is_left_as_it_was(target):
+    # the trace's functional tensors stayed in the dict and the list: the model then failed in eager
+    # ("Attempting to use FunctionalTensor on its own") and the next convert failed to read its state
+    from converter import convert
+
+    torch.manual_seed(0)
+    model, x = _CachesInForward().eval(), torch.randn(2, 4)
+    want = model(x)
+    for _ in range(2):
+        torch.testing.assert_close(torch.as_tensor(convert(model, (x,), target=target)(x)), want)
+        assert all(type(v) is torch.Tensor for v in [*model.cache.values(), *model.history])  # no tracer
+    torch.testing.assert_close(model(x), want)
+    fresh = _CachesInForward().eval()
+    fresh.load_state_dict(model.state_dict())
+    torch.testing.assert_close(torch.as_tensor(convert(fresh, (x,), target=target)(x)), want)  # an empty cache
+    assert not fresh.cache and not fresh.history and torch.equal(fresh(x), want)
