@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 from typing import Any, Iterator
 
@@ -10,6 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.export import ExportedProgram
+from torch.utils._pytree import tree_leaves, tree_map
 
 from converter.errors import CaptureError, InputError
 
@@ -197,6 +199,7 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         sample_args = (sample_args,)
     if not isinstance(sample_args, (tuple, list)):
         raise InputError(f"sample_args must be a tuple of inputs, got {type(sample_args).__name__}")
+    model, sample_args, sample_kwargs = on_the_host(model, tuple(sample_args), sample_kwargs)
     try:
         ep = None
         if decompose:
@@ -215,6 +218,29 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CaptureError(f"torch.export failed on {type(model).__name__}: {first}") from e
     return ep
+
+
+def on_the_host(model: torch.nn.Module, args: tuple, kwargs: dict | None) -> tuple:
+    """``(model, args, kwargs)``, or CPU copies of them when any of their tensors lives on another device
+    (a model trained on the runtime's ``tpu`` device, then exported): torch.export fakes each tensor on its own
+    device, and a tpu tensor's storage cannot be swapped for a fake one ("Attempted to set the storage of a
+    tensor on device tpu:0 to a storage on different device meta"). The user's model is not moved."""
+    tensors = [*model.parameters(), *model.buffers(), *(x for x in tree_leaves((args, kwargs))
+                                                        if isinstance(x, torch.Tensor))]
+    attributes = [(m, k) for m in model.modules() for k, v in vars(m).items()
+                  if isinstance(v, torch.Tensor) and v.device.type not in _HOST]
+    if not attributes and all(t.device.type in _HOST for t in tensors):
+        return model, args, kwargs
+    host = copy.deepcopy(model).cpu()
+    copies = dict(zip(map(id, model.modules()), host.modules()))
+    for m, k in attributes:  # plain tensor attributes (not parameters or buffers): ``.cpu()`` leaves them
+        setattr(copies[id(m)], k, getattr(m, k).cpu())
+    to_host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x  # noqa: E731
+    return host, tree_map(to_host, args), tree_map(to_host, kwargs) if kwargs else kwargs
+
+
+#: Devices torch.export traces in place.
+_HOST = ("cpu", "meta")
 
 
 def _is_tracer(v: Any) -> bool:

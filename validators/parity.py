@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
 from converter.api import TARGETS, target_builder
-from converter.capture import capture
+from converter.capture import capture, on_the_host
 from converter.errors import ConversionError, InputError, ParityError, source_location
 from converter.lowering import lower
 from converter.lowering.interpreter import LoweredProgram
@@ -118,12 +119,15 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     if isinstance(sample_args, torch.Tensor):
         sample_args = (sample_args,)
     sample_args, sample_kwargs = tuple(sample_args), dict(sample_kwargs or {})
+    # a model on the tpu device (or its inputs) is checked as a CPU copy: PyTorch on the CPU is the reference
+    model, sample_args, sample_kwargs = on_the_host(model, sample_args, sample_kwargs)
+    inputs = [tree_map(_to_cpu, s) for s in inputs or []]
     tolerances = dict(tolerances or {})
     show = Progress(progress)
     try:
         show("capturing with torch.export")
         ep, _ = run_passes(capture(model, sample_args, sample_kwargs, dynamic_shapes), inference=not model.training)
-        sets = build_input_sets(ep, sample_args, sample_kwargs, inputs=list(inputs or []),
+        sets = build_input_sets(ep, sample_args, sample_kwargs, inputs=inputs,
                                 num_random_inputs=num_random_inputs, seed=seed)
         refs = []
         with _buffers_restored(model):
@@ -153,6 +157,10 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     finally:
         show.close()
     return report
+
+
+def _to_cpu(x: Any) -> Any:
+    return x.cpu() if isinstance(x, torch.Tensor) else x
 
 
 def assert_parity(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence[str] = DEFAULT_TARGETS,

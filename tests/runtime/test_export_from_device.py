@@ -1,0 +1,54 @@
+"""A model trained on the tpu device exports as it is: convert() and validate() take it and tpu sample inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from converter import convert
+from validators import validate
+
+
+class _Scaled(torch.nn.Module):
+    """A Linear, a buffer and a plain tensor attribute (``.to()`` does not move the last)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("shift", torch.tensor([0.5, -1.0, 2.0]))
+        self.scale = torch.tensor([2.0, 3.0, 4.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x)) * self.scale + self.shift
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The model after one SGD step on the tpu device, and a CPU input."""
+    model = _Scaled().to("tpu")
+    model.scale = model.scale.to("tpu")
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(x.to("tpu")).pow(2).sum().backward()
+    opt.step()
+    return model, x
+
+
+@pytest.mark.parametrize("target", ["tpu", "onnx", "litert"])
+def test_a_model_on_the_device_converts(trained, target):
+    # torch.export failed: "Attempted to set the storage of a tensor on device tpu:0 to a storage on different
+    # device meta"
+    model, x = trained
+    want = model(x.to("tpu")).detach().cpu()
+    for sample in (x, x.to("tpu")):
+        got = convert(model, (sample,), target=target)(x)
+        torch.testing.assert_close(torch.as_tensor(got).cpu(), want, rtol=1e-5, atol=1e-5)
+    assert {t.device.type for t in (*model.parameters(), model.shift, model.scale)} == {"tpu"}  # not moved
+
+
+def test_validate_checks_a_model_on_the_device_against_pytorch_on_the_cpu(trained):
+    model, x = trained
+    report = validate(model, (x.to("tpu"),), targets=("tpu", "onnx"), inputs=[(x.to("tpu") * 2,)],
+                      num_random_inputs=1)
+    assert report.passed and len(report.inputs) == 3, [(t.target, t.status, t.message) for t in report.targets]
