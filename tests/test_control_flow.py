@@ -135,13 +135,8 @@ def test_scan_exports_and_matches_pytorch(target):
     assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
 
 
-class _Mapped(torch.nn.Module):
+class _Mapped(_Scanned):
     """``torch._higher_order_ops.map`` over 80 slices (a loop in ONNX / LiteRT), two outputs of different dtypes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.w = torch.nn.Parameter(torch.randn(4, 4) * 0.3)
 
     def forward(self, x: torch.Tensor, b: torch.Tensor) -> tuple:
         from torch._higher_order_ops.map import map as hmap
