@@ -6,7 +6,9 @@ devices: ``aten._native_multi_head_attention`` and
 ``aten._transformer_encoder_layer_fwd``. Neither has a lowering nor a
 decomposition in PyTorch, so they are written here with the ATen ops the module
 would use on its slow path (linear, view, matmul, softmax, layer_norm, gelu/relu),
-each of which dispatches back to the device. Masks arrive already merged into
+each of which dispatches back to the device. ``nn.TransformerEncoder``'s packed
+(nested tensor) batch is stood for by the padded batch carrying its mask
+(:func:`nested_tensor_from_mask`). Masks arrive already merged into
 additive float masks (``MultiheadAttention.merge_masks``): ``mask_type`` 1 is a
 ``[B, S]`` key-padding mask, 0 and 2 broadcast over ``[B, H, L, S]``.
 """
@@ -78,28 +80,84 @@ def transformer_encoder_layer_fwd(func: Any, args: tuple, kwargs: dict) -> Any:
         return F.linear(h, a["ffn_weight_2"], a["ffn_bias_2"])
 
     x = a["src"]
+    packed = getattr(x, "_packed_rows", None)  # a batch nested_tensor_from_mask packed: its padded keys are masked
+    if packed is not None and a.get("mask") is None:
+        a["mask"], a["mask_type"] = ~packed, 1
     if a["norm_first"]:
         x = x + attend(norm(x, 1))
-        return x + ffn(norm(x, 2))
-    x = norm(x + attend(x), 1)
-    return norm(x + ffn(x), 2)
+        x = x + ffn(norm(x, 2))
+    else:
+        x = norm(x + attend(x), 1)
+        x = norm(x + ffn(x), 2)
+    return x if packed is None else _padded(x, packed)
 
 
 def nested_tensor_from_mask_left_aligned(func: Any, args: tuple, kwargs: dict) -> bool:
-    """_nested_tensor_from_mask_left_aligned(Tensor t, Tensor mask) -> bool: ``False``.
+    """_nested_tensor_from_mask_left_aligned(Tensor t, Tensor mask) -> bool
 
-    ``nn.TransformerEncoder`` (eval, with a padding mask) asks whether it may pack the batch
-    into a nested tensor; the tpu device has no nested tensors, so the answer is no and the
-    encoder runs its padded path: PyTorch's own path in training mode or with
-    ``enable_nested_tensor=False`` (valid positions equal the nested path's; padded positions
-    hold the padded path's values where the nested path would give zeros).
+    Whether every row of ``mask`` (``[B, S]``, true where a position holds data) is a run of trues followed by
+    falses: ``nn.TransformerEncoder`` (eval, with a padding mask) asks it before packing the batch (a read of the
+    device: a sync point in fused eager, as the CPU's answer is read on CUDA)."""
+    mask = args[1]
+    return bool((mask[:, 1:] <= mask[:, :-1]).all()) if mask.shape[1] > 1 else True
+
+
+def nested_tensor_from_mask(func: Any, args: tuple, kwargs: dict) -> Any:
+    """_nested_tensor_from_mask(Tensor t, Tensor mask, bool mask_check=True) -> Tensor
+
+    The tpu device has no strided nested tensors; ``nn.TransformerEncoder``'s packed batch is stood for by the
+    padded one, ``t`` ``[B, S, E]`` with its padded rows zeroed, that carries the mask (``[B, S]``, true where a row
+    holds data): the encoder layers' fused op (:func:`transformer_encoder_layer_fwd`) masks those keys and keeps the
+    mask on its result, and :func:`to_padded_tensor` gives the encoder's output as the CPU's packed path does
+    (zeros at padded positions; the valid ones equal the padded path's).
+
+    Raises:
+        RuntimeError: ``mask_check`` and a row of the mask is not left-aligned (as the CPU kernel raises).
     """
-    return False
+    t, mask = args[0], args[1]
+    if kwargs.get("mask_check", args[2] if len(args) > 2 else True) and \
+            not nested_tensor_from_mask_left_aligned(func, (t, mask), {}):
+        raise RuntimeError("Mask tensor must be left-aligned: each row of the mask must be trues followed by falses")
+    return _padded(t, mask)
+
+
+def _padded(t: Any, mask: Any) -> Any:
+    """``t`` with the rows ``mask`` leaves out zeroed, carrying ``mask`` (see :func:`nested_tensor_from_mask`)."""
+    out = t.masked_fill(~mask.unsqueeze(-1), 0)
+    out._packed_rows = mask
+    return out
+
+
+def to_padded_tensor(func: Any, args: tuple, kwargs: dict) -> Any:
+    """to_padded_tensor(Tensor self, float padding, SymInt[]? output_size=None) -> Tensor
+
+    The padded form of a batch :func:`nested_tensor_from_mask` packed: ``padding`` at the positions its mask
+    leaves out, zero-padded further up to ``output_size``.
+
+    Raises:
+        UnsupportedOpError: ``self`` is not such a batch (the tpu device has no other nested tensors).
+    """
+    self = args[0]
+    mask = getattr(self, "_packed_rows", None)
+    if mask is None:
+        from converter.errors import UnsupportedOpError, caller_location
+
+        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
+                                 reason="nested tensors of the strided layout need a C++ storage on the device")
+    padding = kwargs.get("padding", args[1] if len(args) > 1 else 0.0)
+    size = kwargs.get("output_size", args[2] if len(args) > 2 else None)
+    out = self.masked_fill(~mask.unsqueeze(-1), padding)
+    if size is not None and tuple(size) != tuple(out.shape):
+        out = F.pad(out, [p for d in reversed(range(out.dim())) for p in (0, int(size[d]) - out.shape[d])],
+                    value=padding)
+    return out
 
 
 #: Special handlers by op, for the dispatcher.
 HANDLERS = {
     aten._nested_tensor_from_mask_left_aligned.default: nested_tensor_from_mask_left_aligned,
+    aten._nested_tensor_from_mask.default: nested_tensor_from_mask,
+    aten.to_padded_tensor.default: to_padded_tensor,
     aten._native_multi_head_attention.default: native_multi_head_attention,
     aten._transformer_encoder_layer_fwd.default: transformer_encoder_layer_fwd,
 }

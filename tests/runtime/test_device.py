@@ -395,20 +395,25 @@ def test_multihead_attention_inference_fast_path():
     assert no_weights is None  # as the CPU's (an empty tensor came back)
 
 
-def test_transformer_encoder_inference_with_a_padding_mask_takes_the_padded_path():
+@pytest.mark.parametrize("mask_check", [True, False])
+def test_transformer_encoder_inference_with_a_padding_mask_gives_the_cpus_packed_result(mask_check):
+    # the packed (nested tensor) path's zeros at padded positions: the device answered "not left-aligned" and took
+    # the padded path (other values there); with mask_check=False the packing raised "unsupported op
+    # aten._nested_tensor_from_mask". A mask that is not left-aligned takes the padded path, as on the CPU.
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
-    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
-    padded = copy.deepcopy(enc)
-    padded.use_nested_tensor = False  # PyTorch's padded path, as with enable_nested_tensor=False
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True, mask_check=mask_check).eval()
     x = torch.randn(3, 5, 8)
     pad = torch.zeros(3, 5, dtype=torch.bool)
     pad[1, 3:], pad[2, 1:] = True, True
-    with torch.no_grad():
-        nested, want = enc(x, src_key_padding_mask=pad), padded(x, src_key_padding_mask=pad)
-        got = enc.to("tpu")(x.to("tpu"), src_key_padding_mask=pad.to("tpu")).cpu()
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got[~pad], nested[~pad], rtol=1e-5, atol=1e-5)  # every valid position
+    unaligned = torch.tensor([[True, False, False, False, False]] * 3)
+    device = copy.deepcopy(enc).to("tpu")
+    for mask, packed in [(pad, True), (unaligned, False)] if mask_check else [(pad, True)]:
+        with torch.no_grad():
+            want = enc(x, src_key_padding_mask=mask)
+            got = device(x.to("tpu"), src_key_padding_mask=mask.to("tpu")).cpu()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert bool(want[mask].any()) != packed  # the CPU's path: zeros at padded positions where it packed
 
 
 def test_pin_memory_and_a_pinning_dataloader_work_with_tpu_as_the_accelerator():
