@@ -265,6 +265,11 @@ _SYM_ON_ARRAYS: dict[Callable, Callable] = {
 }
 
 
+#: torch's functions that assert python numbers, on jax.export's symbolic dims (``sym_max(seq_len, 1)`` in an MPT
+#: model exported with a dynamic length): their dim-expression twins.
+_SYM_ON_DIMS: dict[Callable, Callable] = {torch.sym_max: jax.core.max_dim, torch.sym_min: jax.core.min_dim}
+
+
 def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     args = _materialize(node.args, env)
     kwargs = _materialize(node.kwargs, env)
@@ -283,6 +288,8 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
         # ``.item()`` captured into the graph) take their jnp twins.
         if target in _SYM_ON_ARRAYS and any(isinstance(a, jax.Array) for a in args):
             return _SYM_ON_ARRAYS[target](*args)
+        if target in _SYM_ON_DIMS and any(jax.export.is_symbolic_dim(a) for a in args):
+            return _SYM_ON_DIMS[target](*args)
         return target(*args, **kwargs)
     if ctx.observers and node in ctx.observers:
         ctx.observers[node](args, kwargs, ctx)
