@@ -2,7 +2,7 @@
 position ids; ``topk`` values), a position buffer sliced to a dynamic length (DistilBERT), a tensor repeated a
 dynamic number of times (BLOOM's ALiBi bias), exported with ``dynamic_shapes`` and run at several sizes against
 PyTorch; a channels-last global pool with a dynamic batch; scatters into a dynamic number of rows (a mixture-of-experts
-layer's token rows) and slice assignments into a dynamic batch; a slice start that is ``max`` of a dynamic dim."""
+layer's token rows) and slice assignments into a dynamic batch; a slice start that is ``max`` of a dynamic dim; a constant index broadcast to a dynamic shape."""
 
 from __future__ import annotations
 
@@ -128,4 +128,26 @@ def test_sym_max_of_a_dynamic_dim():
     report = validate(_BiasWindow(), (torch.randn(2, 6),), targets=("stablehlo", "onnx", "litert"),
                       dynamic_shapes=({1: Dim("t", min=2, max=16)},), num_random_inputs=0,
                       inputs=[(torch.randn(2, 2),), (torch.randn(2, 16),)])
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+
+
+class _ZeroTypes(nn.Module):
+    """BERT-style token-type embeddings of all-zero type ids: a constant index broadcast to a dynamic shape."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.types = nn.Embedding(2, 4)
+
+    def forward(self, ids):
+        return ids.unsqueeze(-1).float() + self.types(torch.zeros_like(ids))
+
+
+def test_a_constant_index_broadcast_to_a_dynamic_shape():
+    # ONNX: "'_DimExpr' object cannot be interpreted as an integer" (RoFormer with a dynamic batch and length)
+    from validators import validate
+
+    dims = {0: Dim("b", max=8), 1: Dim("t", min=2, max=32)}
+    report = validate(_ZeroTypes(), (torch.randint(0, 9, (2, 5)),), targets=("onnx", "litert"), dynamic_shapes=(dims,),
+                      num_random_inputs=0, inputs=[(torch.randint(0, 9, (3, 7)),)])
     assert report.passed, [(t.target, t.status, t.message) for t in report.targets]

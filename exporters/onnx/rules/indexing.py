@@ -33,7 +33,7 @@ def _in_range(idx: Val, bounds: list) -> bool:
     ``k`` in ``[0, bounds[k]]``."""
     if not idx.is_const or not all(is_static(b) for b in bounds):
         return False
-    v = idx.full()
+    v = idx.const  # (its values: a broadcast to the logical shape, which may be dynamic, adds none)
     return bool(np.all((v >= 0) & (v <= np.asarray([int(b) for b in bounds], np.int64))))
 
 
