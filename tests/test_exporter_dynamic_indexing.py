@@ -2,7 +2,7 @@
 position ids; ``topk`` values), a position buffer sliced to a dynamic length (DistilBERT), a tensor repeated a
 dynamic number of times (BLOOM's ALiBi bias), exported with ``dynamic_shapes`` and run at several sizes against
 PyTorch; a channels-last global pool with a dynamic batch; scatters into a dynamic number of rows (a mixture-of-experts
-layer's token rows) and slice assignments into a dynamic batch; a slice start that is ``max`` of a dynamic dim; a constant index broadcast to a dynamic shape."""
+layer's token rows) and slice assignments into a dynamic batch; a slice start that is ``max`` of a dynamic dim; a constant index broadcast to a dynamic shape; a size read back from a tensor built from sizes."""
 
 from __future__ import annotations
 
@@ -150,4 +150,29 @@ def test_a_constant_index_broadcast_to_a_dynamic_shape():
     dims = {0: Dim("b", max=8), 1: Dim("t", min=2, max=32)}
     report = validate(_ZeroTypes(), (torch.randint(0, 9, (2, 5)),), targets=("onnx", "litert"), dynamic_shapes=(dims,),
                       num_random_inputs=0, inputs=[(torch.randint(0, 9, (3, 7)),)])
+    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+
+
+class _SpanFromATensor(nn.Module):
+    """DeBERTa's attention span: ``torch.tensor(min(length, 8))`` read back to slice a relative-position table."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(32.0).reshape(16, 2))
+
+    def forward(self, x):
+        span = torch.tensor(min(x.shape[1], 8))
+        window = self.table[8 - span: 8 + span]  # 2·span rows
+        return x.sum(-1, keepdim=True) + window.sum(), window.shape[0] * x
+
+
+@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
+def test_a_size_read_back_from_a_tensor_built_from_sizes(target):
+    # the slice's bounds were data-dependent sizes to torch.export (an .item() of that tensor): refused; its storage
+    # offset was a fresh symbol; LiteRT had no min() of dims ("dynamic dim expression min(s, 8) is not supported")
+    from validators import validate
+
+    report = validate(_SpanFromATensor(), (torch.randn(2, 5, 3),), targets=(target,), num_random_inputs=0,
+                      dynamic_shapes=({1: Dim("t", min=2, max=16)},),
+                      inputs=[(torch.randn(2, 12, 3),), (torch.randn(2, 2, 3),)])
     assert report.passed, [(t.target, t.status, t.message) for t in report.targets]

@@ -28,7 +28,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
 from converter.lowering import control_flow, effects, registry, rng_ops
-from converter.lowering.context import LoweringContext
+from converter.lowering.context import LoweringContext, symbols_of
 from converter.lowering.dtypes import tensor_to_numpy, to_jax_dtype
 
 
@@ -270,6 +270,51 @@ _SYM_ON_ARRAYS: dict[Callable, Callable] = {
 _SYM_ON_DIMS: dict[Callable, Callable] = {torch.sym_max: jax.core.max_dim, torch.sym_min: jax.core.min_dim}
 
 
+_ITEM = torch.ops.aten._local_scalar_dense.default
+#: Integer arithmetic on scalar tensors that :func:`size_expression` follows, as python arithmetic on sizes.
+_SIZE_ARITHMETIC: dict[Any, Callable] = {
+    torch.ops.aten.add.Tensor: operator.add, torch.ops.aten.add.Scalar: operator.add,
+    torch.ops.aten.sub.Tensor: operator.sub, torch.ops.aten.sub.Scalar: operator.sub,
+    torch.ops.aten.mul.Tensor: operator.mul, torch.ops.aten.mul.Scalar: operator.mul,
+    torch.ops.aten.rsub.Scalar: lambda a, b: b - a, torch.ops.aten.neg.default: operator.neg,
+}
+#: Ops that hand an integer scalar tensor's value on unchanged.
+_SIZE_COPIES = (torch.ops.aten.clone.default, torch.ops.aten._to_copy.default, torch.ops.aten.lift_fresh_copy.default,
+                torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+
+
+def size_expression(arg: Any, env: dict) -> Any:
+    """The size (a python int or a jax.export dim expression) an integer scalar tensor of the graph holds when it is
+    built from sizes alone — ``scalar_tensor`` of a SymInt, then integer ``add`` / ``sub`` / ``mul`` / ``neg`` — else
+    ``None``.
+
+    ``torch.tensor(min(q_len, max_positions))`` later read back with ``.item()`` to slice a table (transformers'
+    DeBERTa) is a data-dependent size to torch.export; its value is an expression of the input's dims, so the read
+    is that expression and the slice keeps a (dynamic) size every target can express.
+    """
+    if not isinstance(arg, torch.fx.Node):
+        return arg if type(arg) is int else None
+    val = arg.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() or val.dtype.is_floating_point or val.dtype.is_complex \
+            or val.dtype == torch.bool:
+        return None
+    if arg.target is torch.ops.aten.scalar_tensor.default:
+        size = _materialize(arg.args[0], env)
+        return size if type(size) is int or jax.export.is_symbolic_dim(size) else None
+    if arg.target in _SIZE_COPIES:
+        return size_expression(arg.args[0], env)
+    fn = _SIZE_ARITHMETIC.get(arg.target)
+    if fn is None:
+        return None
+    operands = [size_expression(a, env) for a in arg.args[:2]]
+    alpha = arg.kwargs.get("alpha", 1)
+    if any(o is None for o in operands) or type(alpha) is not int:
+        return None
+    if alpha != 1:
+        operands[1] = operands[1] * alpha
+    return fn(*operands)
+
+
 def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     args = _materialize(node.args, env)
     kwargs = _materialize(node.kwargs, env)
@@ -282,6 +327,11 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
         return rng_ops.call(node, args, kwargs, ctx, source_location(node), conform)
     if target in control_flow.HOPS:  # torch.cond, while_loop, scan
         return control_flow.HOPS[target](node, args, kwargs, ctx)
+    if target is _ITEM:
+        size = size_expression(node.args[0], env)
+        if size is not None:
+            ctx.symbols.update(symbols_of(node.meta.get("val"), size))  # (the unbacked symbol torch gave the read)
+            return size
     if not isinstance(target, torch._ops.OpOverload):
         # SymInt arithmetic (operator.mul, torch.sym_max, …) works on python ints and
         # on jax.export symbolic dims alike; torch's sym functions on a traced scalar (an

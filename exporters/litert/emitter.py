@@ -238,16 +238,24 @@ class Emitter:
         for term, coeff in d._sorted_terms:
             value = self.const(np.asarray([coeff], np.int32)) if term.is_constant else None
             for factor, power in ([] if term.is_constant else term._factors):
-                if factor.var is None:
-                    raise ExportError(f"dynamic dim expression {d} is not supported by the LiteRT exporter")
+                f = self._var_tensor(factor.var) if factor.var is not None else self._operation_tensor(factor, d)
                 for _ in range(power):
-                    f = self._var_tensor(factor.var)
                     value = f if value is None else self.emit("MUL", [value, f], [1], np.int32)
             if not term.is_constant and coeff != 1:
                 value = self.emit("MUL", [value, self.const(np.asarray([coeff], np.int32))], [1], np.int32)
             total = value if total is None else self.emit("ADD", [total, value], [1], np.int32)
         self._dim_tensors[d] = total
         return total
+
+    #: jax.export's dim operations → the int32 builtin computing them (floor division and modulo, as jax's).
+    _DIM_OPERATIONS = {"min": "MINIMUM", "max": "MAXIMUM", "floordiv": "FLOOR_DIV", "mod": "FLOOR_MOD"}
+
+    def _operation_tensor(self, factor: Any, d: Any) -> Tensor:
+        """A dim factor that is an operation on dims (``min(s, 16)``: a length clamped by a table's size) at run time."""
+        op = self._DIM_OPERATIONS.get(factor.operation)
+        if op is None or len(factor.operands) != 2:
+            raise ExportError(f"dynamic dim expression {d} is not supported by the LiteRT exporter")
+        return self.emit(op, [self.dim_tensor(x) for x in factor.operands], [1], np.int32)
 
     def _var_tensor(self, name: str) -> Tensor:
         key = ("var", name)

@@ -116,4 +116,40 @@ def lower_sym_storage_offset_default(ctx, self):
     torch's recorded storage offset of a view into its base (static, or its
     expression in the dims of ``self``); without a recorded value, 0.
     """
-    return _recorded(ctx, self, "storage offset", lambda: 0)
+    try:
+        return _recorded(ctx, self, "storage offset", lambda: 0)
+    except UnsupportedOpError:
+        offset = _slice_offset(ctx)
+        if offset is None:
+            raise
+        return offset
+
+
+def _value(x, values):
+    """A slice argument or recorded size as a value of this trace (``None`` when not an expression of known symbols)."""
+    if isinstance(x, torch.fx.Node):
+        x = x.meta.get("val")
+    if isinstance(x, torch.SymInt):
+        static = x.node.maybe_as_int()
+        return static if static is not None else _evaluate(x.node.expr, values)
+    return x if type(x) is int else None
+
+
+def _slice_offset(ctx):
+    """The storage offset of a ``slice`` whose start torch recorded as a fresh symbol (a start read back from a
+    tensor: an unbacked size :func:`~converter.lowering.interpreter.size_expression` gave a value): the base's offset
+    plus the start times the base's stride along the sliced dim, as torch computes a view's offset. The start is
+    taken as recorded (torch's own checks of the graph keep it in range). ``None`` for any other producer."""
+    node = ctx.node.args[0] if ctx.node is not None and ctx.node.args else None
+    if not isinstance(node, torch.fx.Node) or node.target is not aten.slice.Tensor:
+        return None
+    base = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(base, torch.Tensor):
+        return None
+    dim = norm_dim(node.args[1] if len(node.args) > 1 else 0, base.dim())
+    start = node.args[2] if len(node.args) > 2 else 0
+    parts = [_value(x, ctx.symbols) for x in (base.storage_offset(), start if start is not None else 0,
+                                              base.stride(dim))]
+    if any(p is None for p in parts):
+        return None
+    return parts[0] + parts[1] * parts[2]
