@@ -21,6 +21,7 @@ import torch
 
 from converter.errors import LoweringError, source_location
 from converter.lowering.dtypes import to_jax_dtype
+from converter.lowering.flex_attention import flex_attention_op, lower_flex_attention
 
 cond_op = torch.ops.higher_order.cond
 while_loop_op = torch.ops.higher_order.while_loop
@@ -126,7 +127,7 @@ def lower_map(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> tuple
 
 #: Control-flow operators → their lowering ``(node, args, kwargs, ctx) -> outputs``.
 HOPS: dict[Any, Callable] = {cond_op: lower_cond, while_loop_op: lower_while_loop, scan_op: lower_scan,
-                             map_op: lower_map}
+                             map_op: lower_map, flex_attention_op: lower_flex_attention}
 
 #: Why other higher-order operators are refused (by name; the default reason covers the rest).
 REFUSED = {

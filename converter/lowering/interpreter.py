@@ -125,7 +125,7 @@ def check_supported(graph: torch.fx.Graph, target: str) -> None:
                 check_supported(sub.graph, target)
         elif node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             reason = control_flow.REFUSED.get(str(node.target), "this higher-order op is not supported "
-                                                                "(torch.cond, while_loop, scan and map are)")
+                                                                "(torch.cond, while_loop, scan, map and flex_attention are)")
             raise UnsupportedOpError(str(node.target), target, source_location(node), reason=reason, hint=False)
 
 
