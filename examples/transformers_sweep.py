@@ -16,6 +16,8 @@ there), else ``BAD``. Failures give the error's first line. One JSON line per fa
 
     python examples/transformers_sweep.py --checks export,strict --families gpt2,bert,vit
     python examples/transformers_sweep.py                       # every family, every check (about an hour)
+
+It needs ``transformers`` (the test extras: ``pip install -e ".[test]"``).
 """
 
 from __future__ import annotations
