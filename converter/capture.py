@@ -235,8 +235,12 @@ def on_the_host(model: torch.nn.Module, args: tuple, kwargs: dict | None) -> tup
     copies = dict(zip(map(id, model.modules()), host.modules()))
     for m, k in attributes:  # plain tensor attributes (not parameters or buffers): ``.cpu()`` leaves them
         setattr(copies[id(m)], k, getattr(m, k).cpu())
-    to_host = lambda x: x.cpu() if isinstance(x, torch.Tensor) else x  # noqa: E731
     return host, tree_map(to_host, args), tree_map(to_host, kwargs) if kwargs else kwargs
+
+
+def to_host(x: Any) -> Any:
+    """``x`` on the CPU when it is a tensor, else ``x`` itself (for ``tree_map`` over inputs)."""
+    return x.cpu() if isinstance(x, torch.Tensor) else x
 
 
 #: Devices torch.export traces in place.

@@ -23,7 +23,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from converter.api import TARGETS, target_builder
-from converter.capture import capture, on_the_host
+from converter.capture import capture, on_the_host, to_host
 from converter.errors import ConversionError, InputError, ParityError, source_location
 from converter.lowering import lower
 from converter.lowering.interpreter import LoweredProgram
@@ -121,7 +121,7 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     sample_args, sample_kwargs = tuple(sample_args), dict(sample_kwargs or {})
     # a model on the tpu device (or its inputs) is checked as a CPU copy: PyTorch on the CPU is the reference
     model, sample_args, sample_kwargs = on_the_host(model, sample_args, sample_kwargs)
-    inputs = [tree_map(_to_cpu, s) for s in inputs or []]
+    inputs = [tree_map(to_host, s) for s in inputs or []]
     tolerances = dict(tolerances or {})
     show = Progress(progress)
     try:
@@ -157,10 +157,6 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     finally:
         show.close()
     return report
-
-
-def _to_cpu(x: Any) -> Any:
-    return x.cpu() if isinstance(x, torch.Tensor) else x
 
 
 def assert_parity(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence[str] = DEFAULT_TARGETS,
