@@ -72,14 +72,11 @@ def _recorded(ctx, self, what: str, fallback):
     if isinstance(val, int) and not isinstance(val, bool):
         return val
     if isinstance(val, torch.SymInt):
-        static = val.node.maybe_as_int()
-        if static is not None:
-            return static
         values = dict(ctx.symbols)  # the graph inputs' symbols, and those of the tensor's own dims
         meta = _input_meta(ctx)
         if meta is not None:
             values.update(symbols_of(meta, self))
-        out = _evaluate(val.node.expr, values)
+        out = _value(val, values)
         if out is not None:
             return out
         op = ctx.node.target if ctx.node is not None else what
