@@ -134,16 +134,15 @@ def to_padded_tensor(func: Any, args: tuple, kwargs: dict) -> Any:
     The padded form of a batch :func:`nested_tensor_from_mask` packed: ``padding`` at the positions its mask
     leaves out, zero-padded further up to ``output_size``.
 
-    Raises:
-        UnsupportedOpError: ``self`` is not such a batch (the tpu device has no other nested tensors).
+    Any other tensor is the dispatcher's op without a kernel (:func:`tpu_runtime.fallback.missing`: an error,
+    or the opted-in CPU fallback).
     """
     self = args[0]
     mask = getattr(self, "_packed_rows", None)
     if mask is None:
-        from converter.errors import UnsupportedOpError, caller_location
+        from tpu_runtime.fallback import missing
 
-        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
-                                 reason="nested tensors of the strided layout need a C++ storage on the device")
+        return missing(func, args, kwargs)
     padding = kwargs.get("padding", args[1] if len(args) > 1 else 0.0)
     size = kwargs.get("output_size", args[2] if len(args) > 2 else None)
     out = self.masked_fill(~mask.unsqueeze(-1), padding)
