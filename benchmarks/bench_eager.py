@@ -37,7 +37,10 @@ warm-up, reporting the median over rounds of the per-round time ratio
 4. **attention in eager**: ``F.scaled_dot_product_attention`` forward and backward on tpu tensors
    (B=4, L=64, H=4, E=16, causal, the heads split as models split them) as the one fused op the
    runtime runs against torch's math decomposition (``sdpa_kernel([SDPBackend.MATH])``), in strict
-   and in fused eager: ``math time / fused-op time``.
+   and in fused eager: ``math time / fused-op time``;
+5. **linear and matmul as one op** in eager: each model's training step with ``F.linear`` / ``torch.matmul``
+   as one op forward and one backward (``tpu_runtime/whole_ops.py``) against torch's decomposition
+   (``whole_ops.decomposed()``), in strict and in fused eager: ``decomposed time / whole time``.
 
     python benchmarks/bench_eager.py                   # mlp, mingpt, mlp-wide, mlp-large; 9 rounds
     python benchmarks/bench_eager.py --models mlp --rounds 5 --block 3
@@ -48,6 +51,7 @@ Absolute times are printed only as context; compare the ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -158,9 +162,17 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
 
 
 def _mode_of(fn: Callable[..., Any]) -> Any:
-    """The eager-mode context of ``fn``'s ``mode`` attribute (none: a context that does nothing)."""
+    """The eager-mode context of ``fn``'s ``mode`` attribute (none: a context that does nothing), with
+    ``tpu_runtime.whole_ops.decomposed()`` entered too where ``fn.decomposed`` is set."""
     mode = getattr(fn, "mode", None)
-    return tpu_runtime.set_eager_mode(mode) if mode is not None else _Null()
+    stack = contextlib.ExitStack()
+    if mode is not None:
+        stack.enter_context(tpu_runtime.set_eager_mode(mode))
+    if getattr(fn, "decomposed", False):
+        from tpu_runtime.whole_ops import decomposed
+
+        stack.enter_context(decomposed())
+    return stack
 
 
 class _RuntimeTimer:
@@ -411,6 +423,18 @@ def main(argv: list[str] | None = None) -> int:
                 fn()
         ratio, tm, tf = paired(math, fused_op, args.rounds, args.block)
         print(f"   {mode:7s} math/fused-op time {ratio:5.2f}   (math {tm * 1e3:6.2f} ms, fused op {tf * 1e3:6.2f} ms)")
+
+    print("\n5. training step, linear/matmul as one op each way (tpu_runtime/whole_ops.py) vs torch's decomposition")
+    for name in args.models.split(","):
+        for mode in ("strict", "fused"):
+            whole, pieces = training_step(name, mode), training_step(name, mode)
+            pieces.decomposed = True
+            for fn in (whole, pieces, whole, pieces, whole, pieces):
+                with _mode_of(fn):
+                    fn()
+            ratio, tp, tw = paired(pieces, whole, args.rounds, args.block)
+            print(f"   {name:10s} {mode:7s} decomposed/whole time {ratio:5.2f}   (decomposed {tp * 1e3:7.2f} ms, "
+                  f"whole {tw * 1e3:7.2f} ms per step)")
 
     s = tpu_runtime.cache_stats()
     print(f"\ncompile cache: {s.requests} requests, {s.hits} hits, {s.misses} misses ({s.disk_hits} from disk), "

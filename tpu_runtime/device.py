@@ -249,6 +249,10 @@ def register() -> None:
     from tpu_runtime.bounds import one_hot
 
     lib.impl("one_hot", one_hot, "AutogradPrivateUse1")
+    from tpu_runtime.whole_ops import AUTOGRAD_KERNELS
+
+    for name, kernel in AUTOGRAD_KERNELS.items():
+        lib.impl(name, kernel, "AutogradPrivateUse1")
     _STATE["library"] = lib
     # ``csr.to("tpu")`` is built by torch's C++ from tpu components and never reaches a tpu kernel: the
     # first op that reaches the device says why it cannot run (instead of torch's layout-check messages)

@@ -57,6 +57,53 @@ def convolution_backward(ctx: Any, grad_output: Any, input: Any, weight: Any, bi
     return (gi if output_mask[0] else None, gw if output_mask[1] else None, gb if output_mask[2] else None)
 
 
+def linear_backward(ctx: Any, input: Any, grad_output: Any, weight: Any, output_mask: Any) -> tuple:
+    """linear_backward(Tensor self, Tensor grad_output, Tensor weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)
+
+    ``jax.vjp`` of the table's ``linear`` row (inline: a composite has no derivative); ``None`` where
+    ``output_mask`` leaves a gradient out."""
+    inline = LoweringContext(target=ctx.target, options={"composites": False})
+    row = registry.lookup(aten.linear.default)
+    bias = jnp.zeros((weight.shape[0],), input.dtype)
+    out, vjp = jax.vjp(lambda x, w, b: registry.apply(row, inline, (x, w, b), {}), input, weight, bias)
+    return tuple(g if wanted else None for g, wanted in zip(vjp(grad_output.astype(out.dtype)), output_mask))
+
+
+def matmul(ctx: Any, self: Any, other: Any) -> Any:
+    """matmul(Tensor self, Tensor other) -> Tensor
+
+    Built from the table's rows, as torch's composite: a vector operand is a one-row (``self``) or one-column
+    (``other``) matrix whose dimension the result drops; a batch (or matrix) times a matrix is one ``mm`` row over
+    the flattened batch; otherwise a ``bmm`` row over the broadcast batch dimensions."""
+    drop_row, drop_col = self.ndim == 1, other.ndim == 1
+    a = self[None] if drop_row else self
+    b = other[:, None] if drop_col else other
+    m, n = a.shape[-2], b.shape[-1]
+    if b.ndim == 2:
+        out = _row(aten.mm.default, ctx, a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (n,))
+    else:
+        batch = tuple(jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        a = jnp.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
+        b = jnp.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+        out = _row(aten.bmm.default, ctx, a, b).reshape(batch + (m, n))
+    dropped = (-2,) * drop_row + (-1,) * drop_col
+    return jnp.squeeze(out, tuple(out.ndim + d for d in dropped)) if dropped else out
+
+
+def matmul_backward(ctx: Any, grad: Any, self: Any, other: Any, mask: Any) -> tuple:
+    """matmul_backward(Tensor grad, Tensor self, Tensor other, bool[2] mask) -> (Tensor, Tensor)
+
+    ``jax.vjp`` of :func:`matmul` (broadcast batch dimensions summed back); ``None`` where ``mask`` leaves a
+    gradient out."""
+    out, vjp = jax.vjp(lambda a, b: matmul(ctx, a, b), self, other)
+    return tuple(g if wanted else None for g, wanted in zip(vjp(grad.astype(out.dtype)), mask))
+
+
+def _dense_like(t: Any, wanted: bool) -> Any:
+    """A dense meta tensor of ``t``'s shape and dtype, or ``None`` (a gradient left out)."""
+    return t.new_empty(t.shape) if wanted else None
+
+
 def addcmul(ctx: Any, self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
     """addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
 
@@ -113,6 +160,9 @@ def glu_jvp(ctx: Any, glu: Any, x: Any, dx: Any, dim: int) -> Any:
 #: Runtime kernels by op (used only when the lowering table has no row for the op).
 KERNELS: dict[Any, Callable] = {
     aten.convolution_backward.default: convolution_backward,
+    aten.linear_backward.default: linear_backward,
+    aten.matmul.default: matmul,
+    aten.matmul_backward.default: matmul_backward,
     aten.glu_jvp.default: glu_jvp,
     aten.addcmul.default: addcmul,
     aten.addcdiv.default: addcdiv,
@@ -193,6 +243,10 @@ def _pow_scalar_meta(self: Any, exponent: Any) -> torch.Tensor:
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
     aten.glu_jvp.default: lambda glu, x, dx, dim: torch.empty_like(glu),
+    # (torch's meta kernel of linear_backward makes the bias gradient whatever the mask; matmul_backward has none)
+    aten.linear_backward.default: lambda input, grad, weight, mask: (
+        _dense_like(input, mask[0]), _dense_like(weight, mask[1]), _dense_like(weight.new_empty(weight.shape[0]), mask[2])),
+    aten.matmul_backward.default: lambda grad, a, b, mask: (_dense_like(a, mask[0]), _dense_like(b, mask[1])),
     aten.arange.start_step: _arange_meta,
     aten.pow.Tensor_Scalar: _pow_scalar_meta,
     # the gradient of the loss input has its shape (torch has no meta kernel for this backward)

@@ -13,5 +13,7 @@ aten = torch.ops.aten
 OPS = [
     OpInfo("linear", F.linear, (aten.linear.default,),
            lambda dt: [Sample((make((2, 5), dt), make((3, 5), dt), make((3,), dt))),
-                       Sample((make((2, 4, 5), dt), make((3, 5), dt)), name="nobias")]),
+                       Sample((make((2, 4, 5), dt), make((3, 5), dt)), name="nobias"),
+                       # a 1-D weight: one output row, the last dim dropped (the row once contracted dim 1)
+                       Sample((make((2, 4, 5), dt), make((5,), dt), make((), dt)), name="vector_weight")]),
 ]

@@ -50,11 +50,12 @@ def lower_linear_default(ctx, input, weight, bias=None):
     """linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor
 
     Composite ``aten.linear`` (LiteRT: FULLY_CONNECTED with fused bias); body is
-    ``dot_general`` contracting the last dim of input with dim 1 of weight.
+    ``dot_general`` contracting the last dim of input with the last dim of weight (a 2-D
+    weight's dim 1; a 1-D weight is one output row and drops the output's last dim, as torch).
     Precision HIGHEST so fp32 matches PyTorch on TPU/GPU too.
     """
     dtype = ctx.out_dtype or input.dtype
-    y = _dot(input, weight, ((input.ndim - 1,), (1,)), out_dtype=dtype)
+    y = _dot(input, weight, ((input.ndim - 1,), (weight.ndim - 1,)), out_dtype=dtype)
     return (y if bias is None else y + bias.astype(y.dtype)).astype(dtype)
 
 

@@ -1,0 +1,167 @@
+"""``F.linear`` and ``torch.matmul`` on tpu tensors run as one op forward and one op backward
+(tpu_runtime.whole_ops), with the values and gradients of PyTorch on the CPU."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import tpu_runtime
+
+aten = torch.ops.aten
+
+
+class _Ops(TorchDispatchMode):
+    """Records the ATen ops that reach the tpu device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def _pair(*shapes, seed=0, dtype=torch.float32):
+    """CPU leaves of ``shapes`` requiring grad, and their tpu copies (leaves too)."""
+    g = torch.Generator().manual_seed(seed)
+    cpu = [torch.randn(s, generator=g, dtype=dtype).requires_grad_() for s in shapes]
+    return cpu, [t.detach().to("tpu").requires_grad_() for t in cpu]
+
+
+def _check_grads(cpu, tpu, rtol=1e-5, atol=1e-5):
+    for c, t in zip(cpu, tpu):
+        assert t.grad is not None and t.grad.device.type == "tpu"
+        torch.testing.assert_close(t.grad.cpu(), c.grad, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_linear_layer_is_one_op_forward_and_one_backward(mode):
+    with tpu_runtime.set_eager_mode(mode):
+        (x,), (xt,) = _pair((2, 5, 4))
+        layer = torch.nn.Linear(4, 3)
+        dev = copy.deepcopy(layer).to("tpu")
+        with _Ops() as seen:
+            out = dev(xt)
+            out.sum().backward()
+        layer(x).sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), layer(x).detach())
+    ops = [op for op in seen.ops if op not in (aten.detach.default, aten.ones_like.default, aten.sum.default,
+                                               aten.expand.default)]
+    assert ops == [aten.linear.default, aten.linear_backward.default]
+    _check_grads([x, layer.weight, layer.bias], [xt, dev.weight, dev.bias])
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, bias", [
+    ((3, 4), (5, 4), True),          # a batch of vectors
+    ((4,), (5, 4), True),            # one vector
+    ((2, 3, 4), (5, 4), False),      # no bias
+    ((2, 1, 3, 4), (2, 4), True),    # 4-D
+])
+def test_linear_values_and_gradients_match_cpu(input_shape, weight_shape, bias):
+    shapes = [input_shape, weight_shape] + ([weight_shape[:1]] if bias else [])
+    cpu, tpu = _pair(*shapes, seed=1)
+    out = F.linear(*tpu)
+    ref = F.linear(*cpu)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach())
+    (out * out).sum().backward()
+    (ref * ref).sum().backward()
+    _check_grads(cpu, tpu)
+
+
+def test_linear_of_a_transposed_weight_and_an_input_that_needs_no_gradient():
+    # a tied, transposed weight (a view) and a constant input: only the weight's gradient is made
+    (w,), (wt,) = _pair((4, 6), seed=2)
+    x = torch.randn(3, 4)
+    out = F.linear(x.to("tpu"), wt.t())
+    ref = F.linear(x, w.t())
+    torch.testing.assert_close(out.detach().cpu(), ref.detach())
+    out.pow(2).sum().backward()
+    ref.pow(2).sum().backward()
+    _check_grads([w], [wt])
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((3, 4), (4, 5)),                # matrices
+    ((2, 3, 4), (4, 5)),             # a batch times a matrix
+    ((3, 4), (2, 4, 5)),             # a matrix times a batch
+    ((2, 1, 3, 4), (5, 4, 6)),       # broadcast batch dimensions (summed back in the gradients)
+])
+def test_matmul_values_and_gradients_match_cpu(a_shape, b_shape):
+    cpu, tpu = _pair(a_shape, b_shape, seed=3)
+    out = tpu[0] @ tpu[1]
+    ref = cpu[0] @ cpu[1]
+    assert out.shape == ref.shape and out.stride() == ref.stride()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach())
+    (out * out).sum().backward()
+    (ref * ref).sum().backward()
+    _check_grads(cpu, tpu)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_attention_scores_of_transposed_heads_are_one_op_each_way(mode):
+    # minGPT's q @ k.transpose(-2, -1): no copy of the transposed operand, one op forward and backward
+    with tpu_runtime.set_eager_mode(mode):
+        cpu, tpu = _pair((2, 3, 5, 4), (2, 3, 5, 4), seed=4)
+        with _Ops() as seen:
+            out = tpu[0] @ tpu[1].transpose(-2, -1)
+            grads = torch.autograd.grad(out.sum(), tpu)
+        ref = cpu[0] @ cpu[1].transpose(-2, -1)
+        ref_grads = torch.autograd.grad(ref.sum(), cpu)
+        torch.testing.assert_close(out.detach().cpu(), ref.detach())
+        for g, r in zip(grads, ref_grads):
+            torch.testing.assert_close(g.cpu(), r)
+    assert aten.clone.default not in seen.ops and aten.bmm.default not in seen.ops
+    assert seen.ops.count(aten.matmul.default) == 1 and seen.ops.count(aten.matmul_backward.default) == 1
+
+
+def test_second_order_gradients_match_cpu():
+    # a gradient penalty: create_graph=True runs the backward as differentiable ops
+    (x, w, b), (xt, wt, bt) = _pair((3, 4), (2, 4), (2,), seed=5)
+    results = []
+    for x_, w_, b_ in ((x, w, b), (xt, wt, bt)):
+        h = torch.tanh(F.linear(x_, w_, b_)) @ w_
+        (gx,) = torch.autograd.grad(h.sum(), x_, create_graph=True)
+        (gx * gx).sum().backward()
+        results.append(gx)
+    torch.testing.assert_close(results[1].detach().cpu(), results[0].detach())
+    _check_grads([x, w, b], [xt, wt, bt])
+
+
+@pytest.mark.parametrize("context", [torch.inference_mode, torch.no_grad])
+def test_linear_and_matmul_without_autograd_take_every_shape(context):
+    # with the autograd keys skipped (inference mode), the ops reach the device whole, vector operands too
+    g = torch.Generator().manual_seed(6)
+    x, w, v, m = (torch.randn(s, generator=g) for s in ((2, 3, 4), (5, 4), (4,), (3, 3)))
+    cases = [(F.linear, x, w), (F.linear, x, v), (torch.matmul, v, v), (torch.matmul, x, v), (torch.matmul, v, w.t()),
+             (torch.matmul, m, x), (torch.matmul, x, x.mT)]
+    with context():
+        for fn, a, b in cases:
+            out = fn(a.to("tpu"), b.to("tpu"))
+            ref = fn(a, b)
+            assert out.shape == ref.shape
+            torch.testing.assert_close(out.cpu(), ref)
+
+
+def test_a_saved_input_written_in_place_is_refused_as_on_the_cpu():
+    (x, w), (xt, wt) = _pair((3, 4), (2, 4), seed=7)
+    for x_, w_ in ((x, w), (xt, wt)):
+        h = x_ * 1.0
+        out = F.linear(h, w_)
+        h.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+def test_debug_mode_compares_the_backward_ops_with_the_cpu():
+    from tpu_runtime.eager import REPORT
+
+    (x, w), (xt, wt) = _pair((2, 3, 4), (5, 4), seed=8)
+    with tpu_runtime.set_eager_mode("debug", compare_cpu=True):
+        (F.linear(xt, wt) @ wt).sum().backward()
+        assert REPORT.findings == [] and REPORT.uncompared == 0 and REPORT.compared >= 4

@@ -1,0 +1,157 @@
+"""``F.linear`` and ``torch.matmul`` on tpu tensors: one op forward and one op backward each.
+
+Both are CompositeImplicitAutograd ops: on any device torch decomposes them above the backend, ``linear`` of a
+3-D input into ``view``, ``t``, ``addmm``, ``view`` and its backward into each piece's formula (``t``, ``mm``,
+``t``, ``mm``, ``sum``, ``view``, ``t``), a batched ``matmul`` into ``expand``, ``reshape`` (a copy for a
+transposed operand), ``bmm`` and ``_unsafe_view`` and as many pieces backward: a dozen runtime dispatches and
+four autograd nodes per call. :func:`linear` and :func:`matmul` take the call at the AutogradPrivateUse1 key
+instead (as torch_xla takes ops its compiler runs better whole): the forward runs the op itself below the
+autograd keys (``linear``: its lowering-table row; ``matmul``: a runtime kernel built from the ``bmm``/``mm``
+rows) and the backward torch's ``linear_backward`` / ``matmul_backward`` op (runtime kernels: ``jax.vjp`` of the
+forward), one autograd node between them.
+
+torch's composite runs as before for calls the one-op path does not take: operands that are not all tpu
+tensors of one floating dtype, shapes outside those listed at :func:`_linear_taken` / :func:`_matmul_taken`
+(mismatched sizes get torch's own error), forward-mode AD or functorch transforms, and while ``torch.compile``
+traces (fake tensors). A second-order gradient (``create_graph=True``) runs the backward as differentiable ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+
+from tpu_runtime.tensor import TpuTensor
+
+aten = torch.ops.aten
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+_GRAD_ENABLED = torch.is_grad_enabled
+
+
+def _node(name: str, forward_op: Any, backward: Callable, differentiable: Callable) -> type:
+    """An autograd Function running ``forward_op`` below the autograd keys, saving its two tensor inputs, and
+    ``backward(grad, a, b, mask)`` for its gradients (``differentiable`` under ``create_graph=True``)."""
+
+    def forward(ctx: Any, a: Any, b: Any, *rest: Any) -> Any:
+        ctx.save_for_backward(a, b)
+        with _BELOW_AUTOGRAD():
+            return forward_op(a, b, *rest)
+
+    def run_backward(ctx: Any, grad: Any) -> tuple:
+        a, b = ctx.saved_tensors
+        mask = ctx.needs_input_grad
+        return (differentiable if _GRAD_ENABLED() else backward)(grad, a, b, mask)
+
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                   "backward": staticmethod(run_backward)})
+
+
+def _tpu(*tensors: Any) -> bool:
+    """All of ``tensors`` are real (not traced) tpu tensors of one floating dtype."""
+    dtype = tensors[0].dtype
+    return dtype.is_floating_point and all(isinstance(t, TpuTensor) and t._fake is None and not t.is_nested
+                                           and t.dtype == dtype for t in tensors)
+
+
+def _untransformed() -> bool:
+    """Neither forward-mode AD nor a functorch transform is active (the one-op node has no rules for them), nor
+    :func:`decomposed`."""
+    return (_WHOLE[0] and torch.autograd.forward_ad._current_level < 0
+            and not torch._C._are_functorch_transforms_active())
+
+
+_WHOLE = [True]
+
+
+@contextlib.contextmanager
+def decomposed() -> Iterator[None]:
+    """Within: ``linear`` and ``matmul`` with autograd take torch's composite (its pieces and their formulas), as
+    without this module: what ``benchmarks/bench_eager.py`` compares the one-op path with."""
+    before, _WHOLE[0] = _WHOLE[0], False
+    try:
+        yield
+    finally:
+        _WHOLE[0] = before
+
+
+def _run(node: type, op: Any, tensors: tuple, args: tuple) -> Any:
+    """``op(*args)`` below the autograd keys, through ``node`` when a gradient is wanted."""
+    if _GRAD_ENABLED() and any(t.requires_grad for t in tensors):
+        return node.apply(*args)
+    with _BELOW_AUTOGRAD():
+        return op(*args)
+
+
+# ------------------------------------------------------------------------------------------------- linear
+
+def linear_grads(grad: Any, input: Any, weight: Any, mask: tuple) -> tuple:
+    """``linear``'s gradients (``None`` where ``mask`` leaves one out) as ordinary ops: recorded by autograd on
+    tpu tensors (a second-order gradient); debug eager's CPU reference of ``linear_backward``."""
+    flat = grad.reshape(-1, grad.size(-1))
+    return (grad.matmul(weight) if mask[0] else None,
+            flat.t().mm(input.reshape(-1, input.size(-1))) if mask[1] else None,
+            flat.sum(0) if mask[2] else None)
+
+
+_Linear = _node("_Linear", aten.linear.default,
+                lambda grad, input, weight, mask: tuple(aten.linear_backward.default(input, grad, weight, list(mask))),
+                linear_grads)
+
+
+def _linear_taken(input: Any, weight: Any, bias: Any) -> bool:
+    """The one-op path takes ``linear`` of an input of any rank ≥ 1, a 2-D weight and no bias or a 1-D one."""
+    tensors = (input, weight) if bias is None else (input, weight, bias)
+    return (_tpu(*tensors) and weight.dim() == 2 and input.dim() >= 1 and input.size(-1) == weight.size(1)
+            and (bias is None or (bias.dim() == 1 and bias.size(0) == weight.size(0))) and _untransformed())
+
+
+def linear(input: Any, weight: Any, bias: Any = None) -> Any:
+    """``aten::linear`` for tpu tensors (registered at the AutogradPrivateUse1 key, above torch's composite):
+    one op forward, one op backward where :func:`_linear_taken`, else torch's composite."""
+    if not _linear_taken(input, weight, bias):
+        return aten.linear.default.decompose(input, weight, bias)
+    tensors = (input, weight) if bias is None else (input, weight, bias)
+    return _run(_Linear, aten.linear.default, tensors, (input, weight, bias))
+
+
+# ------------------------------------------------------------------------------------------------- matmul
+
+def matmul_grads(grad: Any, a: Any, b: Any, mask: tuple) -> tuple:
+    """``matmul``'s gradients (``None`` where ``mask`` leaves one out) as ordinary ops, summed over broadcast
+    batch dimensions: recorded by autograd on tpu tensors (a second-order gradient); debug eager's CPU
+    reference of ``matmul_backward``."""
+    return (grad.matmul(b.mT).sum_to_size(a.shape) if mask[0] else None,
+            a.mT.matmul(grad).sum_to_size(b.shape) if mask[1] else None)
+
+
+_Matmul = _node("_Matmul", aten.matmul.default,
+                lambda grad, a, b, mask: tuple(aten.matmul_backward.default(grad, a, b, list(mask))),
+                matmul_grads)
+
+
+def _matmul_taken(a: Any, b: Any) -> bool:
+    """The one-op path takes ``matmul`` of matrices or batches of them whose batch dimensions broadcast (vector
+    operands take torch's composite: its ``mv`` / ``dot`` pieces are one op each already)."""
+    if not (_tpu(a, b) and a.dim() >= 2 and b.dim() >= 2 and a.size(-1) == b.size(-2)):
+        return False
+    try:
+        torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except RuntimeError:
+        return False
+    return _untransformed()
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """``aten::matmul`` for tpu tensors (registered at the AutogradPrivateUse1 key, above torch's composite):
+    one op forward, one op backward where :func:`_matmul_taken`, else torch's composite."""
+    if not _matmul_taken(a, b):
+        return aten.matmul.default.decompose(a, b)
+    return _run(_Matmul, aten.matmul.default, (a, b), (a, b))
+
+
+#: The ops this module takes at the AutogradPrivateUse1 key.
+AUTOGRAD_KERNELS = {"linear": linear, "matmul": matmul}
+
+__all__ = ["AUTOGRAD_KERNELS", "decomposed", "linear", "linear_grads", "matmul", "matmul_grads"]
