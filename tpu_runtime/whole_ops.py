@@ -31,18 +31,25 @@ _GRAD_ENABLED = torch.is_grad_enabled
 
 
 def _node(name: str, forward_op: Any, backward: Callable, differentiable: Callable) -> type:
-    """An autograd Function running ``forward_op`` below the autograd keys, saving its two tensor inputs, and
-    ``backward(grad, a, b, mask)`` for its gradients (``differentiable`` under ``create_graph=True``)."""
+    """An autograd Function running ``forward_op(a, b, ...)`` below the autograd keys and ``backward(grad, a, b,
+    mask)`` for its gradients. As torch's formulas, it saves ``a`` only when ``b`` needs a gradient and ``b``
+    only when ``a`` does (a frozen weight keeps no activation alive, and the input may then be written in
+    place); with one left out, or under ``create_graph=True``, ``differentiable(grad, a, b, mask, shapes)``
+    makes the gradients from ordinary ops."""
 
     def forward(ctx: Any, a: Any, b: Any, *rest: Any) -> Any:
-        ctx.save_for_backward(a, b)
+        needs = ctx.needs_input_grad
+        ctx.save_for_backward(a if needs[1] else None, b if needs[0] else None)
+        ctx.shapes = (a.shape, b.shape)
         with _BELOW_AUTOGRAD():
             return forward_op(a, b, *rest)
 
     def run_backward(ctx: Any, grad: Any) -> tuple:
         a, b = ctx.saved_tensors
         mask = ctx.needs_input_grad
-        return (differentiable if _GRAD_ENABLED() else backward)(grad, a, b, mask)
+        if _GRAD_ENABLED() or a is None or b is None:
+            return differentiable(grad, a, b, mask, ctx.shapes)
+        return backward(grad, a, b, mask)
 
     return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
                                                    "backward": staticmethod(run_backward)})
@@ -86,7 +93,7 @@ def _run(node: type, op: Any, tensors: tuple, args: tuple) -> Any:
 
 # ------------------------------------------------------------------------------------------------- linear
 
-def linear_grads(grad: Any, input: Any, weight: Any, mask: tuple) -> tuple:
+def linear_grads(grad: Any, input: Any, weight: Any, mask: tuple, shapes: tuple = ()) -> tuple:
     """``linear``'s gradients (``None`` where ``mask`` leaves one out) as ordinary ops: recorded by autograd on
     tpu tensors (a second-order gradient); debug eager's CPU reference of ``linear_backward``."""
     flat = grad.reshape(-1, grad.size(-1))
@@ -118,12 +125,13 @@ def linear(input: Any, weight: Any, bias: Any = None) -> Any:
 
 # ------------------------------------------------------------------------------------------------- matmul
 
-def matmul_grads(grad: Any, a: Any, b: Any, mask: tuple) -> tuple:
+def matmul_grads(grad: Any, a: Any, b: Any, mask: tuple, shapes: tuple = ()) -> tuple:
     """``matmul``'s gradients (``None`` where ``mask`` leaves one out) as ordinary ops, summed over broadcast
     batch dimensions: recorded by autograd on tpu tensors (a second-order gradient); debug eager's CPU
     reference of ``matmul_backward``."""
-    return (grad.matmul(b.mT).sum_to_size(a.shape) if mask[0] else None,
-            a.mT.matmul(grad).sum_to_size(b.shape) if mask[1] else None)
+    a_shape, b_shape = shapes or (a.shape, b.shape)
+    return (grad.matmul(b.mT).sum_to_size(a_shape) if mask[0] else None,
+            a.mT.matmul(grad).sum_to_size(b_shape) if mask[1] else None)
 
 
 _Matmul = _node("_Matmul", aten.matmul.default,

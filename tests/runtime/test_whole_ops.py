@@ -158,6 +158,20 @@ def test_a_saved_input_written_in_place_is_refused_as_on_the_cpu():
             out.sum().backward()
 
 
+def test_a_frozen_weight_keeps_no_input_so_the_input_may_be_written_in_place_as_on_the_cpu():
+    # as torch's own formulas: the input is saved only for the weight's gradient (LoRA-style frozen layers)
+    (x,), (xt,) = _pair((3, 4), seed=9)
+    w = torch.randn(2, 4, generator=torch.Generator().manual_seed(9))
+    grads = []
+    for x_, w_ in ((x, w), (xt, w.to("tpu"))):
+        h = x_ * 2.0
+        out = F.linear(h, w_) @ w_
+        h.add_(1)
+        out.pow(2).sum().backward()
+        grads.append(x_.grad)
+    torch.testing.assert_close(grads[1].cpu(), grads[0])
+
+
 def test_debug_mode_compares_the_backward_ops_with_the_cpu():
     from tpu_runtime.eager import REPORT
 
