@@ -4,15 +4,18 @@
 overrides it) through the deserializers of ``torch.serialization.register_package``; the
 built-in one for a PrivateUse1 device calls ``storage.to(device)``, which allocates a storage
 on the device in C++ — a Python backend has no allocator there (PyTorch crashed). Ours,
-registered ahead of it, restores a ``tpu`` location as an empty placeholder storage on the
-device that carries the CPU storage read from the file; torch then rebuilds each tensor as
+registered ahead of it, restores a ``tpu`` location as a placeholder storage on the device
+(an address only, no memory) that carries the CPU storage read from the file; torch then rebuilds each tensor as
 ``torch.empty(0, device="tpu").set_(placeholder, offset, size, stride)``, and the
 dispatcher's ``set_`` from a storage (:func:`set_storage`) uploads that view of the CPU data.
 
 Tensors of a checkpoint saved from tpu tensors are CPU copies with torch's
 device-rebuild function (see ``TpuTensor.__reduce_ex__``), so they load with any
-``map_location`` as well. Tensors that shared one storage in the file load as separate
-tensors on the device (``load_state_dict`` copies each into its parameter either way).
+``map_location`` as well. Tensors that shared one storage in the file share one on the device
+too, as on the CPU: the first tensor of a storage uploads it (the tensor itself when it covers the
+storage, else a flat copy it views) and the others view it with their offset and strides, so a write
+through one is seen through the others (a tensor reading the storage as another dtype loads as a
+copy of its own).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 from torch._prims_common import make_contiguous_strides_for
 
 from tpu_runtime.resize import rebind
-from tpu_runtime.tensor import TpuTensor
+from tpu_runtime.tensor import TpuTensor, address_only_storage
 
 aten = torch.ops.aten
 _PRIORITY = 19  # ahead of torch's own PrivateUse1 deserializer (23)
@@ -49,7 +52,9 @@ def _restore(storage: Any, location: str) -> Any:
         raise RuntimeError(f"Attempting to deserialize object on tpu device {index} but "
                            f"torch.tpu.device_count() is {torch.tpu.device_count()}; use map_location to place "
                            "the storages on another device")
-    placeholder = torch._C._acc.create_empty_tensor([0], torch.uint8).untyped_storage()
+    # (an address of its own: torch.load reuses a restored storage for every tensor of it only when its data
+    # pointer is not 0, so the tensors sharing it in the file find one placeholder and share on the device too)
+    placeholder = address_only_storage(storage.nbytes())
     placeholder._tpu_host = storage.cpu()
     return placeholder
 
@@ -75,10 +80,22 @@ def set_storage(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
         size = (host.nbytes() // self.element_size(),)
     stride = kwargs.get("stride", args[4] if len(args) > 4 else ())
     stride = tuple(int(s) for s in stride) if stride else tuple(make_contiguous_strides_for(size))
+    base = getattr(source, "_tpu_base", None)
+    if base is not None and base.dtype == self.dtype:  # another tensor of an uploaded storage: a view of it
+        return rebind(self, base.as_strided(size, stride, offset))
+    n, rest = divmod(host.nbytes(), self.element_size())
+    whole = offset == 0 and math.prod(size) == n and stride == tuple(make_contiguous_strides_for(size))
+    if base is None and not rest and not whole:  # part of a storage: the storage uploaded, the tensor viewing it
+        flat = torch.empty(0, dtype=self.dtype).set_(host, 0, (n,), (1,)).clone().to(self.device)
+        source._tpu_base = flat
+        return rebind(self, flat.as_strided(size, stride, offset))
     cpu = torch.empty(0, dtype=self.dtype).set_(host, offset, size, stride)
     if math.prod(size):
         cpu = cpu.clone()
-    return rebind(self, cpu.to(self.device))
+    out = rebind(self, cpu.to(self.device))
+    if base is None and whole:  # the whole storage: later tensors of it view this one
+        source._tpu_base = out
+    return out
 
 
 def register() -> None:

@@ -68,10 +68,14 @@ def storage_handle(storage: Storage) -> torch.UntypedStorage:
     number only: the handle owns no memory, and nothing reads a tpu storage's data (the tensors hold it)."""
     if storage.handle is None:
         shape, dtype = storage.spec
-        address = (next(_ADDRESSES) % (1 << 26)) << 36
-        nbytes = math.prod(shape) * dtype.itemsize
-        storage.handle = torch._C._construct_storage_from_data_pointer(address, DEVICE, nbytes)
+        storage.handle = address_only_storage(math.prod(shape) * dtype.itemsize)
     return storage.handle
+
+
+def address_only_storage(nbytes: int) -> torch.UntypedStorage:
+    """A tpu ``torch.UntypedStorage`` of ``nbytes`` bytes with an address of its own that owns no memory."""
+    address = (next(_ADDRESSES) % (1 << 26)) << 36
+    return torch._C._construct_storage_from_data_pointer(address, DEVICE, nbytes)
 
 
 #: The instance-dict descriptor of tensors (TpuTensor's own ``__dict__`` property reads and writes through it).

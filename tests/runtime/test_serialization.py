@@ -59,6 +59,25 @@ def test_a_cpu_checkpoint_loads_onto_the_tpu_device(where):
     torch.testing.assert_close(got["view"].cpu(), ckpt["view"] + 1.0)
 
 
+@pytest.mark.parametrize("first", ["base", "view"])
+def test_tensors_sharing_a_storage_in_a_checkpoint_share_one_on_the_device(first):
+    # they loaded as separate tensors: a write through one was not seen through the others as on the CPU
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(4, 6, generator=g)
+    ckpt = {"view": base[1:3, 2:], "base": base, "transposed": base.t(), "row": base[3]}
+    if first == "base":
+        ckpt = {"base": ckpt.pop("base"), **ckpt}
+    cpu, dev = _roundtrip(ckpt), _roundtrip(ckpt, map_location="tpu")
+    for got in (cpu, dev):
+        got["view"].mul_(-2.0)
+        got["row"].add_(10.0)
+    for k in ckpt:
+        assert dev[k].stride() == cpu[k].stride() and dev[k].storage_offset() == cpu[k].storage_offset()
+        torch.testing.assert_close(dev[k].cpu(), cpu[k], rtol=0, atol=0)
+    pointers = {dev[k].untyped_storage().data_ptr() for k in ckpt}
+    assert len(pointers) == 1
+
+
 def test_a_tpu_checkpoint_loads_on_the_tpu_device_and_on_the_cpu():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4)).to("tpu")
     state = model.state_dict()
