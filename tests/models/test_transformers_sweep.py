@@ -26,3 +26,29 @@ def test_every_kind_builds(family):
 
     model, args, kind = build(family)
     assert model(*args).ndim == 3 and kind == FAMILIES[family][0]
+
+
+def _nudged(model, x):
+    import copy
+
+    import torch
+
+    from examples.transformers_sweep import _nudged_cpu_error
+
+    exact = copy.deepcopy(model).double().train()
+    weights = torch.ones(2, 4)
+    out = exact(x.double())
+    (out * weights.double()).sum().backward()
+    return _nudged_cpu_error(model, (x,), weights, out, exact)
+
+
+def test_the_noise_floor_of_float32_weights_tells_an_ill_conditioned_model():
+    # a half-unit nudge of float32 weights moves a plain layer's result by ~1e-7, but BatchNorm in training mode
+    # over two nearly equal rows amplifies it by orders of magnitude: the sweep's "ill-conditioned" verdict
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 4).repeat(2, 1) + torch.tensor([[0.0], [1e-6]])
+    plain = torch.nn.Linear(4, 4)
+    amplifying = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    assert _nudged(plain, x) < 1e-5 and _nudged(amplifying, x) > 1e-2
