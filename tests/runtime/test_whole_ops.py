@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -179,3 +180,23 @@ def test_debug_mode_compares_the_backward_ops_with_the_cpu():
     with tpu_runtime.set_eager_mode("debug", compare_cpu=True):
         (F.linear(xt, wt) @ wt).sum().backward()
         assert REPORT.findings == [] and REPORT.uncompared == 0 and REPORT.compared >= 4
+
+
+@pytest.mark.parametrize("context", [torch.inference_mode, torch.no_grad, torch.enable_grad])
+@pytest.mark.parametrize("case", ["mixed_dtypes", "sizes", "int64", "bool_matmul"])
+def test_calls_the_cpu_refuses_are_refused_and_integer_ones_computed(context, case):
+    # in inference mode linear reaches the table row whole: it computed float32 @ float64 the CPU refuses
+    a, b, fn = {"mixed_dtypes": (torch.ones(2, 3), torch.ones(4, 3, dtype=torch.float64), F.linear),
+                "sizes": (torch.ones(2, 3), torch.ones(4, 4), F.linear),
+                "int64": (torch.arange(6).view(2, 3), torch.arange(12).view(3, 4), torch.matmul),
+                "bool_matmul": (torch.ones(2, 3, dtype=torch.bool), torch.ones(3, 4, dtype=torch.bool),
+                                torch.matmul)}[case]
+    with context():
+        try:
+            want = fn(a, b)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError, match=re.escape(str(e).splitlines()[0][:30])):
+                fn(a.to("tpu"), b.to("tpu"))
+            return
+        got = fn(a.to("tpu"), b.to("tpu"))
+    assert torch.equal(got.cpu(), want)

@@ -53,7 +53,12 @@ def lower_linear_default(ctx, input, weight, bias=None):
     ``dot_general`` contracting the last dim of input with the last dim of weight (a 2-D
     weight's dim 1; a 1-D weight is one output row and drops the output's last dim, as torch).
     Precision HIGHEST so fp32 matches PyTorch on TPU/GPU too.
+
+    Raises:
+        RuntimeError: input and weight of two dtypes (as torch).
     """
+    _same_dtype(input, weight, lambda a, b: f"expected m1 and m2 to have the same dtype, but got: {a.lower()} != "
+                                            f"{b.lower()}")
     dtype = ctx.out_dtype or input.dtype
     y = _dot(input, weight, ((input.ndim - 1,), (weight.ndim - 1,)), out_dtype=dtype)
     return (y if bias is None else y + bias.astype(y.dtype)).astype(dtype)
