@@ -79,12 +79,13 @@ def matmul(ctx: Any, self: Any, other: Any) -> Any:
     a = self[None] if drop_row else self
     b = other[:, None] if drop_col else other
     m, n = a.shape[-2], b.shape[-1]
-    if b.ndim == 2:
-        out = _row(aten.mm.default, ctx, a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (n,))
+    if b.ndim == 2:  # (explicit sizes: a -1 cannot stand beside an empty dimension)
+        rows = math.prod(a.shape[:-1])
+        out = _row(aten.mm.default, ctx, a.reshape(rows, a.shape[-1]), b).reshape(a.shape[:-1] + (n,))
     else:
         batch = tuple(jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-        a = jnp.broadcast_to(a, batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
-        b = jnp.broadcast_to(b, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+        a = jnp.broadcast_to(a, batch + a.shape[-2:]).reshape((math.prod(batch),) + a.shape[-2:])
+        b = jnp.broadcast_to(b, batch + b.shape[-2:]).reshape((math.prod(batch),) + b.shape[-2:])
         out = _row(aten.bmm.default, ctx, a, b).reshape(batch + (m, n))
     dropped = (-2,) * drop_row + (-1,) * drop_col
     return jnp.squeeze(out, tuple(out.ndim + d for d in dropped)) if dropped else out

@@ -19,6 +19,7 @@ traces (fake tensors). A second-order gradient (``create_graph=True``) runs the 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Callable, Iterator
 
 import torch
@@ -96,9 +97,9 @@ def _run(node: type, op: Any, tensors: tuple, args: tuple) -> Any:
 def linear_grads(grad: Any, input: Any, weight: Any, mask: tuple, shapes: tuple = ()) -> tuple:
     """``linear``'s gradients (``None`` where ``mask`` leaves one out) as ordinary ops: recorded by autograd on
     tpu tensors (a second-order gradient); debug eager's CPU reference of ``linear_backward``."""
-    flat = grad.reshape(-1, grad.size(-1))
+    flat = grad.reshape(math.prod(grad.shape[:-1]), grad.size(-1))  # (explicit: a -1 fails beside an empty dim)
     return (grad.matmul(weight) if mask[0] else None,
-            flat.t().mm(input.reshape(-1, input.size(-1))) if mask[1] else None,
+            flat.t().mm(input.reshape(flat.size(0), input.size(-1))) if mask[1] else None,
             flat.sum(0) if mask[2] else None)
 
 

@@ -63,6 +63,8 @@ def test_a_linear_layer_is_one_op_forward_and_one_backward(mode):
     ((4,), (5, 4), True),            # one vector
     ((2, 3, 4), (5, 4), False),      # no bias
     ((2, 1, 3, 4), (2, 4), True),    # 4-D
+    ((0, 3, 4), (5, 4), True),       # empty batch
+    ((2, 3), (0, 3), True),          # no output features
 ])
 def test_linear_values_and_gradients_match_cpu(input_shape, weight_shape, bias):
     shapes = [input_shape, weight_shape] + ([weight_shape[:1]] if bias else [])
@@ -92,6 +94,9 @@ def test_linear_of_a_transposed_weight_and_an_input_that_needs_no_gradient():
     ((2, 3, 4), (4, 5)),             # a batch times a matrix
     ((3, 4), (2, 4, 5)),             # a matrix times a batch
     ((2, 1, 3, 4), (5, 4, 6)),       # broadcast batch dimensions (summed back in the gradients)
+    ((5, 0), (0, 10)),               # empty dimensions (the kernel's reshapes failed beside them)
+    ((5, 5, 0), (0, 5)),
+    ((0, 0), (5, 0, 0)),
 ])
 def test_matmul_values_and_gradients_match_cpu(a_shape, b_shape):
     cpu, tpu = _pair(a_shape, b_shape, seed=3)
