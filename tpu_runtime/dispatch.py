@@ -47,6 +47,7 @@ from tpu_runtime.eager import executor
 from tpu_runtime.execute import _PLANS, _execute, _run, execute_following, run_op
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, empty_results, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
+from tpu_runtime.other_device import DEVICE_ARG_OPS, on_other_device
 from tpu_runtime.plans import (DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten,
                                raise_unsupported_dtype)
 from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
@@ -147,47 +148,21 @@ def _route(func: Any, args: tuple, kwargs: dict, route: tuple | None = None) -> 
     if kind == "device":
         device = kwargs.get("device")
         if device is not None and torch.device(device).type != "tpu":
-            return _on_host(func, args, kwargs)
+            return on_other_device(func, args, kwargs)
         return memory_format.like(func, args, kwargs, _route(func, args, kwargs, route[1]))
     return missing(func, args, kwargs)
 
 
 def _generator_route(func: Any) -> tuple:
     """The route of ``func``; for an op taking a ``generator``, one that first looks at it; for an op
-    making a tensor like its input on a ``device=`` it names (:data:`_DEVICE_ARG_OPS`), one that first
+    making a tensor like its input on a ``device=`` it names (:data:`~tpu_runtime.other_device.DEVICE_ARG_OPS`), one that first
     looks at that device."""
     inner = _classify(func) + (func,)
     pos = next((i for i, a in enumerate(func._schema.arguments) if a.name == "generator"), None)
     route = inner[:-1] if pos is None else ("generator", pos, inner)
-    if func._schema.name.split("::", 1)[1] in _DEVICE_ARG_OPS:
+    if func._schema.name.split("::", 1)[1] in DEVICE_ARG_OPS:
         return ("device", route + (func,))
     return route
-
-
-#: Ops of a tensor input that make their result on the ``device=`` they are given (``zeros_like(x,
-#: device="cpu")``, ``x.new_ones(3, device="cpu")``): for another device than tpu, PyTorch's own op there.
-_DEVICE_ARG_OPS = frozenset({
-    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "new_empty",
-    "new_empty_strided", "new_zeros", "new_ones", "new_full", "linspace", "logspace",
-})
-#: Those of :data:`_DEVICE_ARG_OPS` whose tensor inputs are values, not a template of the result.
-_READ_DEVICE_ARG_OPS = frozenset({"linspace", "logspace"})
-
-
-def _on_host(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func`` on the CPU (or the other device named): a ``*_like``/``new_*`` op's first tensor is only its
-    template (shape, dtype), so a CPU one stands in for it; other tpu tensors (a ``high`` bound, ``linspace``'s
-    ends) are read."""
-    template = func._schema.name.split("::", 1)[1] not in _READ_DEVICE_ARG_OPS
-
-    def host(i: int, a: Any) -> Any:
-        if not isinstance(a, TpuTensor):
-            return a
-        if i == 0 and template:
-            return torch.empty(a._spec[0], dtype=a._spec[1])
-        return to_cpu(a)
-
-    return func(*[host(i, a) for i, a in enumerate(args)], **{k: host(-1, v) for k, v in kwargs.items()})
 
 
 def _generator_arg(pos: int, args: tuple, kwargs: dict) -> Any:
