@@ -31,8 +31,10 @@ aten = torch.ops.aten
 
 
 def _row(op: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call the table's lowering of ``op`` with an output-less context (the caller conforms)."""
-    return registry.apply(registry.lookup(op), LoweringContext(target=ctx.target), args, kwargs)
+    """Call the table's lowering of ``op`` with an output-less context (the caller conforms), inline (a
+    composite row emits its body: ``jax.vjp`` of a ``jax.lax.composite`` has no rule)."""
+    inline = LoweringContext(target=ctx.target, options={"composites": False})
+    return registry.apply(registry.lookup(op), inline, args, kwargs)
 
 
 def _opmath(ctx: Any, *xs: Any) -> tuple:
@@ -60,12 +62,9 @@ def convolution_backward(ctx: Any, grad_output: Any, input: Any, weight: Any, bi
 def linear_backward(ctx: Any, input: Any, grad_output: Any, weight: Any, output_mask: Any) -> tuple:
     """linear_backward(Tensor self, Tensor grad_output, Tensor weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)
 
-    ``jax.vjp`` of the table's ``linear`` row (inline: a composite has no derivative); ``None`` where
-    ``output_mask`` leaves a gradient out."""
-    inline = LoweringContext(target=ctx.target, options={"composites": False})
-    row = registry.lookup(aten.linear.default)
+    ``jax.vjp`` of the table's ``linear`` row; ``None`` where ``output_mask`` leaves a gradient out."""
     bias = jnp.zeros((weight.shape[0],), input.dtype)
-    out, vjp = jax.vjp(lambda x, w, b: registry.apply(row, inline, (x, w, b), {}), input, weight, bias)
+    out, vjp = jax.vjp(lambda x, w, b: _row(aten.linear.default, ctx, x, w, b), input, weight, bias)
     return tuple(g if wanted else None for g, wanted in zip(vjp(grad_output.astype(out.dtype)), output_mask))
 
 
