@@ -108,9 +108,9 @@ _Linear = _node("_Linear", aten.linear.default,
                 linear_grads)
 
 
-def _linear_taken(input: Any, weight: Any, bias: Any) -> bool:
-    """The one-op path takes ``linear`` of an input of any rank ≥ 1, a 2-D weight and no bias or a 1-D one."""
-    tensors = (input, weight) if bias is None else (input, weight, bias)
+def _linear_taken(tensors: tuple, input: Any, weight: Any, bias: Any) -> bool:
+    """The one-op path takes ``linear`` of an input of any rank ≥ 1, a 2-D weight and no bias or a 1-D one
+    (``tensors``: those of them given)."""
     return (_tpu(*tensors) and weight.dim() == 2 and input.dim() >= 1 and input.size(-1) == weight.size(1)
             and (bias is None or (bias.dim() == 1 and bias.size(0) == weight.size(0))) and _untransformed())
 
@@ -118,9 +118,9 @@ def _linear_taken(input: Any, weight: Any, bias: Any) -> bool:
 def linear(input: Any, weight: Any, bias: Any = None) -> Any:
     """``aten::linear`` for tpu tensors (registered at the AutogradPrivateUse1 key, above torch's composite):
     one op forward, one op backward where :func:`_linear_taken`, else torch's composite."""
-    if not _linear_taken(input, weight, bias):
-        return aten.linear.default.decompose(input, weight, bias)
     tensors = (input, weight) if bias is None else (input, weight, bias)
+    if not _linear_taken(tensors, input, weight, bias):
+        return aten.linear.default.decompose(input, weight, bias)
     return _run(_Linear, aten.linear.default, tensors, (input, weight, bias))
 
 
@@ -163,4 +163,11 @@ def matmul(a: Any, b: Any) -> Any:
 #: The ops this module takes at the AutogradPrivateUse1 key.
 AUTOGRAD_KERNELS = {"linear": linear, "matmul": matmul}
 
-__all__ = ["AUTOGRAD_KERNELS", "decomposed", "linear", "linear_grads", "matmul", "matmul_grads"]
+#: PyTorch CPU references of the backward ops, which have no CPU kernel in torch (debug eager compares with
+#: them): the gradient formulas in plain ops.
+CPU_REFERENCES = {
+    aten.linear_backward.default: lambda input, grad, weight, mask: linear_grads(grad, input, weight, mask),
+    aten.matmul_backward.default: lambda grad, a, b, mask: matmul_grads(grad, a, b, mask),
+}
+
+__all__ = ["AUTOGRAD_KERNELS", "CPU_REFERENCES", "decomposed", "linear", "linear_grads", "matmul", "matmul_grads"]

@@ -125,11 +125,12 @@ class DebugExecutor:
     def _compare(self, plan: Any, values: list, outs: tuple) -> None:
         from tpu_runtime.plans import _fill
         from tpu_runtime.values import array_to_torch
+        from tpu_runtime.whole_ops import CPU_REFERENCES  # (imports the device: not at debug's import)
 
         cpu = [array_to_torch(v) if hasattr(v, "shape") else v for v in values]
         targs, tkwargs = _on_cpu(plan.extra["targs"]), _on_cpu(plan.extra["tkwargs"])
         try:
-            ref = _CPU_REFERENCES.get(plan.op, plan.op)(*_fill(targs, cpu), **_fill(tkwargs, cpu))
+            ref = CPU_REFERENCES.get(plan.op, plan.op)(*_fill(targs, cpu), **_fill(tkwargs, cpu))
         except NotImplementedError:  # e.g. "add_stub" not implemented for 'Float8_e4m3fn'
             REPORT.uncompared += 1
             return
@@ -152,26 +153,6 @@ class DebugExecutor:
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
                                            f"(max abs error {err:.3g}; inputs {shapes})")
                 return
-
-
-def _linear_backward_reference(input: Any, grad: Any, weight: Any, mask: Any) -> tuple:
-    from tpu_runtime.whole_ops import linear_grads
-
-    return linear_grads(grad, input, weight, mask)
-
-
-def _matmul_backward_reference(grad: Any, a: Any, b: Any, mask: Any) -> tuple:
-    from tpu_runtime.whole_ops import matmul_grads
-
-    return matmul_grads(grad, a, b, mask)
-
-
-#: PyTorch CPU references of runtime ops torch has no CPU kernel for (the backward ops of
-#: :mod:`tpu_runtime.whole_ops`): their gradient formulas in plain ops.
-_CPU_REFERENCES = {
-    torch.ops.aten.linear_backward.default: _linear_backward_reference,
-    torch.ops.aten.matmul_backward.default: _matmul_backward_reference,
-}
 
 
 def _on_cpu(tmpl: Any) -> Any:
