@@ -86,16 +86,22 @@ def set_storage(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
     n, rest = divmod(host.nbytes(), self.element_size())
     whole = offset == 0 and math.prod(size) == n and stride == tuple(make_contiguous_strides_for(size))
     if base is None and not rest and not whole:  # part of a storage: the storage uploaded, the tensor viewing it
-        flat = torch.empty(0, dtype=self.dtype).set_(host, 0, (n,), (1,)).clone().to(self.device)
+        flat = _upload(host, self, 0, (n,), (1,))
         source._tpu_base = flat
         return rebind(self, flat.as_strided(size, stride, offset))
-    cpu = torch.empty(0, dtype=self.dtype).set_(host, offset, size, stride)
-    if math.prod(size):
-        cpu = cpu.clone()
-    out = rebind(self, cpu.to(self.device))
+    out = rebind(self, _upload(host, self, offset, size, stride))
     if base is None and whole:  # the whole storage: later tensors of it view this one
         source._tpu_base = out
     return out
+
+
+def _upload(host: Any, like: TpuTensor, offset: int, size: tuple, stride: tuple) -> TpuTensor:
+    """The ``size``/``stride`` view at ``offset`` of the CPU storage ``host``, read as ``like``'s dtype, on
+    ``like``'s device."""
+    cpu = torch.empty(0, dtype=like.dtype).set_(host, offset, size, stride)
+    if math.prod(size):
+        cpu = cpu.clone()
+    return cpu.to(like.device)
 
 
 def register() -> None:
