@@ -442,6 +442,7 @@ def _same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
 _SPECIAL: dict[Any, Callable] = {
     aten.as_strided.default: strided.as_strided,
     aten.is_pinned.default: lambda func, args, kwargs: False,  # no pinned tpu memory (as a CUDA tensor answers)
+    aten.record_stream.default: lambda func, args, kwargs: None,  # one stream; a buffer lives while referenced
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: compile_tensors.lift_fresh,

@@ -186,10 +186,14 @@ def empty_cache() -> None:
     sync()
 
 
-class Event:
-    """``torch.cuda.Event`` for the tpu device: :meth:`record` waits for pending work (the
-    device runs one stream) and takes a host timestamp, so :meth:`elapsed_time` between two
-    recorded events measures the device work in between."""
+class Event(torch.Event):
+    """``torch.cuda.Event`` for the tpu device, a ``torch.Event`` (so torch's stream APIs take it): :meth:`record`
+    waits for pending work (the device runs one stream) and takes a host timestamp, so :meth:`elapsed_time`
+    between two recorded events measures the device work in between."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         self.enable_timing = enable_timing
@@ -225,12 +229,18 @@ class Event:
         return (end_event._time - self._time) * 1e3
 
 
-class Stream:
-    """``torch.cuda.Stream`` for the tpu device. The runtime issues all work in order on one
-    stream (JAX's), so every stream object stands for it: synchronizing one waits for all
-    pending work, and waiting on another stream or event has nothing to order."""
+class Stream(torch.Stream):
+    """``torch.cuda.Stream`` for the tpu device, a ``torch.Stream`` (so ``Tensor.record_stream`` and
+    ``torch.accelerator.set_stream`` take it). The runtime issues all work in order on one
+    stream (JAX's), so every stream object stands for it (they compare equal): synchronizing one
+    waits for all pending work, and waiting on another stream or event has nothing to order."""
 
-    def __init__(self, device: Any = None, priority: int = 0):
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if device is not None:
+            _index(device)  # (another device, or an index past the one device, raises)
+        return super().__new__(cls, device="tpu", priority=priority)
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any):
         self.priority = priority
 
     @property
@@ -266,22 +276,30 @@ class Stream:
         return None
 
 
-_STREAM = Stream()
+#: The stream object :func:`current_stream` returns (made on first use: the device type is named "tpu" only
+#: once ``import tpu_runtime`` has registered it, after this module is imported).
+_STREAM: list = []
+
+
+def _the_stream() -> "Stream":
+    if not _STREAM:
+        _STREAM.append(Stream())
+    return _STREAM[0]
 
 
 def current_stream(device: Any = None) -> Stream:
     """The stream work is issued on (there is one)."""
-    return _STREAM
+    return _the_stream()
 
 
 def default_stream(device: Any = None) -> Stream:
     """The default stream (the only one)."""
-    return _STREAM
+    return _the_stream()
 
 
 def stream(s: Stream | None) -> Stream:
     """``with torch.tpu.stream(s):`` — work inside goes to the one stream as always."""
-    return s if s is not None else _STREAM
+    return s if s is not None else _the_stream()
 
 
 def _is_in_bad_fork() -> bool:

@@ -447,3 +447,17 @@ def test_torch_tensor_of_tpu_scalars_reads_each_as_on_cuda():
     assert torch.equal(torch.as_tensor([a.sum(), a.mean()]), torch.tensor([4.0, 2.0]))
     on_tpu = torch.tensor([a[1]], device="tpu")
     assert on_tpu.device.type == "tpu" and torch.equal(on_tpu.cpu(), torch.tensor([2.5]))
+
+
+def test_torch_tpu_streams_and_events_are_torch_streams_and_events():
+    # torch's stream APIs take them (CUDA code ported as is): ``record_stream`` keeps nothing to do on the one
+    # stream, ``torch.accelerator.set_stream`` accepts it; every tpu stream stands for the one stream.
+    s = torch.tpu.Stream(priority=-1)
+    assert isinstance(s, torch.Stream) and isinstance(torch.tpu.Event(), torch.Event)
+    assert s.priority == -1 and s.device == torch.device("tpu", 0) and s == torch.tpu.current_stream()
+    x = torch.ones(3).to("tpu") + 1
+    x.record_stream(s)
+    torch.accelerator.set_stream(s)
+    assert torch.equal(x.cpu(), torch.full((3,), 2.0))
+    with pytest.raises(ValueError, match="does not exist"):
+        torch.tpu.Stream(device="tpu:1")
