@@ -202,7 +202,7 @@ class TpuTensor(torch.Tensor):
 
         with rescued_engine_errors(), torch.autograd.set_multithreading_enabled(False):
             torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
-        executor().sync()
+        executor().sync("backward")
 
     def tolist(self) -> Any:
         """The data as (nested) python lists (a sync point)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from tpu_runtime.eager.debug import REPORT, DebugExecutor, DebugOptions, DebugReport, NonFiniteError
 from tpu_runtime.eager.fused import GRAPH, FusedExecutor
+from tpu_runtime.eager.fused_report import FusedReport, fused_report, reset_fused_report
 from tpu_runtime.eager.strict import StrictExecutor
 
 MODES = ("strict", "debug", "fused")
@@ -82,7 +83,7 @@ class set_eager_mode:  # noqa: N801 (used as a function and as a context manager
 
 def _switch(new: Any) -> None:
     if _CURRENT[0].name == "fused" and new is not _CURRENT[0]:
-        GRAPH.flush()
+        GRAPH.flush("mode switch")
     _CURRENT[0] = new
 
 
@@ -93,7 +94,7 @@ def sync() -> None:
 
     from tpu_runtime.bounds import raise_pending
 
-    GRAPH.flush()
+    GRAPH.flush("sync")
     jax.block_until_ready(jax.live_arrays())
     raise_pending()
 
@@ -106,8 +107,8 @@ def after_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     ``mlp-large`` 0.83x, the tiny MLP unchanged. Nothing pending (another device's optimizer, strict eager):
     nothing to do."""
     if GRAPH.nodes and _CURRENT[0].name == "fused":
-        GRAPH.flush()
+        GRAPH.flush("optimizer step")
 
 
 __all__ = ["MODES", "default_mode", "executor", "get_eager_mode", "set_eager_mode", "sync", "after_optimizer_step",
-           "REPORT", "DebugReport", "NonFiniteError"]
+           "REPORT", "DebugReport", "NonFiniteError", "FusedReport", "fused_report", "reset_fused_report"]

@@ -114,7 +114,7 @@ class DebugExecutor:
             self._compare(plan, values, outs)
         return outs
 
-    def sync(self) -> None:
+    def sync(self, cause: str = "sync") -> None:
         """Nothing is pending in debug mode."""
 
     def _finding(self, kind: type, message: str) -> None:

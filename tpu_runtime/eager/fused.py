@@ -46,6 +46,7 @@ import jax.numpy as jnp
 from converter.lowering.dtypes import JAX_TO_TORCH, to_jax_dtype
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE, donation_order
+from tpu_runtime.eager.fused_report import REPORT
 
 _ref = weakref.ref
 _refcount = sys.getrefcount
@@ -101,7 +102,7 @@ def concrete(v: Any) -> Any:
     if v.concrete is None:
         if v.error is None:
             try:
-                v.graph.flush()
+                v.graph.flush("value read")
             except Exception:
                 if v.concrete is None:
                     raise  # (else another value of the graph failed: it raises when read)
@@ -182,7 +183,7 @@ class FusedGraph:
                 self.refs.extend(map(_ref, outs))
             self.size += len(specs)
             if self.size >= MAX_OPS:
-                self.flush()
+                self.flush("size limit")
             return outs
 
     def record_writes(self, plan: Any, values: list, dsts: Any) -> None:
@@ -246,8 +247,9 @@ class FusedGraph:
         """Note that ``view`` caches the pending value ``ref`` (its view chain replayed on its storage)."""
         self.view_caches.append((_ref(view), id(ref)))  # not the ref itself: that would keep it live
 
-    def flush(self) -> None:
-        """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`.
+    def flush(self, cause: str = "sync") -> None:
+        """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`; ``cause`` (one of
+        :data:`~tpu_runtime.eager.fused_report.CAUSES`) is counted in the fused report.
 
         A view's cached value (:meth:`cache_view`) is dropped first, not made an output: the
         view recomputes it from its storage if it is read again (keeping its cache live would
@@ -272,6 +274,7 @@ class FusedGraph:
             prev = swap_on()  # x64(), without a context manager's cost
             try:
                 exe = CACHE.lookup(key)
+                REPORT.note(cause, len(nodes), exe is None)
                 if exe is None:
                     results = CACHE.compile(key, _graph_fn(nodes, outs), tuple(leaves),
                                             describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
@@ -425,6 +428,6 @@ class FusedExecutor:
         #: ``record_writes(plan, values, dsts)``: :meth:`FusedGraph.record_writes`.
         self.record_writes = GRAPH.record_writes
 
-    def sync(self) -> None:
-        """Run the pending graph."""
-        GRAPH.flush()
+    def sync(self, cause: str = "sync") -> None:
+        """Run the pending graph (``cause``: see :meth:`FusedGraph.flush`)."""
+        GRAPH.flush(cause)

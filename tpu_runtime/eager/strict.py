@@ -107,5 +107,5 @@ class StrictExecutor:
     run = staticmethod(run_now)
     run_into = staticmethod(run_into)
 
-    def sync(self) -> None:
+    def sync(self, cause: str = "sync") -> None:
         """Nothing is pending in strict mode (device work is waited for by callers)."""

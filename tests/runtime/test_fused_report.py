@@ -1,0 +1,61 @@
+"""The fused report: how many graphs fused eager ran, why, and where Python waited for one."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import tpu_runtime
+from tests.runtime.conftest import batch, tiny_mlp
+from tpu_runtime.eager import fused
+
+
+def test_the_report_counts_graphs_by_cause_and_names_each_value_reads_line(monkeypatch):
+    model = tiny_mlp().to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    x, y = (t.to("tpu") for t in batch())
+    with tpu_runtime.set_eager_mode("fused"):
+        tpu_runtime.sync()  # (nothing left pending from before)
+        tpu_runtime.reset_fused_report()
+        for _ in range(3):
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss.item()  # already computed by the backward's graph: no graph of its own
+            hot = (model(x) > 0).sum().item(); read_line = _line()  # a value read: one more graph per step
+        report = tpu_runtime.fused_report()
+        assert report.causes == {"backward": 3, "optimizer step": 3, "value read": 3}
+        assert report.graphs == 9 and report.ops > 9 and 3 <= report.compiled < 9  # later steps hit the cache
+        assert report.reads == {f"{__file__}:{read_line} in {_NAME}": 3}
+        assert f"{__file__}:{read_line}" in str(report) and "9 graphs run" in str(report)
+        assert torch.tpu.fused_report().graphs == 9 and hot >= 0
+
+        monkeypatch.setattr(fused, "MAX_OPS", 3)
+        z = x
+        for _ in range(4):  # three reach the limit; the fourth runs at the sync
+            z = z * 2
+        tpu_runtime.sync()
+    report = tpu_runtime.fused_report()
+    assert report.causes["size limit"] == 1 and report.causes["sync"] == 1
+    assert tpu_runtime.fused_report().graphs == 11
+    tpu_runtime.reset_fused_report()
+    assert tpu_runtime.fused_report().graphs == 0 and not tpu_runtime.fused_report().reads
+
+
+def test_leaving_fused_mode_runs_the_pending_graph_as_a_mode_switch():
+    tpu_runtime.reset_fused_report()
+    x = torch.ones(3).to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        y = x + 1
+    assert tpu_runtime.fused_report().causes == {"mode switch": 1}
+    assert torch.equal(y.cpu(), torch.full((3,), 2.0))
+
+
+_NAME = "test_the_report_counts_graphs_by_cause_and_names_each_value_reads_line"
+
+
+def _line() -> int:
+    import sys
+
+    return sys._getframe(1).f_lineno
