@@ -59,3 +59,16 @@ def _line() -> int:
     import sys
 
     return sys._getframe(1).f_lineno
+
+
+def test_a_value_read_inside_a_library_names_the_librarys_line_and_the_users_call():
+    # (a library function as transformers' mask helpers are: its file under site-packages reads the value)
+    namespace: dict = {}
+    exec(compile("def all_ones(t):\n    return bool((t == 1).all())\n", "/env/lib/site-packages/lib/masks.py", "exec"),
+         namespace)
+    tpu_runtime.reset_fused_report()
+    with tpu_runtime.set_eager_mode("fused"):
+        assert namespace["all_ones"](torch.ones(3).to("tpu") + 0); line = _line()
+    assert dict(tpu_runtime.fused_report().reads) == {
+        f"lib/masks.py:2 in all_ones (from {__file__}:{line} in "
+        "test_a_value_read_inside_a_library_names_the_librarys_line_and_the_users_call)": 1}

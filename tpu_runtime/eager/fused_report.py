@@ -5,7 +5,8 @@ A fused graph runs at a sync point. The ones a training loop is built around cos
 A *value read* — ``.item()``, ``.cpu()``, ``print``, ``if t > 0:``, an op whose output shape depends on the
 values (``nonzero``, boolean-mask indexing) — makes Python wait for the graph, and cuts the step's work into one
 more graph to compile and run every step. The report counts the graphs by what ran them and names the source
-line of each value read (the innermost frame outside torch and tpu-export), as torch_xla's debug metrics name
+line of each value read (the innermost frame outside torch and tpu-export, and the user's line that called
+it when that frame is a library's), as torch_xla's debug metrics name
 the line behind each graph execution::
 
     with tpu_runtime.eager_mode("fused"):
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import sys
 from dataclasses import dataclass, field
 
 from converter.errors import caller_location
@@ -37,7 +39,7 @@ class FusedReport:
         ops: ops recorded in them.
         compiled: those graphs whose structure was not in the in-memory cache.
         causes: graphs run per cause (one of :data:`CAUSES`).
-        reads: value-read graphs per source location (``"file:line in function"``).
+        reads: value-read graphs per source location (:func:`read_location`).
     """
 
     graphs: int = 0
@@ -53,7 +55,7 @@ class FusedReport:
         self.compiled += compiled
         self.causes[cause] += 1
         if cause == "value read":
-            self.reads[str(caller_location())] += 1
+            self.reads[read_location()] += 1
 
     def __str__(self) -> str:
         per = f", {self.ops / self.graphs:.0f} ops per graph" if self.graphs else ""
@@ -63,6 +65,25 @@ class FusedReport:
             lines.append("value reads (Python waits for the graph there; in a loop each is one more graph per step):")
             lines += [f"  {n:>8}  {where}" for where, n in self.reads.most_common()]
         return "\n".join(lines)
+
+
+#: Frames of the runtime and of torch: a value read is named by the first frame outside them.
+_RUNTIME = ("/torch/", "/converter/", "/tpu_runtime/", "<frozen")
+
+
+def read_location() -> str:
+    """Where a value read happened: the innermost frame outside torch and tpu-export; when that frame is a
+    library's (``transformers`` checking whether a mask is all ones), also the user's line that called it."""
+    frame = sys._getframe(1)
+    while frame is not None and any(s in frame.f_code.co_filename for s in _RUNTIME):
+        frame = frame.f_back
+    if frame is None:
+        return str(caller_location())
+    code = frame.f_code
+    where = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
+    if "/site-packages/" not in code.co_filename:
+        return where
+    return f"{where.split('/site-packages/', 1)[1]} (from {caller_location()})"
 
 
 #: The process-wide counters (autograd's thread records into the same graph).
@@ -79,4 +100,4 @@ def reset_fused_report() -> None:
     REPORT.__init__()
 
 
-__all__ = ["CAUSES", "FusedReport", "fused_report", "reset_fused_report", "REPORT"]
+__all__ = ["CAUSES", "FusedReport", "fused_report", "read_location", "reset_fused_report", "REPORT"]
