@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import torch
 
+from tpu_runtime.device import opaque_to_dynamo
+
 aten = torch.ops.aten
 _KEY = "AutocastPrivateUse1"
 _HALF = (torch.float16, torch.bfloat16)
@@ -118,7 +120,7 @@ def register() -> list:
                 op = getattr(packet, overload)
                 if op._schema.is_mutable or any(a.is_out for a in op._schema.arguments):
                     continue
-                ops.impl(op, _kernel(op, policy), _KEY)
+                ops.impl(op, opaque_to_dynamo(_kernel(op, policy)), _KEY)
     rest = torch.library.Library("_", "IMPL")
     rest.fallback(torch.library.fallthrough_kernel, _KEY)
     return [ops, rest]

@@ -212,6 +212,25 @@ def _register_foreach_type() -> None:
             types.append(TpuTensor)
 
 
+def opaque_to_dynamo(fn: Any) -> Any:
+    """Mark ``fn`` (a Python kernel torch's dispatcher calls) as code dynamo never compiles, nor any function it
+    calls; returns ``fn``.
+
+    Under ``torch.compile`` a frame dynamo skips (a graph break in a loop) runs eagerly with dynamo's frame hook
+    still on, so each Python function it calls is compiled as user code of its own: the dispatcher's call of a
+    runtime kernel too, whose real tpu tensors dynamo cannot trace (DeBERTa's ``matmul`` failed that way). The
+    mark is the one ``torch.compiler.disable(recursive=True)`` gives (skip this frame and every frame it calls)
+    without its wrapper: set on the code object through dynamo's C hook, it costs nothing per call and needs no
+    ``import torch._dynamo`` (most of a second)."""
+    code = getattr(fn, "func", fn).__code__  # (a functools.partial: its function's)
+    _EVAL_FRAME.set_code_exec_strategy(code, _EVAL_FRAME._FrameExecStrategy(_EVAL_FRAME._FrameAction.SKIP,
+                                                                             _EVAL_FRAME._FrameAction.SKIP))
+    return fn
+
+
+_EVAL_FRAME = torch._C._dynamo.eval_frame
+
+
 def register() -> None:
     """Make ``"tpu"`` a torch device backed by ``jax.devices()[0]`` (idempotent).
 
@@ -234,30 +253,30 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     lib = torch.library.Library("aten", "IMPL")
     for name in FACTORIES:
-        lib.impl(name, functools.partial(_factory, aten_overload(name)), "PrivateUse1")
+        lib.impl(name, opaque_to_dynamo(functools.partial(_factory, aten_overload(name))), "PrivateUse1")
     # ``x.pin_memory()`` / ``DataLoader(pin_memory=True)`` ask the current accelerator (tpu) for a pinned
     # allocator, which a Python backend cannot provide: these two ops are answered at BackendSelect
     # (every call passes it) for the tpu device and handed on unchanged for any other.
-    lib.impl("_pin_memory", _pin_memory, "BackendSelect", with_keyset=True)
-    lib.impl("is_pinned", _is_pinned, "BackendSelect", with_keyset=True)
+    lib.impl("_pin_memory", opaque_to_dynamo(_pin_memory), "BackendSelect", with_keyset=True)
+    lib.impl("is_pinned", opaque_to_dynamo(_is_pinned), "BackendSelect", with_keyset=True)
     from tpu_runtime.dynamic import ctc_loss_lengths
 
-    lib.impl("ctc_loss.Tensor", ctc_loss_lengths, "AutogradPrivateUse1")
+    lib.impl("ctc_loss.Tensor", opaque_to_dynamo(ctc_loss_lengths), "AutogradPrivateUse1")
     from tpu_runtime.attention import sdpa
 
-    lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
+    lib.impl("scaled_dot_product_attention", opaque_to_dynamo(sdpa), "AutogradPrivateUse1")
     from tpu_runtime.bounds import one_hot
 
-    lib.impl("one_hot", one_hot, "AutogradPrivateUse1")
+    lib.impl("one_hot", opaque_to_dynamo(one_hot), "AutogradPrivateUse1")
     from tpu_runtime.whole_ops import AUTOGRAD_KERNELS
 
     for name, kernel in AUTOGRAD_KERNELS.items():
-        lib.impl(name, kernel, "AutogradPrivateUse1")
+        lib.impl(name, opaque_to_dynamo(kernel), "AutogradPrivateUse1")
     _STATE["library"] = lib
     # ``csr.to("tpu")`` is built by torch's C++ from tpu components and never reaches a tpu kernel: the
     # first op that reaches the device says why it cannot run (instead of torch's layout-check messages)
     sparse = torch.library.Library("_", "IMPL")
-    sparse.fallback(_sparse_compressed, dispatch_key="SparseCsrPrivateUse1")
+    sparse.fallback(opaque_to_dynamo(_sparse_compressed), dispatch_key="SparseCsrPrivateUse1")
     _STATE["sparse"] = sparse
     from tpu_runtime import autocast
 

@@ -133,3 +133,28 @@ def test_compiled_functions_resize_tpu_inputs_as_on_the_cpu(case):
     assert got[0] == want[0]
     for w, g in zip(want[1:], got[1:]):
         torch.testing.assert_close(g, w)
+
+
+def _graph_break(x):
+    if x.sum().item() > -1e9:  # data-dependent: a graph break inside a call made in a loop (dynamo then skips the loop)
+        x = x + 1
+    return x
+
+
+def _looped(x, w):
+    for _ in range(2):
+        x = _graph_break(x)
+        q = torch.nn.functional.linear(x, w).view(2, 4, 2, 4).permute(0, 2, 1, 3)
+        q /= 2.0
+        x = torch.matmul(q, q.transpose(-1, -2)).sum(1)[..., :1].expand(2, 4, 8) + x
+    return torch.nn.functional.scaled_dot_product_attention(x, x, x) + torch.zeros(x.shape, device=x.device)
+
+
+def test_a_frame_dynamo_skips_runs_the_runtimes_kernels_eagerly():
+    # dynamo runs a frame it skips with its frame hook on, compiling each Python function it calls as user code:
+    # the dispatcher's calls of the runtime's kernels (matmul, linear, sdpa, the factories) too, which failed on
+    # their real tpu tensors (DeBERTa under torch.compile)
+    torch._dynamo.reset()
+    x, w = torch.randn(2, 4, 8), torch.randn(8, 8)
+    got = torch.compile(_looped, backend="tpu")(x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_())
+    torch.testing.assert_close(got.detach().cpu(), _looped(x, w))
