@@ -82,9 +82,9 @@ def _array(t: torch.Tensor, device: Any) -> Any:
     step count), a NumPy copy the executable uploads itself on the default device (~5 µs against ~25 µs for
     ``jax.device_put``; a copy: the graph may run after torch writes to the tensor), else uploaded to ``device``."""
     if isinstance(t, TpuPayload):
-        return materialize(t.tensor)
+        return materialize(t.tensor, "compiled call")
     if isinstance(t, TpuTensor):
-        return materialize(t)
+        return materialize(t, "compiled call")
     if device == _DEFAULT_DEVICE:
         return host_operand(t)
     return to_jax(t, device)

@@ -129,10 +129,10 @@ def _overlap(t: TpuTensor) -> Any:
     return None
 
 
-def materialize(t: TpuTensor) -> jax.Array:
-    """``t``'s concrete value (a sync point in fused mode, where the index checks waiting for one raise:
-    :mod:`tpu_runtime.bounds`)."""
-    v = concrete(read(t))
+def materialize(t: TpuTensor, cause: str = "value read") -> jax.Array:
+    """``t``'s concrete value (a sync point in fused mode, counted for ``cause`` in the fused report, where the
+    index checks waiting for one raise: :mod:`tpu_runtime.bounds`)."""
+    v = concrete(read(t), cause)
     if _PENDING_CHECKS:
         raise_pending()
     return v

@@ -72,3 +72,22 @@ def test_a_value_read_inside_a_library_names_the_librarys_line_and_the_users_cal
     assert dict(tpu_runtime.fused_report().reads) == {
         f"lib/masks.py:2 in all_ones (from {__file__}:{line} in "
         "test_a_value_read_inside_a_library_names_the_librarys_line_and_the_users_call)": 1}
+
+
+def _double(t):
+    return t * 2
+
+
+def test_calling_a_compiled_function_on_pending_values_is_counted_as_a_compiled_call():
+    # (named by the compiled function's frame: its compiled code runs there)
+    torch._dynamo.reset()
+    double = torch.compile(_double, backend="tpu")
+    x = torch.ones(3).to("tpu")
+    double(x)  # (compiled first: torch's trace logging may print its example inputs, a value read)
+    tpu_runtime.reset_fused_report()
+    with tpu_runtime.set_eager_mode("fused"):
+        y = double(x + 1)
+        assert torch.equal(y.cpu(), torch.full((3,), 4.0))
+    report = tpu_runtime.fused_report()
+    assert report.causes == {"compiled call": 1}, str(report)
+    assert report.reads == {f"{__file__}:{_double.__code__.co_firstlineno} in _double": 1}

@@ -14,7 +14,7 @@ from typing import Any
 
 from tpu_runtime.eager.debug import REPORT, DebugExecutor, DebugOptions, DebugReport, NonFiniteError
 from tpu_runtime.eager.fused import GRAPH, FusedExecutor
-from tpu_runtime.eager.fused_report import FusedReport, fused_report, reset_fused_report
+from tpu_runtime.eager.fused_stats import FusedReport, fused_report, reset_fused_report
 from tpu_runtime.eager.strict import StrictExecutor
 
 MODES = ("strict", "debug", "fused")

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from converter.lowering.dtypes import JAX_TO_TORCH, to_jax_dtype
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE, donation_order
-from tpu_runtime.eager.fused_report import REPORT
+from tpu_runtime.eager.fused_stats import REPORT
 
 _ref = weakref.ref
 _refcount = sys.getrefcount
@@ -95,14 +95,15 @@ class LazyRef:
         self.error = None
 
 
-def concrete(v: Any) -> Any:
-    """``v`` itself, or for a :class:`LazyRef` its value (running the graph first if needed)."""
+def concrete(v: Any, cause: str = "value read") -> Any:
+    """``v`` itself, or for a :class:`LazyRef` its value (running the graph first if needed, for ``cause``: see
+    :meth:`FusedGraph.flush`)."""
     if type(v) is not LazyRef:
         return v
     if v.concrete is None:
         if v.error is None:
             try:
-                v.graph.flush("value read")
+                v.graph.flush(cause)
             except Exception:
                 if v.concrete is None:
                     raise  # (else another value of the graph failed: it raises when read)
@@ -249,7 +250,7 @@ class FusedGraph:
 
     def flush(self, cause: str = "sync") -> None:
         """Run the recorded ops as one jitted graph and resolve every live :class:`LazyRef`; ``cause`` (one of
-        :data:`~tpu_runtime.eager.fused_report.CAUSES`) is counted in the fused report.
+        :data:`~tpu_runtime.eager.fused_stats.CAUSES`) is counted in the fused report.
 
         A view's cached value (:meth:`cache_view`) is dropped first, not made an output: the
         view recomputes it from its storage if it is read again (keeping its cache live would

@@ -4,10 +4,11 @@ A fused graph runs at a sync point. The ones a training loop is built around cos
 ``loss.backward()`` and of an optimizer's ``step()`` start the graph and Python records on while it computes.
 A *value read* — ``.item()``, ``.cpu()``, ``print``, ``if t > 0:``, an op whose output shape depends on the
 values (``nonzero``, boolean-mask indexing) — makes Python wait for the graph, and cuts the step's work into one
-more graph to compile and run every step. The report counts the graphs by what ran them and names the source
-line of each value read (the innermost frame outside torch and tpu-export, and the user's line that called
-it when that frame is a library's), as torch_xla's debug metrics name
-the line behind each graph execution::
+more graph to compile and run every step; so does calling a ``torch.compile``d function on pending values (a
+*compiled call*: its executable takes concrete arrays). The report counts the graphs by what ran them and names
+the source line of each value read and compiled call (the innermost frame outside torch and tpu-export, and the
+user's line that called it when that frame is a library's), as torch_xla's debug metrics name the line behind
+each graph execution::
 
     with tpu_runtime.eager_mode("fused"):
         train()
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from converter.errors import caller_location
 
 #: What runs a fused graph (:meth:`~tpu_runtime.eager.fused.FusedGraph.flush`'s ``cause``).
-CAUSES = ("backward", "optimizer step", "value read", "sync", "size limit", "mode switch")
+CAUSES = ("backward", "optimizer step", "value read", "compiled call", "sync", "size limit", "mode switch")
 
 
 @dataclass
@@ -39,7 +40,7 @@ class FusedReport:
         ops: ops recorded in them.
         compiled: those graphs whose structure was not in the in-memory cache.
         causes: graphs run per cause (one of :data:`CAUSES`).
-        reads: value-read graphs per source location (:func:`read_location`).
+        reads: value-read and compiled-call graphs per source location (:func:`read_location`).
     """
 
     graphs: int = 0
@@ -54,7 +55,7 @@ class FusedReport:
         self.ops += ops
         self.compiled += compiled
         self.causes[cause] += 1
-        if cause == "value read":
+        if cause in _WAITS:
             self.reads[read_location()] += 1
 
     def __str__(self) -> str:
@@ -62,11 +63,15 @@ class FusedReport:
         lines = [f"fused eager: {self.graphs} graphs run ({self.compiled} compiled), {self.ops} ops{per}"]
         lines += [f"  {cause:<15}{self.causes[cause]:>8}" for cause in CAUSES if self.causes[cause]]
         if self.reads:
-            lines.append("value reads (Python waits for the graph there; in a loop each is one more graph per step):")
+            lines.append("value reads and compiled calls (Python waits for the graph there; in a loop each is one more "
+                         "graph per step):")
             lines += [f"  {n:>8}  {where}" for where, n in self.reads.most_common()]
         return "\n".join(lines)
 
 
+#: Causes that make Python wait for the graph where they happen: a value read, and a call of a ``torch.compile``d
+#: function on pending values (its executable takes concrete arrays), counted by source line.
+_WAITS = frozenset({"value read", "compiled call"})
 #: Frames of the runtime and of torch: a value read is named by the first frame outside them.
 _RUNTIME = ("/torch/", "/converter/", "/tpu_runtime/", "<frozen")
 
