@@ -45,9 +45,9 @@ def _step_graph(opt, monkeypatch) -> list:
     """The names of the ops ``opt.step()`` records in fused eager (its end starts their graph)."""
     seen, flush = [], fused.GRAPH.flush
 
-    def spy():
+    def spy(*cause):
         seen.append([plan.name for plan, _ in fused.GRAPH.nodes])
-        flush()
+        flush(*cause)
 
     monkeypatch.setattr(fused.GRAPH, "flush", spy)
     opt.step()
