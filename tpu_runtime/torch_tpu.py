@@ -388,5 +388,6 @@ __all__ = ["is_available", "is_initialized", "device_count", "current_device", "
            "memory_reserved", "empty_cache", "Event", "Stream", "current_stream", "default_stream", "stream",
            "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state", "set_rng_state",
            "get_rng_state_all", "set_rng_state_all", "device", "set_eager_mode", "get_eager_mode", "cache_stats",
-           "fused_report", "reset_fused_report", "cache_only", "set_cache_dir", "init", "is_built", "is_bf16_supported", "seed_all", "reset_peak_memory_stats",
-           "max_memory_reserved", "mem_get_info", "get_device_properties", "memory_summary"]
+           "fused_report", "reset_fused_report", "cache_only", "set_cache_dir", "init", "is_built", "is_bf16_supported",
+           "seed_all", "reset_peak_memory_stats", "max_memory_reserved", "mem_get_info", "get_device_properties",
+           "memory_summary"]
