@@ -36,7 +36,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
-from tpu_runtime.tensor import DEVICE, TpuTensor, _storage_size, alias, compiling, opaque_tensor, view_tensor
+from tpu_runtime.tensor import (DEVICE, TpuTensor, _storage_size, alias, compiling, opaque_tensor, storage_twin,
+                                 view_tensor)
 from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
@@ -72,11 +73,12 @@ class TpuPayload(torch.Tensor):
         return r
 
     def untyped_storage(self) -> torch.UntypedStorage:
-        """The storage of the tpu tensor it stands for (checkpoint code looks into the flattened tensor); its
-        own while torch.compile fakes it (a storage apart from the outer tensor's)."""
-        if compiling():
+        """A storage at the address of the tpu tensor's it stands for (checkpoint code looks into the flattened
+        tensor), not the same object (:func:`~tpu_runtime.tensor.storage_twin`); its own while torch.compile fakes
+        it (a storage apart from the outer tensor's)."""
+        if compiling() or self.tensor._fake is not None:
             return torch.Tensor.untyped_storage(self)
-        return self.tensor.untyped_storage()
+        return storage_twin(self.tensor._storage)
 
     def data_ptr(self) -> int:
         """The tpu tensor's :meth:`~tpu_runtime.tensor.TpuTensor.data_ptr` (see :meth:`untyped_storage`)."""

@@ -52,3 +52,15 @@ def test_validate_checks_a_model_on_the_device_against_pytorch_on_the_cpu(traine
     report = validate(model, (x.to("tpu"),), targets=("tpu", "onnx"), inputs=[(x.to("tpu") * 2,)],
                       num_random_inputs=1)
     assert report.passed and len(report.inputs) == 3, [(t.target, t.status, t.message) for t in report.targets]
+
+
+def test_torch_export_takes_a_model_on_the_device_as_a_cuda_one():
+    # PyTorch's fake-tensor conversion saw a tpu tensor and the payload it flattens into share one storage object,
+    # took the payload for an alias and failed to set a meta storage on the tpu tensor (the error above). (A plain
+    # tensor attribute on the device, ``_Scaled.scale``, still fails in torch.export's tracer.)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh()).eval().to("tpu")
+    x = torch.randn(5, 4).to("tpu")
+    program = torch.export.export(model, (x,))
+    assert "aten.linear" in program.graph_module.code and "batch_norm" in program.graph_module.code
+    torch.testing.assert_close(program.module()(x).detach().cpu(), model(x).detach().cpu())
