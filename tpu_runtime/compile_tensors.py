@@ -36,8 +36,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 from converter.lowering.ops.linalg import GROUPED_MM
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
-from tpu_runtime.tensor import (DEVICE, TpuTensor, _storage_size, alias, compiling, opaque_tensor, storage_twin,
-                                 view_tensor)
+from tpu_runtime.tensor import (DEVICE, Storage, TpuTensor, _storage_size, alias, compiling, opaque_tensor,
+                                 storage_handle, view_tensor)
 from tpu_runtime.values import to_cpu
 
 _MAKE = torch.Tensor._make_wrapper_subclass
@@ -49,6 +49,19 @@ _RESHAPES = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.
 #: Ops recorded as another with the same schema: torch's meta kernel for ``_grouped_mm`` makes
 #: CUDA's checks (bfloat16 only), the device runs every dtype (its twin has a plain fake kernel).
 _TRACED_AS = {torch.ops.aten._grouped_mm.default: GROUPED_MM}
+
+
+def storage_twin(storage: Storage) -> torch.UntypedStorage:
+    """A second storage object at :func:`~tpu_runtime.tensor.storage_handle`'s address, of its size: what the
+    :class:`TpuPayload` a tpu tensor flattens into reports. Code that looks for shared storages by address (Hugging
+    Face's ``id_tensor_storage`` flattens a tensor subclass and reads its inner tensors') sees the tensor's;
+    PyTorch's fake-tensor conversion (``torch.export`` of a model on the device), which tells storages apart by
+    object, sees one the outer tensor does not share: with the same object it took the payload for an alias of the
+    outer tensor and failed to set a meta storage on it."""
+    if storage.twin is None:
+        handle = storage_handle(storage)
+        storage.twin = torch._C._construct_storage_from_data_pointer(handle.data_ptr(), DEVICE, handle.nbytes())
+    return storage.twin
 
 
 class TpuPayload(torch.Tensor):

@@ -44,7 +44,7 @@ class Storage:
         self.version = 0
         self.spec = spec
         self.handle = None  # the torch storage object standing for it (see storage_handle)
-        self.twin = None  # the same address for the tensor's flattened payload (see storage_twin)
+        self.twin = None  # the same address for its tensors' flattened payloads (compile_tensors.storage_twin)
         # where the elements of its (dense) value sit in the storage torch sees: ``None``, in order from 0;
         # else ``(strides, offset)``, the layout an opaque tensor reports (channels-last, compiled outputs)
         self.placed = None
@@ -71,19 +71,6 @@ def storage_handle(storage: Storage) -> torch.UntypedStorage:
         shape, dtype = storage.spec
         storage.handle = address_only_storage(math.prod(shape) * dtype.itemsize)
     return storage.handle
-
-
-def storage_twin(storage: Storage) -> torch.UntypedStorage:
-    """A second storage object at :func:`storage_handle`'s address, of its size: what the payload a tpu tensor
-    flattens into (:mod:`tpu_runtime.compile_tensors`) reports. Code that looks for shared storages by address
-    (Hugging Face's ``id_tensor_storage`` flattens a tensor subclass and reads its inner tensors') sees the
-    tensor's; PyTorch's fake-tensor conversion (``torch.export`` of a model on the device, compiled autograd), which
-    tells storages apart by object, sees one the outer tensor does not share: with the same object it took the
-    payload for an alias of the outer tensor and failed to set a meta storage on it."""
-    if storage.twin is None:
-        handle = storage_handle(storage)
-        storage.twin = torch._C._construct_storage_from_data_pointer(handle.data_ptr(), DEVICE, handle.nbytes())
-    return storage.twin
 
 
 def address_only_storage(nbytes: int) -> torch.UntypedStorage:
