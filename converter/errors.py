@@ -60,17 +60,21 @@ def source_location(node: Any) -> SourceLocation:
     return SourceLocation(chosen[0], int(chosen[1]), chosen[2], module_path, module_type)
 
 
-def caller_location() -> SourceLocation:
+def caller_location(internal_files: tuple | None = None) -> SourceLocation:
     """The innermost frame of the running Python stack outside torch and tpu-export (eager ops: the
-    user's line that issued the op, or the ``backward()`` call a gradient op came from)."""
+    user's line that issued the op, or the ``backward()`` call a gradient op came from); with
+    ``internal_files``, outside the files whose paths contain one of those strings instead."""
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        internal = _INTERNAL_CODE.get(code)
-        if internal is None:
-            if len(_INTERNAL_CODE) > 65536:
-                _INTERNAL_CODE.clear()
-            internal = _INTERNAL_CODE[code] = any(s in code.co_filename for s in _INTERNAL)
+        if internal_files is not None:
+            internal = any(s in code.co_filename for s in internal_files)
+        else:
+            internal = _INTERNAL_CODE.get(code)
+            if internal is None:
+                if len(_INTERNAL_CODE) > 65536:
+                    _INTERNAL_CODE.clear()
+                internal = _INTERNAL_CODE[code] = any(s in code.co_filename for s in _INTERNAL)
         if not internal:
             return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import sys
 from dataclasses import dataclass, field
 
 from converter.errors import caller_location
@@ -79,16 +78,10 @@ _RUNTIME = ("/torch/", "/converter/", "/tpu_runtime/", "<frozen")
 def read_location() -> str:
     """Where a value read happened: the innermost frame outside torch and tpu-export; when that frame is a
     library's (``transformers`` checking whether a mask is all ones), also the user's line that called it."""
-    frame = sys._getframe(1)
-    while frame is not None and any(s in frame.f_code.co_filename for s in _RUNTIME):
-        frame = frame.f_back
-    if frame is None:
-        return str(caller_location())
-    code = frame.f_code
-    where = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
-    if "/site-packages/" not in code.co_filename:
-        return where
-    return f"{where.split('/site-packages/', 1)[1]} (from {caller_location()})"
+    inner = caller_location(_RUNTIME)
+    if "/site-packages/" not in (inner.file or ""):
+        return str(inner)
+    return f"{str(inner).split('/site-packages/', 1)[1]} (from {caller_location()})"
 
 
 #: The process-wide counters (autograd's thread records into the same graph).
