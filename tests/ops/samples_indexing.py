@@ -108,7 +108,8 @@ def _reduce_samples(dt, index_reduce=False):
     x = make((3, 5), dt)
     i = idx((4,), 3) if index_reduce else idx((3, 4), 3)  # columns 3 and 4 stay untouched
     return [Sample((x, i, make((3, 4), dt, seed=1), True), name="include_self"),
-            Sample((x, i, make((3, 4), dt, seed=1), False), name="exclude_self")]
+            Sample((x, i, make((3, 4), dt, seed=1), False), name="exclude_self"),
+            Sample((x, idx((0,) if index_reduce else (3, 0), 3), make((3, 0), dt), False), name="empty-index")]
 
 
 def _nonzero_static(x, size, fill_value=-1):
@@ -156,7 +157,8 @@ INDEXING = [
            dtypes=(f32, i64)),
     OpInfo("scatter_add", torch.scatter_add, (aten.scatter_add.default,),
            lambda dt: [Sample((make((3, 5), dt), 1, idx((3, 4), 5), make((3, 4), dt, seed=1))),
-                       Sample((make((4, 2), dt), 0, idx((6, 2), 4), make((6, 3), dt, seed=1)), name="dup-bigger-src")],
+                       Sample((make((4, 2), dt), 0, idx((6, 2), 4), make((6, 3), dt, seed=1)), name="dup-bigger-src"),
+                       Sample((make((5,), dt), 0, idx((2, 0), 5), make((2, 0), dt)), name="empty-index-of-other-rank")],
            dtypes=(f32, i32)),
     OpInfo("scatter_reduce", _scatter_reduce, (aten.scatter_reduce.two,), _reduce_samples, dtypes=(f32, i64)),
     OpInfo("index_reduce", _index_reduce, (aten.index_reduce.default,), lambda dt: _reduce_samples(dt, True),

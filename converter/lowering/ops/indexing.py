@@ -161,7 +161,10 @@ def _crop(src, index):
 
 
 def _scatter(x, dim, index, src, how):
-    """``x.at[coords].<how>(src)`` with torch's src cropping; 0-d tensors act as 1-element."""
+    """``x.at[coords].<how>(src)`` with torch's src cropping; 0-d tensors act as 1-element. An empty ``index``
+    leaves ``x`` as it is (torch then accepts any number of its dims: gather's backward of an empty gather)."""
+    if index.size == 0:
+        return x
     if x.ndim == 0:
         out = _scatter(x.reshape(1), 0, index.reshape(-1), src if not hasattr(src, "reshape") else src.reshape(-1), how)
         return out.reshape(())
@@ -243,8 +246,10 @@ def lower_scatter_reduce_two(ctx, self, dim, index, src, reduce, *, include_self
     ``reduce`` in sum/prod/mean/amax/amin: emits ``scatter`` with that combiner
     onto ``self`` (or onto the reduction's identity where touched, when
     ``include_self=False``); mean divides by a ``scatter-add`` count (floor
-    division for integers, like torch).
+    division for integers, like torch). An empty ``index`` leaves ``self`` as it is.
     """
+    if index.size == 0:
+        return self
     if self.ndim == 0:
         return lower_scatter_reduce_two(ctx, self.reshape(1), 0, index.reshape(-1), src.reshape(-1), reduce,
                                         include_self=include_self).reshape(())
