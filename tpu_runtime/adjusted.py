@@ -10,6 +10,8 @@
   CPU takes Long or Byte class targets; the decomposition's ``gather`` takes int32/int64 indices); other target
   dtypes, and any but int64 for ``nll_loss2d``, are refused with the CPU's messages.
 - ``where.self`` takes a uint8 condition as bool, with torch's deprecation warning (its meta function refuses it).
+- ``polygamma_(n)`` runs ``polygamma(n, self)`` into ``self``: its functional twin takes the arguments the other
+  way round, so the in-place route does not find it by name.
 - The bit shifts (``<<``, ``>>``, ``bitwise_left_shift``…) take a bool tensor operand in the dtype the result is
   promoted to (``bool_t << 2`` is int64 on the CPU; torch's meta functions refuse bool).
 """
@@ -74,6 +76,17 @@ def _shift(func: Any, args: tuple, kwargs: dict) -> Any:
     return _dispatch._route(func, args, kwargs, _row_route(func))
 
 
+def _polygamma_(func: Any, args: tuple, kwargs: dict) -> Any:
+    from tpu_runtime.execute import check_cast
+    from tpu_runtime.inplace import assign
+
+    self, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
+    result = _dispatch._route(aten.polygamma.default, (n, self), {})
+    check_cast(result.dtype, self.dtype)
+    assign(self, result)
+    return self
+
+
 def _row_route(func: Any, make: Callable[[Any], tuple] | None = None) -> tuple:
     """``func``'s row of the lowering table as an ``op`` route (or the route ``make`` gives: its decomposition's)."""
     route = _ROW_ROUTES.get(func)
@@ -90,6 +103,7 @@ HANDLERS: dict[Any, Callable] = {
     aten._linalg_slogdet.default: _det,
     aten.scatter_reduce.two: _scatter_reduce,
     aten.where.self: _where,
+    aten.polygamma_.default: _polygamma_,
     **{getattr(packet, name): _shift for packet in (aten.__lshift__, aten.__rshift__)
        for name in ("Scalar", "Tensor")},
     **{getattr(packet, name): _shift for packet in (aten.bitwise_left_shift, aten.bitwise_right_shift)

@@ -140,3 +140,16 @@ def test_fill_through_expanded_view(mode):
         got = run("tpu")
     for g, w in zip(got, run("cpu")):
         assert g.dtype == w.dtype and torch.equal(g, w)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_polygamma_in_place_takes_its_arguments_the_other_way_round(mode):
+    x = torch.rand(2, 5) + 0.5
+    want = x.clone()
+    want[1, 1:4].polygamma_(2)
+    with tpu_runtime.set_eager_mode(mode):
+        t = x.to("tpu")
+        assert t[1, 1:4].polygamma_(2).shape == (3,)  # (the functional op is polygamma(n, self))
+        torch.testing.assert_close(t.cpu(), want)
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
+            torch.ones(3, dtype=torch.long, device="tpu").polygamma_(1)
