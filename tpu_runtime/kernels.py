@@ -135,15 +135,28 @@ def lerp_scalar(ctx: Any, self: Any, end: Any, weight: Any) -> Any:
 
 
 def _random_from(ctx: Any, self: Any, from_: int = 0, to: int | None = None, *, generator: Any = None) -> Any:
-    """random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor"""
+    """random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor
+
+    Integers uniform on [from, to); without ``to``, on [from, the dtype's top] as torch's CPU: ``2^digits`` for a
+    floating dtype (every integer below it is exact: 2^24 for float32, 2^11 for float16), the largest value of an
+    integer dtype, ``True`` for bool."""
     if to is None:
-        to = 2 ** 24 if jnp.issubdtype(self.dtype, jnp.floating) else int(jnp.iinfo(self.dtype).max)
+        dt = self.dtype
+        top = 2 ** (jnp.finfo(dt).nmant + 1) if jnp.issubdtype(dt, jnp.floating) else 1 if dt == jnp.bool_ \
+            else int(jnp.iinfo(dt).max)
+        to = min(top + 1, int(jnp.iinfo(jnp.int64).max))
     return jax.random.randint(ctx.next_key(), self.shape, from_, to, dtype=jnp.int64).astype(self.dtype)
 
 
 def _random_to(ctx: Any, self: Any, to: int, *, generator: Any = None) -> Any:
     """random.to(Tensor self, int to, *, Generator? generator=None) -> Tensor"""
     return _random_from(ctx, self, 0, to)
+
+
+def _random(ctx: Any, self: Any, *, generator: Any = None) -> Any:
+    """random(Tensor self, *, Generator? generator=None) -> Tensor: ``random_()``, on [0, the dtype's top] (see
+    :func:`_random_from`)."""
+    return _random_from(ctx, self, 0, None)
 
 
 def glu_jvp(ctx: Any, glu: Any, x: Any, dx: Any, dim: int) -> Any:
@@ -169,6 +182,7 @@ KERNELS: dict[Any, Callable] = {
     aten.lerp.Scalar: lerp_scalar,
     getattr(aten.random, "from"): _random_from,
     aten.random.to: _random_to,
+    aten.random.default: _random,
 }
 
 

@@ -353,6 +353,16 @@ def _collect(args: Any, ins: list, dyn: bool) -> None:
             _collect(a, ins, dyn)
 
 
+def _refuse_dtypes(func: Any, args: tuple, kwargs: dict, dyn: bool | None) -> None:
+    """:func:`raise_unsupported_dtype`; a random op asks the CPU with its generator's state put back afterwards
+    (the CPU's call draws from it): ``uniform_``/``normal_`` of an integer tensor, ``random_`` of a complex one."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        raise_unsupported_dtype(func, args, kwargs, dyn)
+        return
+    with torch.random.fork_rng(devices=[]):
+        raise_unsupported_dtype(func, args, kwargs, dyn)
+
+
 def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callable | None = None, row: Any = None,
                dyn: bool | None = None) -> OpPlan:
     """Make the plan of one call: its lowering-table ``row``, or a runtime ``kernel``.
@@ -365,16 +375,14 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     except ConversionError:
         raise
     except Exception as e:
-        if torch.Tag.nondeterministic_seeded not in func.tags:
-            raise_unsupported_dtype(func, args, kwargs, dyn)
+        _refuse_dtypes(func, args, kwargs, dyn)
         raise_as_on_cpu(func, args, kwargs, dyn, e)
         raise_cpu_refusal(func, args, kwargs, dyn, dtype_only=True)
         raise ShapeInferenceError(func, caller_location(),
                                   f"its output shape cannot be inferred without running it ({type(e).__name__}: "
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e
     random = torch.Tag.nondeterministic_seeded in func.tags
-    if not random:  # (a random op would draw from the CPU's generator)
-        raise_unsupported_dtype(func, args, kwargs, dyn)
+    _refuse_dtypes(func, args, kwargs, dyn)
     specs: list = []
     structure = _structure(meta, specs)
     # Lowerings see device=None: JAX has one device and "meta" must not leak into them.

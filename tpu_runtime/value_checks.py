@@ -10,7 +10,7 @@ python number is checked at once):
 * integer division by zero (``//``, ``%``, ``fmod``, ``div(rounding_mode=...)``): the CPU raises
   ``ZeroDivisionError``, XLA gave -1 or the dividend;
 * a random op's python parameters that its decomposition does not check (``bernoulli_(p)``, ``uniform_(from,
-  to)``, ``random_(from, to)``, ``log_normal_``/``cauchy_``'s scale): the CPU's message.
+  to)``, ``random_(from, to)``, ``geometric_(p)``, ``log_normal_``/``cauchy_``'s scale): the CPU's message.
 
 A check function returns the checks of a call (see :data:`tpu_runtime.bounds.Check`); an exception among them (a
 python argument the CPU refuses) is raised at once.
@@ -110,6 +110,12 @@ def _random(a: dict) -> list:
     return [RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")]
 
 
+def _geometric(a: dict) -> list:
+    """``geometric_(p)``: ``p`` in (0, 1)."""
+    p = a.get("p")
+    return [] if 0 < p < 1 else [RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p:g}")]
+
+
 def _positive(op: str, name: str, default: float) -> Callable[[dict], list]:
     def checks(a: dict) -> list:
         v = a.get(name, default)
@@ -139,6 +145,8 @@ VALUE_CHECKS: dict[Any, Callable[[dict], list]] = {
     aten.random_.to: _random,
     getattr(aten.random, "from"): _random,
     aten.random.to: _random,
+    aten.geometric_.default: _geometric,
+    aten.geometric.default: _geometric,
     aten.log_normal_.default: _positive("log_normal_", "std", 2.0),
     aten.cauchy_.default: _positive("cauchy_", "sigma", 1.0),
     **{op: _division for op in _DIVISIONS},

@@ -118,6 +118,7 @@ UNTESTED_BY_OPINFO: dict = {
         aten.normal.float_Tensor, aten.normal.Tensor_Tensor, aten.normal_functional.default,
         aten.uniform.default, aten.exponential.default, aten.randperm.default, aten.multinomial.default,
         aten.rrelu_with_noise_functional.default, aten.poisson.default, aten.randperm.generator,
+        aten.geometric.default,
     )
 }
 UNTESTED_BY_OPINFO.update({op: _RANDOM.replace("tests/ops/test_random.py", "tests/runtime/test_distributions.py")

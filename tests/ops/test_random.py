@@ -104,7 +104,8 @@ def _distributions(x, mean_t, std_t, probs, ones, q0, v_eye):
             aten.native_dropout.default(ones, 0.3, False)[1], F.dropout(ones, 0.5, training=True),
             *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, True),
             *aten.rrelu_with_noise_functional.default(x - 0.5, noise, 0.1, 0.3, False),
-            F.scaled_dot_product_attention(q0, q0, v_eye, dropout_p=0.25), torch.empty_like(x).bernoulli_(x))
+            F.scaled_dot_product_attention(q0, q0, v_eye, dropout_p=0.25), torch.empty_like(x).bernoulli_(x),
+            torch.empty_like(x).geometric_(0.25))
 
 
 _DIST_ARGS = (torch.linspace(0, 1, N), torch.full((N,), -3.0), torch.full((N,), 0.5),
@@ -122,11 +123,11 @@ def test_distribution_ops_lower_to_the_expected_ops():
     want = {aten.bernoulli.p, aten.bernoulli.Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor,
             aten.uniform.default, aten.normal_functional.default, aten.exponential.default, aten.multinomial.default,
             aten.native_dropout.default, aten.rrelu_with_noise_functional.default,
-            aten.scaled_dot_product_attention.default}
+            aten.scaled_dot_product_attention.default, aten.geometric.default}
     assert want <= ops, sorted(map(str, want - ops))
 
 
-def test_bernoulli_normal_uniform_exponential_statistics():
+def test_bernoulli_normal_uniform_exponential_geometric_statistics():
     (bern, n_tf, n_ft, n_tt, uni, nrm, expo, *_), _ = _distribution_run()
     assert bern.dtype == torch.float32 and set(bern.unique().tolist()) <= {0.0, 1.0}
     assert abs(bern.mean() - 0.3) < 0.03
@@ -139,6 +140,9 @@ def test_bernoulli_normal_uniform_exponential_statistics():
     per_element = _distribution_run()[0][19]  # bernoulli_(p) with p = linspace(0, 1): each element its own p
     assert set(per_element.unique().tolist()) <= {0.0, 1.0} and abs(per_element.mean() - 0.5) < 0.03
     assert per_element[: N // 10].mean() < 0.15 < 0.85 < per_element[-N // 10:].mean()
+    geometric = _distribution_run()[0][20]  # trials to the first success: mean 1/p, variance (1 - p)/p^2
+    assert geometric.min() >= 1 and torch.equal(geometric, geometric.floor())
+    assert abs(geometric.mean() - 4) < 0.2 and abs(geometric.var() - 12) < 1.5
 
 
 def test_multinomial_with_and_without_replacement():

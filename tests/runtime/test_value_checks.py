@@ -38,6 +38,8 @@ _CASES = {
     "uniform_": lambda d: torch.empty(3, device=d).uniform_(2, 1).cpu(),
     "random_": lambda d: torch.empty(3, device=d).random_(5, 2).cpu(),
     "random_ to": lambda d: torch.empty(3, device=d).random_(0).cpu(),
+    "geometric_": lambda d: torch.empty(3, device=d).geometric_(1.5).cpu(),
+    "geometric_ int": lambda d: torch.empty(3, dtype=torch.int64, device=d).geometric_(0.0).cpu(),
     "log_normal_": lambda d: torch.empty(3, device=d).log_normal_(0, -1).cpu(),
     "cauchy_": lambda d: torch.empty(3, device=d).cauchy_(0, -1.5).cpu(),
 }

@@ -1,5 +1,5 @@
 """Random ops: dropout, bernoulli, rand/randn/randint (+ ``_like``), normal, uniform, exponential,
-randperm, multinomial, rrelu noise.
+geometric, randperm, multinomial, rrelu noise.
 
 RNG deviation from torch (by design): every op draws from JAX's counter-based PRNG
 with a key from ``ctx.next_key()`` (the program's ``rng`` argument folded with the node
@@ -35,20 +35,39 @@ def _check_generator(ctx, generator) -> None:
 
 
 def _sample_dtype(dtype):
-    """float64 for float64, else float32: JAX's bfloat16/float16 samplers are coarser."""
-    return jnp.float64 if dtype == jnp.float64 else jnp.float32
+    """float64 for float64 and complex128, else float32: JAX's bfloat16/float16 samplers are coarser."""
+    return jnp.float64 if dtype in (jnp.float64, jnp.complex128) else jnp.float32
 
 
-def _float_sample(fn, key, shape, dtype):
-    """Sample ``fn(key, shape)`` in :func:`_sample_dtype` and cast to ``dtype``."""
-    return fn(key, tuple(shape), _sample_dtype(dtype)).astype(dtype)
+def _complex_parts(draw, key, shape, dtype, scale=1.0):
+    """For a complex ``dtype``: ``draw(key, shape + (2,), real dtype)`` as real and imaginary parts, each times
+    ``scale``, as torch's CPU fills a complex tensor (its real view); ``None`` for any other dtype."""
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        return None
+    parts = draw(key, tuple(shape) + (2,), _sample_dtype(dtype)) * scale
+    return jax.lax.complex(parts[..., 0], parts[..., 1]).astype(dtype)
+
+
+def _each_part(offset, dtype):
+    """A real python number ``offset`` to add to a sample of ``dtype``: for a complex one, added to both parts."""
+    return complex(offset, offset) if jnp.issubdtype(dtype, jnp.complexfloating) else offset
+
+
+def _normal01(key, shape, dtype):
+    """N(0, 1) in ``dtype`` (drawn in :func:`_sample_dtype`); complex: variance 1/2 in each part, as torch's
+    ``randn``/``normal_``."""
+    z = _complex_parts(jax.random.normal, key, shape, dtype, 0.5 ** 0.5)
+    return z if z is not None else jax.random.normal(key, tuple(shape), _sample_dtype(dtype)).astype(dtype)
 
 
 def _uniform01(key, shape, dtype):
-    """U[0, 1) in ``dtype``; float16/bfloat16 like torch: ``digits`` random bits * 2^-digits.
+    """U[0, 1) in ``dtype``; float16/bfloat16 like torch: ``digits`` random bits * 2^-digits; complex: each part.
 
     (A float32 sample cast to bfloat16 could round up to 1.0.)
     """
+    u = _complex_parts(jax.random.uniform, key, shape, dtype)
+    if u is not None:
+        return u
     if dtype not in (jnp.float16, jnp.bfloat16):
         return jax.random.uniform(key, tuple(shape), dtype)
     digits = jnp.finfo(dtype).nmant + 1
@@ -122,9 +141,9 @@ def lower_rand_default(ctx, size, *, dtype=None, layout=None, device=None, pin_m
 def lower_randn_default(ctx, size, *, dtype=None, layout=None, device=None, pin_memory=None):
     """randn(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 
-    ``jax.random.normal`` (standard normal) in the recorded dtype.
+    ``jax.random.normal`` (standard normal) in the recorded dtype (complex: variance 1/2 in each part).
     """
-    return _float_sample(jax.random.normal, ctx.next_key(), size, ctx.out_dtype)
+    return _normal01(ctx.next_key(), size, ctx.out_dtype)
 
 
 @lowering(aten.rand_like.default)
@@ -142,9 +161,9 @@ def lower_randn_like_default(ctx, self, *, dtype=None, layout=None, device=None,
                              memory_format=None):
     """randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 
-    ``jax.random.normal`` with ``self``'s shape.
+    ``jax.random.normal`` with ``self``'s shape (complex as in randn).
     """
-    return _float_sample(jax.random.normal, ctx.next_key(), self.shape, ctx.out_dtype or self.dtype)
+    return _normal01(ctx.next_key(), self.shape, ctx.out_dtype or self.dtype)
 
 
 def _randint(ctx, low, high, shape, dtype):
@@ -199,8 +218,8 @@ def lower_normal_tensor_float(ctx, mean, std=1.0, *, generator=None):
     _check_generator(ctx, generator)
     dtype = ctx.out_dtype
     shape = jnp.broadcast_shapes(*(jnp.shape(a) for a in (mean, std)))
-    base = _sample_dtype(dtype)
-    z = jax.random.normal(ctx.next_key(), shape, base)
+    base = dtype if jnp.issubdtype(dtype, jnp.complexfloating) else _sample_dtype(dtype)
+    z = _normal01(ctx.next_key(), shape, base)
     return (jnp.asarray(mean, base) + jnp.asarray(std, base) * z).astype(dtype)
 
 
@@ -208,27 +227,30 @@ def lower_normal_tensor_float(ctx, mean, std=1.0, *, generator=None):
 def lower_normal_functional_default(ctx, self, mean=0.0, std=1.0, *, generator=None):
     """normal_functional(Tensor self, float mean=0., float std=1., *, Generator? generator=None) -> Tensor
 
-    ``mean + std * N(0, 1)`` with ``self``'s shape and dtype (functional ``normal_``).
+    ``mean + std * N(0, 1)`` with ``self``'s shape and dtype (functional ``normal_``; complex: ``mean`` in each
+    part, ``std`` its whole: ``std / sqrt(2)`` each, as torch's CPU).
     """
     _check_generator(ctx, generator)
     dtype = ctx.out_dtype or self.dtype
-    z = jax.random.normal(ctx.next_key(), self.shape, _sample_dtype(dtype))
-    return (mean + std * z).astype(dtype)
+    base = dtype if jnp.issubdtype(dtype, jnp.complexfloating) else _sample_dtype(dtype)
+    z = _normal01(ctx.next_key(), self.shape, base)
+    return (_each_part(mean, base) + std * z).astype(dtype)
 
 
 @lowering(aten.uniform.default)
 def lower_uniform_default(ctx, self, from_=0.0, to=1.0, *, generator=None, **kwargs):
     """uniform(Tensor self, float from=0., float to=1., *, Generator? generator=None) -> Tensor
 
-    ``from + (to - from) * U[0, 1)`` with ``self``'s shape and dtype (functional ``uniform_``).
+    ``from + (to - from) * U[0, 1)`` with ``self``'s shape and dtype (functional ``uniform_``; complex: each part).
     """
     _check_generator(ctx, generator)
     from_ = kwargs.pop("from", from_)  # the schema's name is a python keyword
     if kwargs:
         raise TypeError(f"uniform got unexpected arguments {sorted(kwargs)}")
     dtype = ctx.out_dtype or self.dtype
-    u = jax.random.uniform(ctx.next_key(), self.shape, _sample_dtype(dtype))
-    return (from_ + (to - from_) * u).astype(dtype)
+    base = dtype if jnp.issubdtype(dtype, jnp.complexfloating) else _sample_dtype(dtype)
+    u = _uniform01(ctx.next_key(), self.shape, base)
+    return (_each_part(from_, base) + (to - from_) * u).astype(dtype)
 
 
 @lowering(aten.exponential.default)
@@ -241,6 +263,21 @@ def lower_exponential_default(ctx, self, lambd=1.0, *, generator=None):
     dtype = ctx.out_dtype or self.dtype
     e = jax.random.exponential(ctx.next_key(), self.shape, _sample_dtype(dtype))
     return (e / lambd).astype(dtype)
+
+
+@lowering(aten.geometric.default)
+def lower_geometric_default(ctx, self, p, *, generator=None):
+    """geometric(Tensor self, float p, *, Generator? generator=None) -> Tensor
+
+    The trials up to the first success, ``floor(log1p(-U) / log1p(-p)) + 1`` (``U`` uniform on [0, 1)), drawn
+    in float and cast to ``self``'s dtype: integer tensors too, as on the CPU (torch's decomposition draws
+    ``rand_like(self)``, which integers refuse).
+    """
+    _check_generator(ctx, generator)
+    dtype = ctx.out_dtype or self.dtype
+    base = _sample_dtype(dtype)
+    u = jax.random.uniform(ctx.next_key(), self.shape, base)
+    return (jnp.floor(jnp.log1p(-u) / jnp.log1p(-jnp.asarray(p, base))) + 1).astype(dtype)
 
 
 @lowering(aten.randperm.default, aten.randperm.generator)
