@@ -389,7 +389,8 @@ def _lstsq(func: Any, args: tuple, kwargs: dict) -> tuple:
     singular values at or below ``rcond · σmax`` dropped (``gels`` assumes full rank: the same solution there);
     ranks for gelsy/gelsd/gelss, singular values for gelsd/gelss, squared residuals for gels/gelsd/gelss when
     ``m > n`` and every matrix has full rank. That last condition decides an output's shape, so the ranks are
-    read back then (a sync point); the other outputs an asked driver omits are empty, as torch's."""
+    read back then (a sync point); the other outputs an asked driver omits are empty, as torch's. Residuals and
+    singular values of a complex input are real."""
     A, B, rcond, driver = _bound(func, args, kwargs)
     driver = driver or "gelsy"
     if driver not in _LSTSQ_DRIVERS:
@@ -414,11 +415,12 @@ def _lstsq(func: Any, args: tuple, kwargs: dict) -> tuple:
         residuals = jnp.sum(jnp.abs(a @ x - b) ** 2, axis=-2)
         return x[..., 0] if vector else x, residuals, jnp.sum(keep, axis=-1), sv
 
-    specs = ((batch + ((n,) if vector else (n, k)), dtype), (batch + (k,), dtype), (batch, torch.int64),
-             (batch + (min(m, n),), dtype))
+    real = dtype.to_real()  # (a complex input's residuals and singular values are real)
+    specs = ((batch + ((n,) if vector else (n, k)), dtype), (batch + (k,), real), (batch, torch.int64),
+             (batch + (min(m, n),), real))
     x, residuals, rank, sv = _execute(_plan(("lstsq", A._spec, B._spec, rcond), "aten.linalg_lstsq", fn, specs),
                                       [A, B])
-    empty = torch.empty((0,), dtype=dtype, device=A.device)
+    empty = torch.empty((0,), dtype=real, device=A.device)
     if driver == "gelsy" or m <= n or int(rank.min().item() if rank.numel() else n) < n:
         residuals = empty
     if driver == "gels":

@@ -114,6 +114,16 @@ def test_lstsq_matches_cpu_for_every_driver(mode):
     torch.testing.assert_close(bt.grad.cpu(), bc.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_lstsq_of_complex_matrices_gives_real_residuals_and_singular_values():
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(5, 3, dtype=torch.complex64, generator=g), torch.randn(5, 2, dtype=torch.complex64, generator=g)
+    for driver in ("gelsd", "gelsy"):
+        want, got = torch.linalg.lstsq(a, b, driver=driver), torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), driver=driver)
+        for w, t in zip(want, got):
+            assert t.dtype == w.dtype and t.shape == w.shape, driver
+            torch.testing.assert_close(t.cpu(), w, rtol=1e-4, atol=1e-4)
+
+
 def test_orthogonal_parametrization_trains_as_on_cpu():
     # nn.utils.parametrizations.orthogonal (matrix_exp map): weights stay orthogonal, steps match CPU
     torch.manual_seed(0)
