@@ -358,3 +358,17 @@ def test_complex_numbers_and_bool_powers_as_on_the_cpu(name, mode):
     with tpu_runtime.set_eager_mode(mode):
         got = _outcome(_COMPLEX_AND_BOOL[name], "tpu")
     assert got == _outcome(_COMPLEX_AND_BOOL[name], "cpu")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_complex_logcumsumexp_keeps_the_cpus_imaginary_branch(mode):
+    # the CPU's recurrence leaves the imaginary part unreduced: a cumulative log-sum-exp reduced to (-pi, pi]
+    # differed from it by multiples of 2 pi (the same exp, not the same numbers)
+    x = torch.randn(3, 12, dtype=torch.complex64, generator=torch.Generator().manual_seed(0)) * 3
+    x[0, 4] = complex(float("-inf"), 1.0)
+    want = torch.logcumsumexp(x, 1)
+    assert want.imag.abs().max() > 3.5  # (the case: beyond pi)
+    with tpu_runtime.set_eager_mode(mode):
+        got = torch.logcumsumexp(x.to("tpu"), 1).cpu()
+        torch.testing.assert_close(torch.logcumsumexp(x.to("tpu"), 0).cpu(), torch.logcumsumexp(x, 0))
+    torch.testing.assert_close(got, want)

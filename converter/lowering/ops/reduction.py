@@ -275,10 +275,27 @@ def lower_cumprod_default(ctx, self, dim, *, dtype=None):
 def lower_logcumsumexp_default(ctx, self, dim):
     """logcumsumexp(Tensor self, int dim) -> Tensor
 
-    Emits ``lax.cumlogsumexp`` (f16/bf16 accumulate in float32).
+    Emits ``lax.cumlogsumexp`` (f16/bf16 accumulate in float32); complex input: torch's CPU recurrence as one
+    sequential ``lax.scan`` (:func:`_complex_logaddexp`), whose imaginary parts are not reduced to (-π, π]
+    (``lax.cumlogsumexp``'s differed from the CPU's by multiples of 2π).
     """
     out = ctx.out_dtype or self.dtype
+    if jnp.issubdtype(self.dtype, jnp.complexfloating) and self.ndim:
+        xs = jnp.moveaxis(self.astype(out), norm_dim(dim, self.ndim), 0)
+        scan = lambda cum, v: (lambda acc: (acc, acc))(_complex_logaddexp(v, cum))  # noqa: E731
+        _, ys = jax.lax.scan(scan, jnp.full(xs.shape[1:], -jnp.inf, out), xs)
+        return jnp.moveaxis(ys, 0, norm_dim(dim, self.ndim))
     return _cumulative(lambda v, axis: jax.lax.cumlogsumexp(v, axis=axis), self, dim, out)
+
+
+def _complex_logaddexp(v, cum):
+    """One step of torch's CPU logcumsumexp of complex numbers: ``log1p(exp(lo - hi)) + hi`` with ``lo``/``hi`` the
+    one of smaller/larger real part (``cum`` on a tie; a NaN makes both parts NaN); both real parts -inf: ``lo``."""
+    smaller = jnp.real(v) < jnp.real(cum)
+    lo, hi = jnp.where(smaller, v, cum), jnp.where(smaller, cum, v)
+    both_inf = jnp.isinf(jnp.real(lo)) & (jnp.real(lo) == jnp.real(hi))
+    at_inf = jnp.where(jnp.real(lo) < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi)))
+    return jnp.where(both_inf, at_inf, jnp.log1p(jnp.exp(lo - jnp.where(both_inf, 0, hi))) + hi)
 
 
 def _cum_extreme(x, dim, better):
