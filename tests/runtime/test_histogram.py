@@ -39,17 +39,20 @@ def test_histogram_matches_cpu(case, mode):
                 torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.float16, torch.bfloat16])
 def test_linspace_and_histogram_edges_are_the_cpus_to_the_bit(dtype):
     # torch's CPU kernel steps from both ends with one rounding per value (a fused multiply-add): the
     # decomposition differed by 1-3 ulp, and a point lying on an edge fell into the next bin
-    for start, end, steps in ((-1.3, 2.9, 8), (0.1, 1.7, 9), (3.0, -2.5, 6), (-97.04, 6.07, 18), (3.0, 7.0, 1)):
+    # (float16/bfloat16: every operation rounded to the dtype, as the CPU's half types compute; -2 to 0 in 50
+    # steps differed from a float32 computation at 12 of them)
+    for start, end, steps in ((-1.3, 2.9, 8), (0.1, 1.7, 9), (3.0, -2.5, 6), (-97.04, 6.07, 18), (3.0, 7.0, 1),
+                              (-2.0, 0.0, 50), (-40.5, 33.0, 1000)):
         want = torch.linspace(start, end, steps, dtype=dtype)
         assert torch.equal(torch.linspace(start, end, steps, dtype=dtype, device="tpu").cpu(), want)
     out = torch.empty(4, dtype=torch.float64, device="tpu")
     torch.linspace(0, 1, 4, out=out)  # linspace.out: the out's dtype
     assert torch.equal(out.cpu(), torch.linspace(0, 1, 4, dtype=torch.float64))
-    if dtype.is_floating_point:
+    if dtype.is_floating_point and dtype.itemsize >= 4:
         x = torch.linspace(-1.3, 2.9, 43, dtype=dtype)
         want = torch.histogram(x, bins=7, range=(-1.3, 2.9))
         got = torch.histogram(x.to("tpu"), bins=7, range=(-1.3, 2.9))

@@ -72,9 +72,9 @@ def lower_linspace_default(ctx, start, end, steps, *, dtype=None, layout=None, d
     """linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 
     torch's CPU kernel: the first half ``start + step * i``, the rest ``end - step * (steps - 1 - i)``,
-    so both ends are exact; ``start``, ``end`` and ``step`` in the result's dtype (float32 for float16 and
-    bfloat16, float64 for integers, then truncated), each value rounded once as its fused multiply-add is
-    (computed in float64 for a float32 result). Its decomposition differed by 1-3 ulp, moving
+    so both ends are exact; ``start``, ``end`` and ``step`` in the result's dtype (float64 for integers, then
+    truncated), each value rounded once as its fused multiply-add is (computed in float64 for a float32
+    result); float16 and bfloat16 round every operation to the dtype, as the CPU's half types compute. Its decomposition differed by 1-3 ulp, moving
     ``torch.histogram``'s points that lie on an edge into another bin.
     """  # noqa: E501 (the first line is the exact schema)
     return linspace_values(start, end, steps, ctx.out_dtype or jnp.float32)
@@ -83,6 +83,8 @@ def lower_linspace_default(ctx, start, end, steps, *, dtype=None, layout=None, d
 def linspace_values(start, end, steps: int, out):
     """torch's CPU ``linspace`` of ``steps`` values of dtype ``out`` (``start``/``end``: scalars or 0-d arrays):
     see :func:`lower_linspace_default`; also ``torch.histogram``'s bin edges."""
+    if out in (jnp.float16, jnp.bfloat16):
+        return _half_linspace(start, end, steps, out)
     complex_ = jnp.issubdtype(out, jnp.complexfloating)
     if jnp.issubdtype(out, jnp.integer):
         calc, wide = jnp.float64, jnp.float64
@@ -103,6 +105,23 @@ def linspace_values(start, end, steps: int, out):
     if calc == jnp.float64:  # float64 has no wider type: the product's rounding error, added back
         return _fma_f64(step, k, base).astype(out)
     return (base + step * k).astype(out)
+
+
+def _half_linspace(start, end, steps: int, out):
+    """``linspace`` in float16/bfloat16 as torch's CPU kernel computes it: in the dtype itself, each operation
+    (``end - start``, the division into a step, the index's conversion, ``step * k``, the sum) rounded to it
+    (``lax.reduce_precision``: XLA may otherwise keep float32 between operations)."""
+    fi = jnp.finfo(out)
+
+    def rounded(v):
+        return jax.lax.reduce_precision(v, fi.nexp, fi.nmant)
+
+    s, e = jnp.asarray(start, out).astype(jnp.float32), jnp.asarray(end, out).astype(jnp.float32)
+    step = rounded(rounded(e - s) / rounded(jnp.float32(max(steps - 1, 1))))
+    i = jax.lax.iota(jnp.float32, steps)
+    first = i < max(steps // 2, 1)
+    product = rounded(step * rounded(jnp.where(first, i, steps - 1 - i)))
+    return jnp.where(first, rounded(s + product), rounded(e - product)).astype(out)
 
 
 def _fma_f64(a, k, c):
