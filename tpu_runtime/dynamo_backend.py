@@ -6,7 +6,8 @@ AOTAutograd are decomposed to core ATen (the capture preserve-list kept whole),
 checked against the lowering table, and compiled once per input signature in
 the runtime's shared compile cache (:mod:`tpu_runtime.cache`: the same counters,
 ``cache_only()`` and on-disk cache as the eager modes); graph breaks are handled
-by dynamo itself (each piece comes here separately).
+by dynamo itself (each piece comes here separately); a custom op whose implementation writes into its own
+buffers runs eagerly between compiled pieces of its graph (:mod:`tpu_runtime.compile_split`).
 
 Models and inputs may live on the CPU (each call moves the inputs to the device
 and the outputs back) or on the ``tpu`` device (``model.to("tpu")``): then dynamo
@@ -416,12 +417,10 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
         with rescued_engine_errors():
             compiled = _AOT(gm, example_inputs, **kwargs)
         return compiled if views is None else views(compiled)
-    except AssertionError as e:  # AOTAutograd's check that the traced graph is functional
-        if not custom:
+    except AssertionError:  # AOTAutograd's check that the traced graph is functional
+        if not custom or any(isinstance(a, torch.SymInt) for a in example_inputs):
             raise
-        from converter.errors import ConversionError
+        from tpu_runtime.compile_split import split_at_ops
 
-        raise ConversionError(f"torch.compile(backend='tpu'): the implementation of custom op(s) "
-                              f"{', '.join(map(str, custom))} writes into tensors in place, which AOTAutograd cannot "
-                              "trace into a functional graph; call it outside the compiled function (eager mode runs "
-                              "it) or give the op a functional implementation") from e
+        # an implementation that writes into its buffers: the op runs eagerly between compiled pieces
+        return split_at_ops(gm, custom, tpu_backend)

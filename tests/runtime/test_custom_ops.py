@@ -127,19 +127,39 @@ def _(x):
     return torch.empty_like(x)
 
 
-def test_a_custom_op_whose_body_writes_in_place_runs_eagerly_and_names_itself_under_compile():
-    x = torch.arange(4.0).to("tpu")
-    assert fill_twice(x).cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
-    with pytest.raises(Exception, match=r"tpu_export_test.fill_twice.default writes into tensors in place"):
-        torch.compile(lambda a: fill_twice(a) + 1, backend="tpu", fullgraph=True)(x)
+fill_twice.register_autograd(lambda ctx, grad: grad * 2)
 
 
-def test_chunked_linear_cross_entropy_compiles():
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_custom_op_whose_body_writes_in_place_runs_eagerly_between_compiled_pieces(mode):
+    # its body cannot be traced into AOTAutograd's functional graph: the graph is split around it (it raised)
+    x = torch.arange(4.0)
+    with tpu_runtime.set_eager_mode(mode):
+        assert fill_twice(x.to("tpu")).cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+        step = torch.compile(lambda a, b: (fill_twice(a.sin() * b) + 1).exp().sum(), backend="tpu", fullgraph=True)
+        for scale in (1.0, 2.0):  # (the pieces compile once per input signature)
+            xt = x.to("tpu").requires_grad_()
+            out = step(xt, torch.tensor(scale).to("tpu"))
+            out.backward()
+            xr = x.clone().requires_grad_()
+            want = ((xr.sin() * scale * 2) + 1).exp().sum()
+            want.backward()
+            torch.testing.assert_close(out.detach().cpu(), want.detach())
+            torch.testing.assert_close(xt.grad.cpu(), xr.grad)
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_chunked_linear_cross_entropy_compiles(retain):
+    # allow_retain_graph=True (what torch's warning under torch.compile asks for) traces its chunked op, whose
+    # implementation accumulates in place: it runs eagerly between compiled pieces
     g = torch.Generator().manual_seed(1)
     x, w, t = torch.randn(6, 5, generator=g), torch.randn(7, 5, generator=g), torch.randint(0, 7, (6,), generator=g)
-    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2)
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2, allow_retain_graph=retain)
+    torch._dynamo.reset()  # (the other parameter's compiled code would serve this one)
     xr, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
     F.linear_cross_entropy(xr, w, t, options=opts).backward()
     step = torch.compile(lambda a, b, c: F.linear_cross_entropy(a, b, c, options=opts), backend="tpu")
+    torch.testing.assert_close(step(x.to("tpu"), w.to("tpu"), t.to("tpu")).cpu(),  # (no gradient first: it raised)
+                               F.linear_cross_entropy(x, w, t, options=opts))
     step(xt, w.to("tpu"), t.to("tpu")).backward()
     torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-6)
