@@ -418,7 +418,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
             compiled = _AOT(gm, example_inputs, **kwargs)
         return compiled if views is None else views(compiled)
     except AssertionError:  # AOTAutograd's check that the traced graph is functional
-        if not custom or any(isinstance(a, torch.SymInt) for a in example_inputs):
+        if not custom:
             raise
         from tpu_runtime.compile_split import split_at_ops
 

@@ -146,6 +146,9 @@ def test_a_custom_op_whose_body_writes_in_place_runs_eagerly_between_compiled_pi
             want.backward()
             torch.testing.assert_close(out.detach().cpu(), want.detach())
             torch.testing.assert_close(xt.grad.cpu(), xr.grad)
+        dynamic = torch.compile(lambda a: (fill_twice(a.sin()) + a.shape[0]).sum(), backend="tpu", dynamic=True)
+        for n in (4, 3):  # (a size among the inputs)
+            torch.testing.assert_close(dynamic(x[:n].to("tpu")).cpu(), (x[:n].sin() * 2 + n).sum())
 
 
 @pytest.mark.parametrize("retain", [False, True])
