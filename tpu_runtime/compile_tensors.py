@@ -245,7 +245,8 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             return x
         return tracing_tensor(x, None, *strided) if strided is not None else tracing_tensor(x)
 
-    _follow_resizes(args, kwargs)
+    if torch.Tag.inplace_view not in func.tags:  # (return_and_correct_aliasing replays those on the wrapper)
+        _follow_resizes(args, kwargs)
     wrapped = tree_map(wrap, out)
     if layout[0]:
         for w in tree_leaves(wrapped):

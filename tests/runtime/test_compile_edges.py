@@ -158,3 +158,37 @@ def test_a_frame_dynamo_skips_runs_the_runtimes_kernels_eagerly():
     x, w = torch.randn(2, 4, 8), torch.randn(8, 8)
     got = torch.compile(_looped, backend="tpu")(x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_())
     torch.testing.assert_close(got.detach().cpu(), _looped(x, w))
+
+
+def _in_place_views(a):
+    b = (a * 1).unsqueeze(0)
+    b.transpose_(1, 2)
+    b.squeeze_(0)
+    c = a * 3
+    c.t_()
+    c.unsqueeze_(-1)
+    return b.sum(0) * 2, c.squeeze(-1), torch.stft(a.reshape(-1), 4, return_complex=True).abs()
+
+
+def _zero_gradient_and_batch_norm_update(a, w, rm, rv):
+    y = torch.ops.aten._batch_norm_with_update(a.unsqueeze(-1), w, w * 0, rm, rv, 0.1, 1e-5)[0]
+    return torch.sgn(a).sum() + y.pow(2).sum()  # (sgn's gradient: _efficientzerotensor)
+
+
+@pytest.mark.parametrize("fn", [_in_place_views, _zero_gradient_and_batch_norm_update])
+def test_compiled_training_graphs_with_in_place_views_zero_gradients_and_batch_norm_backward(fn):
+    # a traced in-place view op changed the wrapper's metadata twice (a transposed gradient: "invalid gradient");
+    # the backward graphs of sgn and _batch_norm_with_update hold _efficientzerotensor and batch_norm_backward
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(3, 4, generator=g), torch.rand(4, generator=g) + 0.5
+    extra = (w, torch.zeros(4), torch.ones(4)) if fn is _zero_gradient_and_batch_norm_update else ()
+    torch._dynamo.reset()
+    xr, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    want = fn(xr, *extra)
+    got = torch.compile(fn, backend="tpu")(xt, *(t.to("tpu") for t in extra))
+    want, got = torch.utils._pytree.tree_leaves(want), torch.utils._pytree.tree_leaves(got)
+    sum(w_.sum() for w_ in want).backward()
+    sum(g_.sum() for g_ in got).backward()
+    for w_, g_ in zip(want, got):
+        torch.testing.assert_close(g_.detach().cpu(), w_.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)

@@ -100,6 +100,15 @@ def lower_zeros_default(ctx, size, *, dtype=None, layout=None, device=None, pin_
     return jnp.zeros(tuple(size), _dtype(ctx, dtype, to_jax_dtype(torch.get_default_dtype())))
 
 
+@lowering(aten._efficientzerotensor.default)
+def lower_efficientzerotensor_default(ctx, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """_efficientzerotensor(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+
+    The zero tensor autograd formulas return for a gradient known to be zero (``sgn``'s): ``zeros``.
+    """  # noqa: E501 (the first line is the exact schema)
+    return lower_zeros_default(ctx, size, dtype=dtype)
+
+
 @lowering(aten.ones.default)
 def lower_ones_default(ctx, size, *, dtype=None, layout=None, device=None, pin_memory=None):
     """ones(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
