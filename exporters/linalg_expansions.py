@@ -105,7 +105,7 @@ def lu(a: Any, **_: Any) -> list:
         for k in range(steps):
             a, perm, p = step(k, a, perm, _at)
             pivots.append(p)
-        return [a, jnp.stack(pivots, axis=-1), perm]
+        return [a, jnp.stack(pivots, axis=-1) if pivots else jnp.zeros((*batch, 0), jnp.int32), perm]
 
     def looped(k: Any, state: tuple) -> tuple:
         a, perm, pivots = state
@@ -146,7 +146,7 @@ def triangular_solve(a: Any, b: Any, *, left_side: bool, lower: bool, transpose_
         for j in (range(i) if lower else range(i + 1, n)):
             acc = acc - _at(_at(a, i, -2), j, -1)[..., None] * xs[j]
         xs[i] = acc if unit_diagonal else acc / _at(_at(a, i, -2), i, -1)[..., None]
-    x = jnp.stack(xs, axis=-2)
+    x = jnp.stack(xs, axis=-2) if n else jnp.zeros_like(b)  # (an empty system: an empty solution)
     return x if left_side else jnp.swapaxes(x, -1, -2)
 
 
@@ -181,7 +181,7 @@ def cholesky(a: Any, **_: Any) -> Any:
             col = col - done * _at(done, j, -1)[..., None]  # l[:, k]·l[j, k]
         pivot = jnp.sqrt(_at(col, j, -1))[..., None]
         columns.append(jnp.where(rows >= j, col / pivot, jnp.zeros_like(col)))
-    return jnp.stack(columns, axis=-1)
+    return jnp.stack(columns, axis=-1) if n else jnp.zeros_like(a)
 
 
 def ragged_dot(lhs: Any, rhs: Any, group_sizes: Any, *, ragged_dot_dimension_numbers: Any,

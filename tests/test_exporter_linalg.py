@@ -58,6 +58,16 @@ def test_small_matrix_linear_algebra_matches_pytorch(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+def test_empty_matrices_factor_and_solve(target):
+    # 0 x 0 matrices (a batch of them too): the unrolled LU, substitution and Cholesky stacked no rows and failed
+    a, spd = torch.zeros(2, 0, 0), torch.zeros(2, 0, 0)
+    got, want = convert(_Factorizations().eval(), (a, spd), target=target)(a, spd), _Factorizations()(a, spd)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g = torch.as_tensor(np.asarray(g))
+        assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w), f"output {i}: {g} vs {w}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_a_matrix_too_large_to_unroll_runs_as_a_loop(target):
     # the same ops on 24-row matrices, over the 16 rows that are unrolled: one loop over the rows each (refused by
     # name before ("LU factorization of a 17-row matrix (unrolled up to 16 ...)")
