@@ -82,7 +82,8 @@ def compare(name: str, ref, got, rtol: float | None = None, atol: float | None =
     """Compare one output; shapes must match exactly, dtypes by kind.
 
     Relative error is ``max|got - ref| / max(max|ref|, 1e-6)``; an output passes
-    when ``max_rel <= rtol`` or ``max_abs <= atol`` (integers and bools: exact).
+    when ``max_rel <= rtol`` or ``max_abs <= atol`` (integers and bools: exact; complex values: by their real
+    and imaginary parts).
     """
     dtype = ref.dtype if isinstance(ref, torch.Tensor) else torch.float32
     d_rtol, d_atol = tolerance(dtype)
@@ -94,6 +95,8 @@ def compare(name: str, ref, got, rtol: float | None = None, atol: float | None =
                            f"shape {tuple(g.shape)} != {tuple(r.shape)}")
     if r.size == 0:
         return OutputError(name, tuple(r.shape), str(dtype), 0.0, 0.0, 0.0, 1.0, True)
+    if np.iscomplexobj(r) or np.iscomplexobj(g):  # both parts compared (a real cast dropped the imaginary one)
+        r, g = (np.stack([np.real(v), np.imag(v)], axis=-1) for v in (r, g))
     r64, g64 = r.astype(np.float64), g.astype(np.float64)
     equal = (r64 == g64) | (np.isnan(r64) & np.isnan(g64))  # also the same infinity, and NaN against NaN
     with np.errstate(invalid="ignore"):  # inf - inf where they are equal (masked)

@@ -11,6 +11,8 @@ BY_DTYPE: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-7, 1e-9),
     torch.float16: (1e-2, 1e-3),
     torch.bfloat16: (2e-2, 1e-2),
+    torch.complex64: (1e-4, 1e-5),  # (their parts': float32's, float64's)
+    torch.complex128: (1e-7, 1e-9),
 }
 
 #: Per-op overrides: ATen op name → ((rtol, atol), reason).

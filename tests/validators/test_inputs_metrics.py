@@ -115,6 +115,14 @@ def test_compare_counts_matching_infinities_and_nans_as_equal():
     assert e.passed and e.dtype == "float8_e4m3fn"
 
 
+def test_compare_judges_both_parts_of_complex_outputs():
+    # a real cast dropped the imaginary part: a wrong one passed; and complex64 had no tolerance (exact)
+    ref = torch.tensor([1 + 2j, -3 + 0.5j], dtype=torch.complex64)
+    assert compare("z", ref, ref + 1e-7).passed
+    e = compare("z", ref, torch.tensor([1 - 2j, -3 + 0.5j], dtype=torch.complex64))
+    assert not e.passed and abs(e.max_abs - 4) < 1e-6
+
+
 def test_task_level_metrics():
     ref = torch.tensor([[0.1, 0.9], [0.8, 0.2]])
     assert top1_agreement(ref, torch.tensor([[0.2, 0.7], [0.1, 0.3]])) == 0.5
