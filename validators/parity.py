@@ -211,7 +211,9 @@ def _buffers_restored(model: torch.nn.Module) -> Iterator[None]:
 def _reference(model: torch.nn.Module, s: InputSet) -> list[torch.Tensor]:
     with torch.no_grad():
         out = model(*s.args, **s.kwargs)
-    return [x.detach().clone() for x in torch.utils._pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+    # (a python number a model returns, ``x.item()``, is an output of its exported program too)
+    return [x.detach().clone() if isinstance(x, torch.Tensor) else torch.tensor(x)
+            for x in torch.utils._pytree.tree_leaves(out) if isinstance(x, (torch.Tensor, bool, int, float))]
 
 
 def _flat_outputs(out: Any) -> list[Any]:

@@ -262,6 +262,7 @@ _SYM_ON_ARRAYS: dict[Callable, Callable] = {
     torch.sym_max: lambda a, b: jnp.maximum(jnp.asarray(a), jnp.asarray(b)),
     torch.sym_min: lambda a, b: jnp.minimum(jnp.asarray(a), jnp.asarray(b)),
     torch.sym_not: lambda x: jnp.logical_not(jnp.asarray(x)),
+    torch.sym_ite: lambda b, t, f: jnp.where(jnp.asarray(b), jnp.asarray(t), jnp.asarray(f)),  # (a bool .item())
 }
 
 

@@ -133,3 +133,20 @@ def test_validate_checks_a_dynamic_export_at_other_sizes():
     static = validate(model, (x,), targets=("onnx",), inputs=others, num_random_inputs=0, localize=False,
                       errors="report")
     assert not static.passed
+
+
+class _Scalars(torch.nn.Module):
+    """Python numbers among the outputs: a float ``.item()`` and a bool one (whose range checks export as
+    ``sym_ite``)."""
+
+    def forward(self, t):
+        return t * 2, (t > 0).item(), t.item()
+
+
+@pytest.mark.parametrize("value", [0.5, -0.5])
+def test_python_numbers_a_model_returns_are_compared_on_every_target(value):
+    # they were left out of PyTorch's outputs ("returned 3 outputs, PyTorch 1"), and sym_ite failed to lower
+    x = torch.tensor(value)
+    report = validate(_Scalars(), (x,), targets=["tpu", "onnx", "litert"], num_random_inputs=0, localize=False)
+    for result in report.targets:
+        assert result.status == "pass" and len(result.comparisons) == 3, (result.target, result.comparisons)
