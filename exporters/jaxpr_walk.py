@@ -5,7 +5,7 @@ rule tables; a subclass names the target and supplies its value type, rule table
 and constant folding:
 
 * Call-like eqns (``jit``, ``closed_call``, ``custom_jvp_call``, ``custom_vjp_call``,
-  ``remat``) are inlined.
+  ``remat``) are inlined; ``custom_linear_solve`` as its ``solve`` body.
 * ``composite`` eqns named ``aten.<op>`` go to ``COMPOSITES``; a composite without a
   rule, or whose rule declines (returns ``None`` or raises ``Unsupported``), is
   lowered through its decomposition jaxpr.
@@ -217,6 +217,11 @@ class JaxprTranslator:
                 if isinstance(body, jcore.ClosedJaxpr):
                     return self.eval_jaxpr(body.jaxpr, body.consts, ins)
                 return self.eval_jaxpr(body, [], ins)
+        if prim.name == "custom_linear_solve":  # (``jnp.linalg.solve``: its value is its ``solve`` jaxpr's)
+            n = eqn.params["const_lengths"]
+            body, start = eqn.params["jaxprs"].solve, n.matvec + n.vecmat
+            with self._within(eqn):
+                return self.eval_jaxpr(body.jaxpr, body.consts, ins[start:start + n.solve] + ins[sum(n):])
         if prim.name in _IDENTITY:
             return list(ins)
         if prim.name == "cond" and eqn.params.get("branches_platforms"):  # a per-platform implementation

@@ -127,3 +127,23 @@ def test_grouped_expert_products_export(target):
     got, want = torch.as_tensor(np.asarray(convert(model, (x,), target=target)(x))), model(x)
     assert want[5:].eq(0).all() and got.shape == want.shape
     assert (got - want).abs().max() <= 1e-5 * want.abs().max().item()
+
+
+class _ExpAndHistogram(nn.Module):
+    """matrix_exp (its Padé solve is jnp.linalg.solve: custom_linear_solve), histogram and bucketize (the
+    bisection halves uint32 indices and compares in total order)."""
+
+    def forward(self, a, x):
+        hist, edges = torch.histogram(x, bins=5)
+        return torch.linalg.matrix_exp(a), hist, edges, torch.bucketize(x, torch.linspace(-2, 2, 9))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_matrix_exp_histogram_and_bucketize_export(target):
+    g = torch.Generator().manual_seed(3)
+    args = torch.randn(2, 4, 4, generator=g), torch.randn(50, generator=g)
+    got, want = convert(_ExpAndHistogram().eval(), args, target=target)(*args), _ExpAndHistogram()(*args)
+    for i, (gv, w) in enumerate(zip(got, want, strict=True)):
+        gv = torch.as_tensor(np.asarray(gv))
+        assert gv.shape == w.shape and gv.dtype == w.dtype, f"output {i}"
+        assert (gv - w).abs().max() <= 1e-5 * max(w.abs().max().item(), 1.0), f"output {i}: {gv} vs {w}"

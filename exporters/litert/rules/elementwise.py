@@ -105,7 +105,9 @@ def lower_abs(em: Emitter, eqn: Any, x: Val) -> Val:
 
 @rule(lax.div_p)
 def lower_div(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
-    """div → DIV; a constant divisor becomes MUL by its reciprocal (floats).
+    """div → DIV; a constant divisor becomes MUL by its reciprocal (floats), or RIGHT_SHIFT when it is one power
+    of two dividing unsigned integers (DIV has no uint32 kernel: ``jnp.searchsorted``'s bisection halves uint32
+    indices, inside ``histogram`` and ``matrix_exp``).
 
     Integer DIV truncates toward zero like lax (int64 runs in int32, see :data:`.kernels.NO_INT64`).
     """
@@ -114,6 +116,11 @@ def lower_div(em: Emitter, eqn: Any, a: Val, b: Val) -> Val:
             and np.all(b.const != 0):
         recip = Val(b.shape, b.dtype, const=(1.0 / b.const.astype(np.float64)).astype(b.dtype))
         return elementwise(em, eqn, "MUL", [a, recip])
+    if dt.kind == "u" and dt.itemsize <= 4 and b.is_const and b.const.size:
+        divisor = np.unique(np.asarray(b.const))
+        if divisor.size == 1 and divisor[0] > 0 and int(divisor[0]) & (int(divisor[0]) - 1) == 0:
+            shift = Val((), dt, const=np.asarray(int(divisor[0]).bit_length() - 1, dt))  # (of the values' type)
+            return elementwise(em, eqn, "RIGHT_SHIFT", [a, shift])
     return elementwise(em, eqn, "DIV", [a, b])
 
 

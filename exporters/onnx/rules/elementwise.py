@@ -47,7 +47,10 @@ def scalar(g: OnnxGraph, value: Any, dtype: Any) -> str:
 
 _BINARY = {lax.add_p: "Add", lax.sub_p: "Sub", lax.mul_p: "Mul", lax.div_p: "Div", lax.max_p: "Max",
            lax.min_p: "Min", lax.pow_p: "Pow", lax.eq_p: "Equal", lax.lt_p: "Less", lax.le_p: "LessOrEqual",
-           lax.gt_p: "Greater", lax.ge_p: "GreaterOrEqual", lax.add_jaxvals_p: "Add"}
+           lax.gt_p: "Greater", lax.ge_p: "GreaterOrEqual", lax.add_jaxvals_p: "Add",
+           # total-order comparisons (``jnp.searchsorted``'s bisection: histogram, bucketize): the same except for
+           # NaN and -0.0, as the LiteRT rules take them (torch's own comparisons there are IEEE's)
+           lax.eq_to_p: "Equal", lax.lt_to_p: "Less", lax.le_to_p: "LessOrEqual"}
 
 
 def _binary(g: OnnxGraph, eqn: Any, a: Val, b: Val) -> Val:

@@ -59,7 +59,7 @@ def _filled(g: OnnxGraph, out: str, it: str, clamped: str, slice_rank: int, aval
 @rule(lax.gather_p)
 def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     """gather that picks whole slices along some dims (embedding lookups, index_select,
-    take_along_axis, advanced indexing) → Gather(axis=0) for one indexed dim, else
+    take_along_axis, advanced indexing; an indexed dim may keep its size-1 slice) → Gather(axis=0) for one indexed dim, else
     GatherND(batch_dims); Transposes move the indexed dims first and the result to lax's order.
     Indices not known to be in range are clamped (a Clip, or Min and Max); ``FILL_OR_DROP`` then
     puts ``fill_value`` where a clamp changed the index vector (Equal, ReduceMin, Where)."""
@@ -71,9 +71,10 @@ def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     rest = [i for i in range(x.rank) if i not in sim and i not in obatch]
     if idx.rank == 1 and not collapsed and not obatch and list(offset) == list(range(x.rank)):
         return _window(g, eqn, aval, x, idx, sim, sizes)
-    if sorted(collapsed) != sorted(sim) or not sim \
+    if not set(collapsed) <= set(sim) or not sim \
             or any(not _same(sizes[i], 1) for i in sim + obatch) or any(not _same(sizes[i], x.shape[i]) for i in rest):
         raise Unsupported(f"gather of partial slices (slice_sizes {tuple(sizes)} of operand {tuple(x.shape)})")
+    ones = [i for i in sim if i not in collapsed]  # indexed dims whose size-1 slice the output keeps
     nvec = idx.rank - 1
     iothers = [i for i in range(nvec) if i not in ibatch]
     operand = permuted(g, x, obatch + sim + rest)
@@ -89,9 +90,13 @@ def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     if it is not unchecked and "FILL" in str(eqn.params.get("mode", "")):
         out = _filled(g, out, unchecked, it, len(rest), aval, eqn.params["fill_value"])
     labels = [("i", j) for j in ibatch + iothers] + [("r", r) for r in rest]
-    want, ri, ii = [], iter(rest), iter(range(nvec))
+    if ones:  # (``histogram``'s bin lookup: slices of size 1 not collapsed)
+        out = g.op("Unsqueeze", [out, g.i64(list(range(len(labels), len(labels) + len(ones))))])
+        labels += [("r", d) for d in ones]
+    kept = iter(sorted(rest + ones))  # the operand dims the output keeps, in their order (its offset dims)
+    want, ii = [], iter(range(nvec))
     for pos in range(len(aval.shape)):
-        want.append(("r", next(ri)) if pos in offset else ("i", next(ii)))
+        want.append(("r", next(kept)) if pos in offset else ("i", next(ii)))
     perm = [labels.index(w) for w in want]
     if perm != list(range(len(perm))):
         out = g.op("Transpose", [out], perm=perm)
