@@ -109,14 +109,18 @@ def _polynomial(name):
 
     def samples(dt):
         low, high = (0.0, 1.0) if shifted else (-1.2, 1.2)
-        x = make((3, 5), dt, low=low, high=high)
-        degrees = torch.tensor([[-1, 0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10, 11, 3, 2]], dtype=dt)
-        edges = torch.tensor([1.0, -1.0, 0.0, 0.5, 1.0], dtype=dt)
+        x = make((3, 5), dt, low=low, high=high) if dt.is_floating_point else None
+        degrees = torch.tensor([[-1, 0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10, 11, 3, 2]], dtype=torch.float32)
+        edges = torch.tensor([1.0, -1.0, 0.0, 0.5, 1.0])
+        if not dt.is_floating_point:  # (uint8: 0s and 1s, no negative degree; a shifted 2 * 0 - 1 wrapped to 255)
+            x, degrees, edges = torch.arange(15).reshape(3, 5) % 2, degrees.clamp(min=0), edges.clamp(min=0).round()
+        x, degrees, edges = x.to(dt), degrees.to(dt), edges.to(dt)
         return [Sample((x, degrees)), Sample((x, degrees), {"scalar": "n"}, name="n_scalar"),
                 Sample((x, degrees), {"scalar": "x"}, name="x_scalar"),
                 Sample((edges, torch.tensor([3, 4, 7, 0, 12], dtype=dt)), name="edges")]
 
-    return OpInfo(name, call, (op.default, op.x_scalar, op.n_scalar), samples, dtypes=(f32, f64), tol={f32: (1e-5, 1e-4)})
+    return OpInfo(name, call, (op.default, op.x_scalar, op.n_scalar), samples, dtypes=(f32, f64, torch.uint8),
+                  tol={f32: (1e-5, 1e-4), torch.uint8: (1e-5, 1e-4)})  # (uint8 inputs: float32 results)
 
 
 OPS += [_polynomial(name) for name in (

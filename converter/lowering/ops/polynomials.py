@@ -82,9 +82,13 @@ def lower_special_chebyshev_polynomial_w(ctx, x, n):
     return _evaluate(ctx, x, n, lambda v: 2 * v + 1, _chebyshev)
 
 
-def _shift(x):
-    """``2x - 1``: torch's shifted forms evaluate the polynomial on [0, 1]."""
-    return jnp.asarray(x) * 2 - 1
+def _shift(ctx, x):
+    """``2x - 1``: torch's shifted forms evaluate the polynomial on [0, 1]; an integer ``x`` in the result's
+    floating dtype first (in uint8, ``2 * 0 - 1`` wrapped to 255)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(ctx.out_dtype or jnp.float32)
+    return x * 2 - 1
 
 
 def _register_shifted(letter: str) -> None:
@@ -93,7 +97,7 @@ def _register_shifted(letter: str) -> None:
     base = globals()[f"lower_special_chebyshev_polynomial_{letter}"]
 
     def lower(ctx, x, n):
-        return base(ctx, _shift(x), n)
+        return base(ctx, _shift(ctx, x), n)
 
     lower.__name__ = lower.__qualname__ = f"lower_{name}"
     lower.__doc__ = (f"{name}(Tensor x, Tensor n) -> Tensor\n\n    "
