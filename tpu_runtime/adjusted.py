@@ -77,6 +77,7 @@ def _shift(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _polygamma_(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``polygamma_(Tensor(a!) self, int n)``: ``polygamma(n, self)`` cast and written into ``self``."""
     from tpu_runtime.execute import check_cast
     from tpu_runtime.inplace import assign
 

@@ -74,8 +74,8 @@ def lower_linspace_default(ctx, start, end, steps, *, dtype=None, layout=None, d
     torch's CPU kernel: the first half ``start + step * i``, the rest ``end - step * (steps - 1 - i)``,
     so both ends are exact; ``start``, ``end`` and ``step`` in the result's dtype (float64 for integers, then
     truncated), each value rounded once as its fused multiply-add is (computed in float64 for a float32
-    result); float16 and bfloat16 round every operation to the dtype, as the CPU's half types compute. Its decomposition differed by 1-3 ulp, moving
-    ``torch.histogram``'s points that lie on an edge into another bin.
+    result); float16 and bfloat16 round every operation to the dtype, as the CPU's half types compute. Its
+    decomposition differed by 1-3 ulp, moving ``torch.histogram``'s points that lie on an edge into another bin.
     """  # noqa: E501 (the first line is the exact schema)
     return linspace_values(start, end, steps, ctx.out_dtype or jnp.float32)
 

@@ -59,7 +59,8 @@ def _filled(g: OnnxGraph, out: str, it: str, clamped: str, slice_rank: int, aval
 @rule(lax.gather_p)
 def lower_gather(g: OnnxGraph, eqn: Any, x: Val, idx: Val) -> Val:
     """gather that picks whole slices along some dims (embedding lookups, index_select,
-    take_along_axis, advanced indexing; an indexed dim may keep its size-1 slice) → Gather(axis=0) for one indexed dim, else
+    take_along_axis, advanced indexing; an indexed dim may keep its size-1 slice) → Gather(axis=0) for one
+    indexed dim, else
     GatherND(batch_dims); Transposes move the indexed dims first and the result to lax's order.
     Indices not known to be in range are clamped (a Clip, or Min and Max); ``FILL_OR_DROP`` then
     puts ``fill_value`` where a clamp changed the index vector (Equal, ReduceMin, Where)."""
