@@ -369,16 +369,22 @@ def _img(shape, dt):
     return make(shape, dt, low=0, high=9) if dt == torch.uint8 else make(shape, dt)
 
 
+def _px(shape, dt):
+    """An image of ``dt``: uint8 pixels over their whole range (torch's CPU resizes them in fixed point)."""
+    return make(shape, dt, low=0, high=256) if dt == torch.uint8 else make(shape, dt)
+
+
 def _antialiased(mode: str, op, down_shape: tuple) -> OpInfo:
     """``F.interpolate(mode=mode, antialias=True)``: downsampling (by size, by scales with align_corners)
     and upsampling."""
     def samples(dt):
-        return [Sample((make(down_shape, dt),), {"size": (5, 4), "mode": mode, "antialias": True}, name="down"),
-                Sample((make((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": mode, "antialias": True,
-                                                   "align_corners": True}, name="down_align_corners"),
-                Sample((make((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": mode, "antialias": True}, name="up")]
+        return [Sample((_px(down_shape, dt),), {"size": (5, 4), "mode": mode, "antialias": True}, name="down"),
+                Sample((_px((1, 2, 9, 8), dt),), {"scale_factor": (0.6, 0.3), "mode": mode, "antialias": True,
+                                                  "align_corners": True}, name="down_align_corners"),
+                Sample((_px((1, 2, 3, 4), dt),), {"size": (7, 5), "mode": mode, "antialias": True}, name="up")]
 
-    return OpInfo(f"upsample_{mode}2d_aa", F.interpolate, (op,), samples, tol={F32: (1e-5, 1e-5)})
+    return OpInfo(f"upsample_{mode}2d_aa", F.interpolate, (op,), samples, dtypes=(F32, torch.uint8),
+                  tol={F32: (1e-5, 1e-5)})
 
 
 UPSAMPLE = [
@@ -392,14 +398,14 @@ UPSAMPLE = [
            lambda dt: [Sample((make((1, 2, 3, 4), dt), [5, 7])),
                        Sample((make((1, 2, 3, 4), dt), [5, 7], 1.8, 1.9), name="scales")]),
     OpInfo("upsample_bilinear2d", F.interpolate, (aten.upsample_bilinear2d.vec,),
-           lambda dt: [Sample((make((1, 2, 3, 4), dt),), {"scale_factor": 2, "mode": "bilinear"}, name="x2"),
-                       Sample((make((1, 2, 4, 5), dt),), {"size": (5, 11), "mode": "bilinear", "align_corners": True},
+           lambda dt: [Sample((_px((1, 2, 3, 4), dt),), {"scale_factor": 2, "mode": "bilinear"}, name="x2"),
+                       Sample((_px((1, 2, 4, 5), dt),), {"size": (5, 11), "mode": "bilinear", "align_corners": True},
                               name="size_align_corners"),
-                       Sample((make((2, 1, 5, 5), dt),), {"scale_factor": (1.7, 0.6), "mode": "bilinear"},
+                       Sample((_px((2, 1, 5, 5), dt),), {"scale_factor": (1.7, 0.6), "mode": "bilinear"},
                               name="scale_mixed"),
-                       Sample((make((1, 2, 6, 5), dt),), {"size": (4, 1), "mode": "bilinear", "align_corners": True},
+                       Sample((_px((1, 2, 6, 5), dt),), {"size": (4, 1), "mode": "bilinear", "align_corners": True},
                               name="down_align_corners")],
-           dtypes=(F32, BF16), tol={F32: (1e-5, 1e-5), BF16: (3e-2, 3e-2)}),
+           dtypes=(F32, BF16, torch.uint8), tol={F32: (1e-5, 1e-5), BF16: (3e-2, 3e-2)}),
     _antialiased("bilinear", aten._upsample_bilinear2d_aa.default, (1, 2, 9, 8)),
     _antialiased("bicubic", aten._upsample_bicubic2d_aa.default, (1, 2, 17, 11)),
 ]

@@ -372,3 +372,20 @@ def test_complex_logcumsumexp_keeps_the_cpus_imaginary_branch(mode):
         got = torch.logcumsumexp(x.to("tpu"), 1).cpu()
         torch.testing.assert_close(torch.logcumsumexp(x.to("tpu"), 0).cpu(), torch.logcumsumexp(x, 0))
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_uint8_image_resizes_equal_the_cpus_fixed_point_kernel(mode):
+    # torch's CPU resizes a uint8 image in two fixed-point passes (int16 weights, saturated in between): computed
+    # in float and rounded, a quarter of the pixels of a plain bilinear resize differed by one
+    g = torch.Generator().manual_seed(0)
+    cases = [((1, 3, 16, 16), dict(size=(7, 11), mode="bilinear")),
+             ((2, 8, 9, 20), dict(size=(13, 6), mode="bilinear", align_corners=True)),
+             ((1, 1, 12, 5), dict(scale_factor=(0.4, 2.5), mode="bilinear")),
+             ((1, 4, 21, 17), dict(size=(8, 30), mode="bilinear", antialias=True)),
+             ((1, 2, 19, 23), dict(size=(9, 5), mode="bicubic", antialias=True))]
+    with tpu_runtime.set_eager_mode(mode):
+        for shape, kw in cases:
+            x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
+            got = torch.nn.functional.interpolate(x.to("tpu"), **kw).cpu()
+            assert torch.equal(got, torch.nn.functional.interpolate(x, **kw)), kw

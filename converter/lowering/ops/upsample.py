@@ -178,6 +178,16 @@ def lower_upsample_bilinear2d_vec(ctx, input, output_size, align_corners, scale_
     return bilinear_resize(ctx, input, out_sizes, scales, align_corners)
 
 
+@lowering(aten.upsample_bilinear2d.default)
+def lower_upsample_bilinear2d_default(ctx, self, output_size, align_corners, scales_h=None, scales_w=None):
+    """upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    As upsample_bilinear2d.vec with an explicit output size and optional scales (what the tpu device runs:
+    torch's decomposition of it rounded a uint8 image's float result, where the CPU computes in fixed point).
+    """  # noqa: E501 (the first line is the exact schema)
+    return bilinear_resize(ctx, self, list(output_size), [scales_h, scales_w], align_corners)
+
+
 def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
     """torch's (bi/tri)linear resize of the last ``len(out_sizes)`` dims (``scales``: the
     per-dim scale factors torch was given, or None), last dim first like torch's kernel;
@@ -185,6 +195,8 @@ def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
     n = len(out_sizes)
     _require_static(ctx, list(input.shape[-n:]) + list(out_sizes))
     dtype = ctx.out_dtype or input.dtype
+    if n == 2 and not jnp.issubdtype(dtype, jnp.inexact):  # a uint8 image: torch's fixed-point separable kernel
+        return _fixed_point_resize(input, out_sizes, scales, align_corners, 2, _triangle, False, dtype)
     acc = opmath_dtype(dtype)
     ft = _np_float(acc)
     x = input.astype(acc)
@@ -245,15 +257,18 @@ def _keys_cubic(x: np.ndarray) -> np.ndarray:
 
 
 def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool, taps: int = 2,
-               kernel=_triangle) -> np.ndarray:
-    """torch's antialiased resize weights (``_compute_indices_min_size_weights_aa``): ``kernel`` over
-    ``taps`` input pixels, its support widened by the scale when downsampling, normalized per output."""
+               kernel=_triangle, antialias: bool = True) -> np.ndarray:
+    """torch's separable resize weights (``_compute_indices_min_size_weights_aa``): ``kernel`` over
+    ``taps`` input pixels, normalized per output; antialiased, its support widens by the scale when downsampling;
+    without antialiasing (a uint8 image's bilinear resize) ``align_corners`` centers the taps on the corners."""
     s = float(_scale(in_size, out_size, scale, np.float64, align_corners))
-    support = taps / 2 * s if s >= 1.0 else taps / 2
-    invscale = 1.0 / s if s >= 1.0 else 1.0
+    wide = antialias and s >= 1.0
+    support = taps / 2 * s if wide else taps / 2
+    invscale = 1.0 / s if wide else 1.0
+    delta = 0.5 if align_corners and not antialias else 0.0
     m = np.zeros((out_size, in_size), np.float64)
     for i in range(out_size):
-        center = s * (i + 0.5)
+        center = s * (i + 0.5 - delta) + delta
         xmin = max(int(center - support + 0.5), 0)
         xmax = min(int(center + support + 0.5), in_size)
         j = np.arange(xmin, xmax)
@@ -263,19 +278,51 @@ def _aa_matrix(in_size: int, out_size: int, scale, align_corners: bool, taps: in
     return m
 
 
+def _fixed_point_pass(x, m: np.ndarray, ax: int, dtype):
+    """One pass of torch's uint8 resize (``_compute_indices_int16_weights_aa``, Pillow's): the weights ``m`` times
+    ``2^p`` rounded half away from zero (``p`` the precision, below 22, that keeps the largest weight times 2^(p+1)
+    under 2^15), each output ``(2^(p-1) + sum of pixel * weight) >> p`` saturated, in int32 (as gathered taps:
+    exact in every target)."""
+    largest = m.max()
+    p = next((q for q in range(22) if int(0.5 + largest * (1 << (q + 1))) >= (1 << 15)), 22)
+    v = m * (1 << p)
+    w = np.where(v < 0, np.trunc(v - 0.5), np.trunc(v + 0.5)).astype(np.int32)
+    k = max(int(np.count_nonzero(w, axis=1).max()), 1)
+    idx, wk = np.zeros((k, m.shape[0]), np.int64), np.zeros((k, m.shape[0]), np.int32)
+    for i, row in enumerate(w):
+        nz = np.nonzero(row)[0]
+        idx[:len(nz), i], wk[:len(nz), i] = nz, row[nz]
+    shape = [1] * x.ndim
+    shape[ax] = m.shape[0]
+    acc = jnp.full((), 1 << (p - 1), jnp.int32)
+    for t in range(k):
+        acc = acc + jnp.take(x, jnp.asarray(idx[t]), axis=ax) * jnp.asarray(wk[t]).reshape(shape)
+    info = jnp.iinfo(dtype)
+    return jnp.clip(jnp.right_shift(acc, p), info.min, info.max)
+
+
+def _fixed_point_resize(x, out_sizes, scales, align_corners, taps, kernel, antialias, dtype):
+    """A uint8 image's 2-D resize as torch's CPU computes it: width then height, each a :func:`_fixed_point_pass`
+    (saturated to the image's range between them), a dim of unchanged size skipped."""
+    x = x.astype(jnp.int32)
+    for ax, o, sc in ((x.ndim - 1, out_sizes[1], scales[1]), (x.ndim - 2, out_sizes[0], scales[0])):
+        if o != x.shape[ax]:
+            m = _aa_matrix(x.shape[ax], o, sc, align_corners, taps, kernel, antialias)
+            x = _fixed_point_pass(x, m, ax, dtype)
+    return x.astype(dtype)
+
+
 def _aa_resize(ctx, x, output_size, align_corners, scales_h, scales_w, taps, kernel):
     _require_static(ctx, list(x.shape[-2:]) + list(output_size))
     dtype = ctx.out_dtype or x.dtype
-    integral = not jnp.issubdtype(dtype, jnp.inexact)
-    acc = jnp.float32 if integral else opmath_dtype(dtype)  # (uint8 images: weights are fractions)
+    if not jnp.issubdtype(dtype, jnp.inexact):  # (uint8 images)
+        return _fixed_point_resize(x, output_size, (scales_h, scales_w), align_corners, taps, kernel, True, dtype)
+    acc = opmath_dtype(dtype)
     x = x.astype(acc)
     for ax, o, s in ((x.ndim - 1, output_size[1], scales_w), (x.ndim - 2, output_size[0], scales_h)):
         m = jnp.asarray(_aa_matrix(x.shape[ax], o, s, align_corners, taps, kernel), acc)
         x = jnp.moveaxis(jax.lax.dot_general(x, m, (((ax,), (1,)), ((), ())), precision=jax.lax.Precision.HIGHEST),
                          -1, ax)
-        if integral:  # each pass rounds and saturates to the image's range, as the CPU's separable uint8 kernel
-            info = jnp.iinfo(dtype)
-            x = jnp.clip(jnp.round(x), info.min, info.max)
     return x.astype(dtype)
 
 
