@@ -383,9 +383,14 @@ def test_uint8_image_resizes_equal_the_cpus_fixed_point_kernel(mode):
              ((2, 8, 9, 20), dict(size=(13, 6), mode="bilinear", align_corners=True)),
              ((1, 1, 12, 5), dict(scale_factor=(0.4, 2.5), mode="bilinear")),
              ((1, 4, 21, 17), dict(size=(8, 30), mode="bilinear", antialias=True)),
-             ((1, 2, 19, 23), dict(size=(9, 5), mode="bicubic", antialias=True))]
+             ((1, 2, 19, 23), dict(size=(9, 5), mode="bicubic", antialias=True)),
+             ((1, 6, 10, 13), dict(size=(28, 33), mode="bicubic", align_corners=True)),
+             ((2, 3, 7, 29), dict(scale_factor=(0.86, 1.28), mode="bicubic"))]
     with tpu_runtime.set_eager_mode(mode):
         for shape, kw in cases:
             x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
             got = torch.nn.functional.interpolate(x.to("tpu"), **kw).cpu()
             assert torch.equal(got, torch.nn.functional.interpolate(x, **kw)), kw
+            f = x.float() / 255  # (and the float image, through the same rows)
+            torch.testing.assert_close(torch.nn.functional.interpolate(f.to("tpu"), **kw).cpu(),
+                                       torch.nn.functional.interpolate(f, **kw), rtol=1e-5, atol=1e-5)

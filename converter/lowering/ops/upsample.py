@@ -196,7 +196,8 @@ def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
     _require_static(ctx, list(input.shape[-n:]) + list(out_sizes))
     dtype = ctx.out_dtype or input.dtype
     if n == 2 and not jnp.issubdtype(dtype, jnp.inexact):  # a uint8 image: torch's fixed-point separable kernel
-        return _fixed_point_resize(input, out_sizes, scales, align_corners, 2, _triangle, False, dtype)
+        return _fixed_point_resize(input, out_sizes, scales,
+                                   lambda i, o, sc: _aa_matrix(i, o, sc, align_corners, 2, _triangle, False), dtype)
     acc = opmath_dtype(dtype)
     ft = _np_float(acc)
     x = input.astype(acc)
@@ -228,11 +229,24 @@ def _cubic_taps(in_size: int, out_size: int, scale, align_corners: bool, ft):
     return idx, weights
 
 
+@lowering(aten.upsample_bicubic2d.default)
+def lower_upsample_bicubic2d_default(ctx, self, output_size, align_corners, scales_h=None, scales_w=None):
+    """upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
+
+    :func:`bicubic_resize` (what the tpu device runs; torch.export decomposes it: torch's decomposition rounded a
+    uint8 image's float result, where the CPU computes in fixed point).
+    """  # noqa: E501 (the first line is the exact schema)
+    return bicubic_resize(ctx, self, list(output_size), [scales_h, scales_w], align_corners)
+
+
 def bicubic_resize(ctx, input, out_sizes, scales, align_corners):
     """torch's bicubic resize of the last two dims (separable 4-tap filters, width first, clamped
     borders), in float32 for float16/bfloat16; the forward of its backward row's ``jax.vjp``."""
     _require_static(ctx, list(input.shape[-2:]) + list(out_sizes))
     dtype = ctx.out_dtype or input.dtype
+    if not jnp.issubdtype(dtype, jnp.inexact):  # a uint8 image: torch's fixed-point separable kernel
+        return _fixed_point_resize(input, out_sizes, scales, lambda n, o, sc: _cubic_matrix(n, o, sc, align_corners),
+                                   dtype)
     acc = opmath_dtype(dtype)
     ft = _np_float(acc)
     x = input.astype(acc)
@@ -301,22 +315,32 @@ def _fixed_point_pass(x, m: np.ndarray, ax: int, dtype):
     return jnp.clip(jnp.right_shift(acc, p), info.min, info.max)
 
 
-def _fixed_point_resize(x, out_sizes, scales, align_corners, taps, kernel, antialias, dtype):
+def _fixed_point_resize(x, out_sizes, scales, matrix, dtype):
     """A uint8 image's 2-D resize as torch's CPU computes it: width then height, each a :func:`_fixed_point_pass`
-    (saturated to the image's range between them), a dim of unchanged size skipped."""
+    of the weights ``matrix(in_size, out_size, scale)`` (saturated to the image's range between them), a dim of
+    unchanged size skipped."""
     x = x.astype(jnp.int32)
     for ax, o, sc in ((x.ndim - 1, out_sizes[1], scales[1]), (x.ndim - 2, out_sizes[0], scales[0])):
         if o != x.shape[ax]:
-            m = _aa_matrix(x.shape[ax], o, sc, align_corners, taps, kernel, antialias)
-            x = _fixed_point_pass(x, m, ax, dtype)
+            x = _fixed_point_pass(x, matrix(x.shape[ax], o, sc), ax, dtype)
     return x.astype(dtype)
+
+
+def _cubic_matrix(in_size: int, out_size: int, scale, align_corners: bool) -> np.ndarray:
+    """The ``(out, in)`` weights of :func:`_cubic_taps` (a clamped tap's weight added to its border pixel's)."""
+    idx, w = _cubic_taps(in_size, out_size, scale, align_corners, np.float64)
+    m = np.zeros((out_size, in_size), np.float64)
+    for k in range(4):
+        np.add.at(m, (np.arange(out_size), idx[k]), w[k])
+    return m
 
 
 def _aa_resize(ctx, x, output_size, align_corners, scales_h, scales_w, taps, kernel):
     _require_static(ctx, list(x.shape[-2:]) + list(output_size))
     dtype = ctx.out_dtype or x.dtype
     if not jnp.issubdtype(dtype, jnp.inexact):  # (uint8 images)
-        return _fixed_point_resize(x, output_size, (scales_h, scales_w), align_corners, taps, kernel, True, dtype)
+        return _fixed_point_resize(x, output_size, (scales_h, scales_w),
+                                   lambda n, o, sc: _aa_matrix(n, o, sc, align_corners, taps, kernel), dtype)
     acc = opmath_dtype(dtype)
     x = x.astype(acc)
     for ax, o, s in ((x.ndim - 1, output_size[1], scales_w), (x.ndim - 2, output_size[0], scales_h)):
