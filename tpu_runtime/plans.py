@@ -235,9 +235,13 @@ def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, erro
     """Raise what PyTorch on the CPU raises for this call, if it refuses it (shapes that do not match, a dim out
     of range): the same exception type and message a user's ``except`` expects; the op and the user's line are
     added as a note. Returns when the meta failure is the runtime's own (no meta kernel, a data-dependent shape),
-    or when the CPU's refusal is not of ``error``'s type (``None``: any refusal is raised)."""
+    or when the CPU's refusal is not of ``error``'s type (``None``: any refusal is raised; so is it after an
+    arithmetic error in torch's Python meta function itself: ``upsample_bicubic2d``'s to an empty size divides
+    by it)."""
     if isinstance(error, NotImplementedError):  # no meta kernel, or a data-dependent output shape
         return
+    if isinstance(error, ArithmeticError):
+        error = None
     templates = _templates(func, args, kwargs, dyn)
     if sum(x.numel() for x in templates[2] if isinstance(x, torch.Tensor)) > _REPRO_NUMEL:
         return
