@@ -186,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             elif line.startswith("{"):
                 rows.append(json.loads(line))
                 print(line, flush=True)
-        if proc.returncode == 0 or last is None:
+        if proc.returncode == 0:
             break
+        if last is None:  # (it failed before any op: torch.testing's OpInfo needs the test extras' expecttest)
+            print(f"error: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            return 1
         row = {"op": f"#{last}", "crash": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
         rows.append(row)
         print(json.dumps(row), flush=True)
