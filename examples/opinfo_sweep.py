@@ -11,7 +11,8 @@ Variants:
 
 Modes: ``strict`` and ``fused`` eager, ``compile`` (``torch.compile(backend="tpu")``, two samples per op). Random ops
 compare shapes only. :data:`KNOWN` lists the differences that are the CPU's own choices (tie orders, eigenvector
-signs); they are reported apart. One JSON line per op with a difference, then a summary::
+signs); they are reported apart. One JSON line per op with a difference, then a summary (it needs the test
+extras: ``torch.testing._internal`` imports ``expecttest``)::
 
     python examples/opinfo_sweep.py --mode strict --dtype float32                  # about 3 minutes
     python examples/opinfo_sweep.py --mode fused --variant grad --ops addmm,gather,stft
