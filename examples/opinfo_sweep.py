@@ -37,12 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RANDOM = ("rand", "normal", "bernoulli", "multinomial", "dropout", "uniform", "exponential", "geometric", "cauchy",
           "log_normal", "poisson", "empty", "svd_lowrank", "pca_lowrank", "rrelu", "fractional_max_pool",
           "scaled_dot_product_attention", "multi_head_attention_forward")
-#: Differences that are the CPU's own choices, not the device's errors: op name prefix → why.
+#: Differences that are the CPU's own choices, not the device's errors: op name prefix → why (the first that
+#: matches).
 KNOWN = {
     "sort": "an unstable sort's order of equal keys (the device's sort is stable, which torch allows)",
     "argsort": "as sort", "topk": "the order of equal values is the CPU's partial sort's, not a rule",
     "kthvalue": "as topk",
-    "linalg.eig": "eigenvectors are unique up to a phase", "linalg.eigh": "eigenvectors are unique up to a sign",
+    "linalg.eigh": "eigenvectors are unique up to a sign", "linalg.eig": "eigenvectors are unique up to a phase",
     "as_strided.partial_views": "the sample's input is a view: .to('tpu') copies only the view (as .to('cuda'))",
     "tensor_split": "the sample moves the CPU index tensor to the device too, which torch refuses (as on CUDA)",
     "native_batch_norm": "eval mode's saved statistics: the CPU returns empty ones, torch's meta kernel (and the "
