@@ -93,6 +93,15 @@ def _difference(want: Any, got: Any, dtype: torch.dtype, redo: Any) -> str | Non
     return None
 
 
+def _in_float64(op: Any, s: Any, dtype: torch.dtype) -> Any:
+    """The op on the sample with its ``dtype`` tensors in float64 (the reference half precision is judged by)."""
+    def wide(t: Any) -> Any:
+        return t.detach().double() if isinstance(t, torch.Tensor) and t.dtype == dtype else t
+
+    tree = torch.utils._pytree
+    return op.op(*tree.tree_map(wide, (s.input, *s.args)), **tree.tree_map(wide, s.kwargs))
+
+
 def _call(op: Any, variant: str, mode: str, dtype: torch.dtype, s: Any, device: bool) -> Any:
     """The sample's result (``device``: on tpu tensors, in ``mode``), as the variant defines it."""
     tree = torch.utils._pytree
@@ -128,9 +137,9 @@ def sweep(start: int, names: set | None, mode: str, dtype: torch.dtype, variant:
     for index in range(start, len(op_db)):
         op = op_db[index]
         name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        differentiable = op.supports_autograd and (dtype.is_floating_point or dtype.is_complex)
         if (names and name not in names) or dtype not in op.supported_dtypes("cpu") \
-                or (variant == "grad" and not (op.supports_autograd and (dtype.is_floating_point or dtype.is_complex))) \
-                or (variant == "inplace" and op.inplace_variant is None):
+                or (variant == "grad" and not differentiable) or (variant == "inplace" and op.inplace_variant is None):
             continue
         print(f"OP {index}", flush=True)
         problems, ran = [], 0
@@ -147,9 +156,7 @@ def sweep(start: int, names: set | None, mode: str, dtype: torch.dtype, variant:
                     if any(r in name for r in RANDOM):
                         shape = lambda t: t.shape if isinstance(t, torch.Tensor) else t  # noqa: E731
                         want, got = torch.utils._pytree.tree_map(shape, (want, got))
-                    wide = lambda t: t.detach().double() if isinstance(t, torch.Tensor) and t.dtype == dtype else t  # noqa
-                    why = _difference(want, got, dtype, lambda: op.op(*torch.utils._pytree.tree_map(
-                        wide, (s.input, *s.args)), **torch.utils._pytree.tree_map(wide, s.kwargs)))
+                    why = _difference(want, got, dtype, lambda: _in_float64(op, s, dtype))
             except Exception as e:  # noqa: BLE001 (the difference reported)
                 why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
             finally:

@@ -128,7 +128,8 @@ UNTESTED_BY_OPINFO.update({op: "torch has no meta kernel for it (torch.export ca
                                "on the device in tests/runtime/test_distributions.py"
                            for op in (aten._standard_gamma_grad.default, aten._dirichlet_grad.default)})
 UNTESTED_BY_OPINFO.update({op: "torch.export decomposes it (a graph holds bilinear's .vec overload); the device runs "
-                               "it: uint8 and float32 images compared with torch in tests/runtime/test_dtype_semantics.py"
+                               "it: uint8 and float32 images compared with torch in "
+                               "tests/runtime/test_dtype_semantics.py"
                            for op in (aten.upsample_bicubic2d.default, aten.upsample_bilinear2d.default)})
 UNTESTED_BY_OPINFO[aten._efficientzerotensor.default] = (
     "torch.export folds it into a constant; AOTAutograd's backward graphs hold it (sgn's gradient): compared with "
