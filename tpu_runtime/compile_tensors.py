@@ -243,7 +243,12 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         strided = next(layouts, None)
         if x.device != DEVICE:
             return x
-        return tracing_tensor(x, None, *strided) if strided is not None else tracing_tensor(x)
+        w = tracing_tensor(x, None, *strided) if strided is not None else tracing_tensor(x)
+        if x.is_conj():  # (a lazy conjugate, ``_conj``'s: torch resolves it where the wrapper says so)
+            torch._C._set_conj(w, True)
+        if x.is_neg():
+            torch._C._set_neg(w, True)
+        return w
 
     if torch.Tag.inplace_view not in func.tags:  # (return_and_correct_aliasing replays those on the wrapper)
         _follow_resizes(args, kwargs)
