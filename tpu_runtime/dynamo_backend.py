@@ -54,11 +54,11 @@ _TENSOR = "<tensor>"  # a tensor argument's place among a call's static argument
 
 
 aten = torch.ops.aten
-_RANDOM_FILLS = (aten.cauchy.default, aten.cauchy_.default, aten.log_normal.default, aten.log_normal_.default)
-
-#: Ops with no lowering that torch decomposes outside its core set, as eager mode runs them: ``batch_norm_backward``
-#: (the backward of ``_batch_norm_with_update``, the batch norm of torch.export's training graphs).
-_NON_CORE = (aten.batch_norm_backward.default,)
+#: Ops with no lowering that torch decomposes outside its core set: the eager dispatcher falls back to the same
+#: table for them, so a compiled graph runs what eager runs (random fills; ``batch_norm_backward``, the backward of
+#: ``_batch_norm_with_update``, the batch norm of torch.export's training graphs).
+_NON_CORE = (aten.cauchy.default, aten.cauchy_.default, aten.log_normal.default, aten.log_normal_.default,
+             aten.batch_norm_backward.default)
 
 
 #: Ops the table lowers whole where torch's decomposition would refuse inputs the CPU takes (``nan_to_num`` of a
@@ -72,9 +72,7 @@ def _decompositions() -> dict:
     table = dict(torch._decomp.core_aten_decompositions())
     for op in (*PRESERVED_OPS, *_KEPT_WHOLE):
         table.pop(op, None)
-    # random fills with no lowering that torch decomposes outside its core set: the eager dispatcher falls
-    # back to the same table for them, so a compiled graph runs what eager runs
-    for op in (*_RANDOM_FILLS, *_NON_CORE):
+    for op in _NON_CORE:
         table[op] = torch._decomp.decomposition_table[op]
     table.update(foreach.decompositions())
     table.update(fastpath.decompositions())
