@@ -9,7 +9,9 @@ Variants:
 * ``grad``: its gradients (``autograd.grad`` of the floating outputs, times 0.5) for the inputs that require one;
 * ``inplace``: its in-place variant on a copy of the input (the result and the input after it).
 
-Modes: ``strict`` and ``fused`` eager, ``compile`` (``torch.compile(backend="tpu")``, two samples per op). Random ops
+Modes: ``strict`` and ``fused`` eager, ``compile`` (``torch.compile(backend="tpu")``, two samples per op), ``debug``
+(debug eager comparing every op with the CPU: a sample whose result matches the CPU's but that debug eager flagged
+is a false alarm, reported with the op debug eager named). Random ops
 compare shapes only. :data:`KNOWN` lists the differences that are the CPU's own choices (tie orders, eigenvector
 signs); they are reported apart. One JSON line per op with a difference, then a summary (it needs the test
 extras: ``torch.testing._internal`` imports ``expecttest``)::
@@ -123,6 +125,16 @@ def _call(op: Any, variant: str, mode: str, dtype: torch.dtype, s: Any, device: 
     return out
 
 
+def _eager_mode(mode: str) -> Any:
+    """The eager mode a sample runs in (``compile``: strict around the compiled call; ``debug``: comparing each op
+    with the CPU, reporting instead of raising)."""
+    import tpu_runtime
+
+    if mode == "debug":
+        return tpu_runtime.set_eager_mode("debug", compare_cpu=True, check_nan=False, raise_on_error=False)
+    return tpu_runtime.set_eager_mode("strict" if mode == "compile" else mode)
+
+
 def sweep(start: int, names: set | None, mode: str, dtype: torch.dtype, variant: str, per_op: int) -> None:
     """Run ops ``start``… of ``op_db`` (those named in ``names``), printing ``OP <index>`` before each and a JSON
     line for each op with a difference."""
@@ -151,12 +163,14 @@ def sweep(start: int, names: set | None, mode: str, dtype: torch.dtype, variant:
             ran += 1
             signal.alarm(60)
             try:
-                with tpu_runtime.set_eager_mode("strict" if mode == "compile" else mode):
+                with _eager_mode(mode):
                     got = _call(op, variant, mode, dtype, s, True)
                     if any(r in name for r in RANDOM):
                         shape = lambda t: t.shape if isinstance(t, torch.Tensor) else t  # noqa: E731
                         want, got = torch.utils._pytree.tree_map(shape, (want, got))
                     why = _difference(want, got, dtype, lambda: _in_float64(op, s, dtype))
+                if not why and mode == "debug" and tpu_runtime.eager.REPORT.findings:
+                    why = f"debug eager's false alarm: {tpu_runtime.eager.REPORT.first}"
             except Exception as e:  # noqa: BLE001 (the difference reported)
                 why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
             finally:
@@ -172,7 +186,7 @@ def sweep(start: int, names: set | None, mode: str, dtype: torch.dtype, variant:
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep in subprocesses (resumed past an op that crashed one) and print a summary."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", default="strict", choices=("strict", "fused", "compile"))
+    p.add_argument("--mode", default="strict", choices=("strict", "fused", "compile", "debug"))
     p.add_argument("--dtype", default="float32")
     p.add_argument("--variant", default="forward", choices=("forward", "grad", "inplace"))
     p.add_argument("--ops", default="", help="comma-separated op names (default: all)")

@@ -27,3 +27,9 @@ def test_a_difference_is_described_and_half_precision_is_judged_against_float64(
     down, up = torch.tensor([0.33203125], dtype=torch.bfloat16), torch.tensor([0.333984375], dtype=torch.bfloat16)
     assert _difference(down, up, torch.bfloat16, lambda: exact) is None
     assert _difference(down, up + 0.25, torch.bfloat16, lambda: exact).startswith("0: error against float64")
+
+
+def test_the_debug_mode_reports_debug_eagers_false_alarms(capsys):
+    # debug eager compared fft results exactly and flagged them all (the results themselves matched the CPU's)
+    main(["--mode", "debug", "--ops", "fft.rfft,max.reduction_with_dim", "--samples", "2"])
+    assert capsys.readouterr().out.splitlines()[-1] == "differences: 0 (none); known: 0"

@@ -1,0 +1,88 @@
+"""Debug eager's comparison with the CPU judges each output by what is unique about it (found by
+``examples/opinfo_sweep.py --mode debug``: 24 ops whose results matched the CPU's were flagged)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tpu_runtime
+from converter.errors import ParityError
+from converter.lowering.registry import override
+
+aten = torch.ops.aten
+
+
+def _compare(fn, *args):
+    """``fn(*args)`` on tpu copies in debug eager comparing each op with the CPU (raising on a difference)."""
+    tpu = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+    with tpu_runtime.set_eager_mode("debug", compare_cpu=True, check_nan=False):
+        out = fn(*tpu)
+        assert tpu_runtime.debug_report.compared > 0
+    return out
+
+
+def test_complex_outputs_are_compared_within_tolerance():
+    # fft results were compared exactly (complex is not floating point): every fft was a "difference"
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 10, 7, generator=g)
+    _compare(lambda t: (torch.fft.rfft(t), torch.fft.fft2(t.to(torch.complex64)), torch.fft.ifft(t)), x)
+
+
+def test_a_wrong_imaginary_part_is_flagged():
+    z = torch.tensor([[0.5 + 1.0j, -1.0 + 0.25j, 2.0 - 0.5j]])  # a shape no other test uses
+    with override(aten.exp.default, lambda ctx, x: jnp.conj(jnp.exp(x))):  # the real part is right
+        try:
+            with pytest.raises(ParityError, match=r"aten\.exp\.default output 0"):
+                _compare(torch.exp, z)
+        finally:
+            tpu_runtime.clear_cache()
+
+
+def test_vectors_unique_up_to_a_sign_and_bookkeeping_outputs_are_not_flagged():
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(4, 5, 5, generator=g)
+    sym = a + a.mT
+    _compare(lambda t, s: (torch.linalg.svd(t), torch.linalg.eigh(s), torch.linalg.eig(t), torch.linalg.svdvals(t)),
+             a, sym)
+    w, idx, offsets = torch.randn(10, 3, generator=g), torch.tensor([1, 2, 4, 5, 4]), torch.tensor([0, 2])
+    _compare(lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"), w, idx, offsets)
+    logp = torch.randn(12, 2, 6, generator=g).log_softmax(-1)
+    targets = torch.tensor([[1, 2, 2], [3, 1, 0]])
+    _compare(lambda lp, t: F.ctc_loss(lp, t, [12, 10], [3, 2]), logp, targets)
+
+
+def _last_max(ctx, x, dim, keepdim=False):
+    """``max.dim`` picking the last of equal maxima (the CPU picks the first)."""
+    flipped = jnp.flip(x, dim)
+    idx = x.shape[dim] - 1 - jnp.argmax(flipped, axis=dim, keepdims=keepdim)
+    return jnp.max(x, axis=dim, keepdims=keepdim), idx.astype(jnp.int64)
+
+
+def _wrong_index(ctx, x, dim, keepdim=False):
+    """``max.dim`` with the right values and index 0 everywhere."""
+    return jnp.max(x, axis=dim, keepdims=keepdim), jnp.zeros(jnp.max(x, axis=dim, keepdims=keepdim).shape, jnp.int64)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_an_index_picking_another_of_equal_values_passes_and_a_wrong_one_is_flagged(keepdim):
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.5, 3.0, 2.5, 0.0]] * 3)  # a shape no other test uses; ties for the max
+    x[1, 0] = 7.0
+    try:
+        with override(aten.max.dim, _last_max):
+            values, idx = _compare(lambda t: torch.max(t, 1, keepdim=keepdim), x)
+        assert idx.cpu().flatten().tolist() == [4, 0, 4]  # the device's own picks, not the CPU's [1, 0, 1]
+        tpu_runtime.clear_cache()
+        with override(aten.max.dim, _wrong_index):
+            with pytest.raises(ParityError, match=r"aten\.max\.dim output 1"):
+                _compare(lambda t: torch.max(t, 1, keepdim=keepdim), x)
+    finally:
+        tpu_runtime.clear_cache()
+
+
+def test_a_median_of_repeated_values_passes():
+    # the sweep's masked.median: nanmedian's index among repeated values
+    x = torch.tensor([[2.0, 1.0, 2.0, float("nan"), 2.0], [5.0, 5.0, 1.0, 5.0, 1.0]])
+    _compare(lambda t: (t.nanmedian(1), t.median(1), t.sort(1), t.topk(2, 1), t.kthvalue(2, 1), t.cummax(1)), x)
