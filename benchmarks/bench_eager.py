@@ -24,7 +24,9 @@ warm-up, reporting the median over rounds of the per-round time ratio
    (torch's own autograd, module and optimizer code, the same in both modes), and the
    ceiling that rest puts on the ratio: ``strict step / fused rest`` is what fused/strict
    would be if the fused runtime cost nothing (strict and fused measured in alternating rounds, the median of each
-   part: :func:`paired_breakdown`);
+   part: :func:`paired_breakdown`); and for the MLPs the XLA floor: the same step written in JAX as one
+   ``jax.jit`` (``xla_floor.py``, checked against PyTorch), ``strict time / floor time`` bounding what
+   fused/strict can reach on this machine however cheap the runtime;
 2. **per-op dispatch** of strict eager against torchax eager on a chain of small
    elementwise ops: ``tpu time / torchax time`` (target ≤ 0.5; skipped with a note
    when torchax is not importable);
@@ -65,6 +67,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import tpu_runtime  # noqa: E402
+from benchmarks.xla_floor import floor_step  # noqa: E402
 from examples.models import MLP  # noqa: E402
 from examples.train import Task, make_task  # noqa: E402
 
@@ -381,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                       f" ms, fused {f_runtime * 1e3:.2f}/{(f_total - f_runtime) * 1e3:.2f} ms; ceiling with a free "
                       f"fused runtime {s_total / (f_total - f_runtime):.2f}x; 2x needs fused runtime <= "
                       f"{(s_total / 2 - (f_total - f_runtime)) * 1e3:.2f} ms")
+            floor = floor_step(_task(name), 1e-3) if optimizer == "default" else None
+            if floor is not None:  # (the MLPs: a JAX twin, checked against PyTorch)
+                floor(), floor()
+                ratio, ts, tx = paired(strict, floor, args.rounds, args.block)
+                print(f"   {'':30s} strict/XLA-floor time {ratio:.2f}x (one jax.jit of the whole step, no torch: "
+                      f"{tx * 1e3:.2f} ms; the most fused/strict can be)")
 
     print(f"\n2. per-op dispatch, {args.ops} small ops, strict eager vs torchax eager (target <= 0.5)")
     ours = op_chain(args.ops // 2)

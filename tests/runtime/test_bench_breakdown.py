@@ -59,3 +59,26 @@ def test_paired_breakdown_alternates_the_sides_and_takes_medians():
     (ta, ra, wa), (tb, rb, wb) = paired_breakdown(a, b, 3, 2)
     assert calls == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b", "b"]
     assert 0 <= ra <= ta and 0 <= rb <= tb and 0 <= wa <= ta and 0 <= wb <= tb  # (medians of each part)
+
+
+def test_the_xla_floor_is_the_same_training_step_as_pytorchs():
+    import benchmarks.xla_floor as xla_floor
+    from benchmarks.bench_eager import _task
+
+    task = _task("mlp")
+    step = xla_floor.floor_step(task, 1e-3)  # (checked against PyTorch's AdamW on the CPU first)
+    torch.manual_seed(0)
+    model = task.make().train()
+    model.drop.p = 0.0
+    x, y = task.batches[0]
+    assert step() == pytest.approx(torch.nn.functional.mse_loss(model(x), y).item(), rel=1e-5)
+    assert xla_floor.floor_step(_task("mingpt"), 1e-3) is None  # (no JAX twin)
+
+
+def test_the_xla_floors_check_catches_another_step(monkeypatch):
+    import benchmarks.xla_floor as xla_floor
+    from benchmarks.bench_eager import _task
+
+    monkeypatch.setattr(xla_floor, "WEIGHT_DECAY", 0.1)  # not AdamW's default
+    with pytest.raises(AssertionError):
+        xla_floor.floor_step(_task("mlp"), 1e-2)
