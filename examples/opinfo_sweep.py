@@ -1,8 +1,8 @@
 """Sweep PyTorch's own OpInfo database (``torch.testing._internal``'s ``op_db``, ~700 ops) over the tpu device.
 
 Each op's first samples run on the CPU and on the tpu device, compared: shape and dtype exactly, values at
-``rtol=1e-4, atol=1e-5`` (float16/bfloat16: a mismatch counts only when the device is more than twice as far as the
-CPU from a float64 run of the same inputs). Ops run in chunks in subprocesses, resumed after the op that crashed one.
+``rtol=1e-4, atol=1e-5``; outside these, in float16/bfloat16/float32/complex64, a mismatch counts only when the device
+is more than twice as far as the CPU from a float64 (complex128) run of the same inputs. Ops run in chunks in subprocesses, resumed after the op that crashed one.
 Variants:
 
 * ``forward``: the op's output;
@@ -28,6 +28,7 @@ import json
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ KNOWN = {
     "_batch_norm_with_update": "as native_layer_norm",
     "linear_cross_entropy": "torch picks no float32 accumulation for a device other than CPU and CUDA",
     "addbmm": "the CPU's addbmm_ resizes a broadcast self (no other in-place op does)",
-    "matrix_exp": "an ill-conditioned sample: the CPU and the device are equally far from float64",
+    "matrix_exp": "gradients of an ill-conditioned sample (values up to 4e3): the device's error against float64, "
+                  "3e-5 of the largest value, is 2-3x the CPU's (the two scale and square differently)",
     "chalf": "complex32 has no JAX type (refused by name)",
     "sparse": "sparse layouts are refused by name", "to_sparse": "as sparse",
 }
@@ -85,23 +87,39 @@ def _difference(want: Any, got: Any, dtype: torch.dtype, redo: Any) -> str | Non
         if torch.allclose(y, x.detach(), rtol=1e-4, atol=1e-5, equal_nan=True) if x.dtype.is_floating_point or \
                 x.dtype.is_complex else torch.equal(x, y):
             continue
-        if dtype in (torch.float16, torch.bfloat16):
-            ref = [t for t in tree.tree_leaves(redo()) if isinstance(t, torch.Tensor)][i].double()
-            cpu, dev = ((t.double() - ref).abs().nan_to_num(1e9).max().item() for t in (x.detach(), y))
-            if dev <= 2 * cpu + 1e-6:
-                continue
-            return f"{i}: error against float64 {dev:.3g} (the CPU's {cpu:.3g})"
+        if dtype in _WIDE and redo is not None:
+            try:
+                ref = [t for t in tree.tree_leaves(redo()) if isinstance(t, torch.Tensor)][i].to(_WIDE[dtype])
+            except Exception:  # noqa: BLE001 (no reference: the difference stands)
+                ref = None
+            if ref is not None and ref.shape == x.shape:
+                cpu, dev = ((t.to(ref.dtype) - ref).abs().nan_to_num(1e9).max().item() for t in (x.detach(), y))
+                if dev <= 2 * cpu + 1e-6:
+                    continue
+                return f"{i}: error against {str(ref.dtype)[6:]} {dev:.3g} (the CPU's {cpu:.3g})"
         return f"{i}: max difference {(x.detach().double() - y.double()).abs().nan_to_num(1e9).max().item():.3g}"
     return None
 
 
-def _in_float64(op: Any, s: Any, dtype: torch.dtype) -> Any:
-    """The op on the sample with its ``dtype`` tensors in float64 (the reference half precision is judged by)."""
+#: The reference precision of each dtype whose results are judged against one: a device result that differs from
+#: the CPU's counts only when it is more than twice as far as the CPU's from the sample run in this dtype (the two
+#: round differently; float32 gradients of long recurrences, ``ctc_loss``'s, differ by ~1e-4 relative).
+_WIDE = {torch.float16: torch.float64, torch.bfloat16: torch.float64, torch.float32: torch.float64,
+         torch.complex64: torch.complex128}
+
+
+def _in_wide(op: Any, s: Any, dtype: torch.dtype, variant: str) -> Any:
+    """The variant's result on the CPU with the sample's ``dtype`` tensors in :data:`_WIDE` precision (the
+    reference a difference is judged by)."""
     def wide(t: Any) -> Any:
-        return t.detach().double() if isinstance(t, torch.Tensor) and t.dtype == dtype else t
+        if isinstance(t, torch.Tensor) and t.dtype == dtype:
+            return t.detach().to(_WIDE[dtype]).requires_grad_(t.requires_grad)
+        return t
 
     tree = torch.utils._pytree
-    return op.op(*tree.tree_map(wide, (s.input, *s.args)), **tree.tree_map(wide, s.kwargs))
+    sample = types.SimpleNamespace(input=wide(s.input), args=tree.tree_map(wide, s.args),
+                                   kwargs=tree.tree_map(wide, s.kwargs))
+    return _call(op, variant, "strict", _WIDE[dtype], sample, False)
 
 
 def _call(op: Any, variant: str, mode: str, dtype: torch.dtype, s: Any, device: bool) -> Any:
@@ -168,7 +186,7 @@ def sweep(start: int, names: set | None, mode: str, dtype: torch.dtype, variant:
                     if any(r in name for r in RANDOM):
                         shape = lambda t: t.shape if isinstance(t, torch.Tensor) else t  # noqa: E731
                         want, got = torch.utils._pytree.tree_map(shape, (want, got))
-                    why = _difference(want, got, dtype, lambda: _in_float64(op, s, dtype))
+                    why = _difference(want, got, dtype, lambda: _in_wide(op, s, dtype, variant))
                 if not why and mode == "debug" and tpu_runtime.eager.REPORT.findings:
                     why = f"debug eager's false alarm: {tpu_runtime.eager.REPORT.first}"
             except Exception as e:  # noqa: BLE001 (the difference reported)

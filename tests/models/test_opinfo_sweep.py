@@ -27,6 +27,11 @@ def test_a_difference_is_described_and_half_precision_is_judged_against_float64(
     down, up = torch.tensor([0.33203125], dtype=torch.bfloat16), torch.tensor([0.333984375], dtype=torch.bfloat16)
     assert _difference(down, up, torch.bfloat16, lambda: exact) is None
     assert _difference(down, up + 0.25, torch.bfloat16, lambda: exact).startswith("0: error against float64")
+    # float32 (ctc_loss's gradients): the device 1e-4 from the CPU but nearer float64 than it is
+    cpu32, exact = torch.tensor([0.5001]), torch.tensor([0.50001], dtype=torch.float64)
+    assert _difference(cpu32, torch.tensor([0.50001]), torch.float32, lambda: exact) is None
+    assert _difference(cpu32, torch.tensor([0.4998]), torch.float32, lambda: exact) == \
+        "0: error against float64 0.00021 (the CPU's 9e-05)"
 
 
 def test_the_debug_mode_reports_debug_eagers_false_alarms(capsys):
