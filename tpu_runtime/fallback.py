@@ -17,6 +17,7 @@ import torch
 
 from converter.errors import UnsupportedOpError, caller_location
 from converter.lowering import registry
+from tpu_runtime.cpu_semantics import cpu_semantics
 from tpu_runtime.tensor import TpuTensor, new_tensor
 from tpu_runtime.values import to_cpu, upload, write
 
@@ -81,7 +82,8 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict) -> Any:
             return torch.device("cpu")
         return x
 
-    out = func(*torch.utils._pytree.tree_map(down, args), **torch.utils._pytree.tree_map(down, kwargs))
+    with cpu_semantics():  # (a lazy conjugate the CPU op makes is resolved, as at top level)
+        out = func(*torch.utils._pytree.tree_map(down, args), **torch.utils._pytree.tree_map(down, kwargs))
     for i, a in enumerate(func._schema.arguments):  # write back arguments the op mutated
         if a.alias_info is not None and a.alias_info.is_write:
             t = args[i] if i < len(args) else kwargs.get(a.name)
@@ -92,6 +94,8 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict) -> Any:
 
     def up(x: Any) -> Any:
         if isinstance(x, torch.Tensor) and not isinstance(x, TpuTensor):
+            with cpu_semantics():
+                x = x.resolve_conj().resolve_neg()
             return new_tensor(upload(x), tuple(x.shape), x.dtype)
         return x
 

@@ -86,3 +86,16 @@ def test_a_median_of_repeated_values_passes():
     # the sweep's masked.median: nanmedian's index among repeated values
     x = torch.tensor([[2.0, 1.0, 2.0, float("nan"), 2.0], [5.0, 5.0, 1.0, 5.0, 1.0]])
     _compare(lambda t: (t.nanmedian(1), t.median(1), t.sort(1), t.topk(2, 1), t.kthvalue(2, 1), t.cummax(1)), x)
+
+
+def test_cpu_references_resolve_the_lazy_conjugates_they_make():
+    # the CPU's linalg_lu_solve(left=False) and pinv of complex matrices solve with .mH views: run inside the
+    # device's kernel (where torch has excluded the Conjugate key) they read them unconjugated and differed
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(3, 3, dtype=torch.complex64, generator=g)
+    b = torch.randn(4, 3, dtype=torch.complex64, generator=g)
+    lu, piv = torch.linalg.lu_factor(a)
+    got = _compare(lambda lu, piv, b, a: (torch.linalg.lu_solve(lu, piv, b, left=False), torch.linalg.pinv(a)),
+                   lu, piv, b, a)
+    torch.testing.assert_close(got[0].cpu(), torch.linalg.lu_solve(lu, piv, b, left=False))
+

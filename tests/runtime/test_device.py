@@ -200,6 +200,23 @@ def test_unsupported_op_names_the_op_and_fallback_is_reported():
     assert tpu_runtime.fallback_report()["aten._compute_linear_combination.default"] >= 1
 
 
+@torch.library.custom_op("tpu_export_tests::conj_twice", mutates_args=(), device_types="cpu")
+def _conj_twice(x: torch.Tensor) -> torch.Tensor:
+    """A CPU-only op whose CPU code makes a lazy conjugate (``x.conj()``) and reads it."""
+    return x.conj() * 2
+
+
+def test_the_cpu_fallback_runs_cpu_code_with_lazy_conjugates_resolved():
+    # torch excludes the Conjugate key inside the device's kernels: the CPU op run there read x.conj() as x
+    z = torch.tensor([1 + 2j, -3 + 0.5j])
+    tpu_runtime.set_cpu_fallback(True)
+    try:
+        got = _conj_twice(z.to("tpu"))
+    finally:
+        tpu_runtime.set_cpu_fallback(False)
+    assert torch.equal(got.cpu(), torch.tensor([2 - 4j, -6 - 1j]))
+
+
 def test_sparse_gradients_raise_that_the_device_has_no_sparse_layout():
     emb = torch.nn.Embedding(5, 3, sparse=True).to("tpu")
     loss = emb(torch.tensor([1, 2], device="tpu")).sum()

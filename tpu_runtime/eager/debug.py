@@ -145,16 +145,14 @@ class DebugExecutor:
     def _compare(self, plan: Any, values: list, outs: tuple) -> None:
         from tpu_runtime.plans import _fill
         from tpu_runtime.values import array_to_torch
-        from tpu_runtime.whole_ops import CPU_REFERENCES  # (imports the device: not at debug's import)
 
         cpu = [array_to_torch(v) if hasattr(v, "shape") else v for v in values]
         targs, tkwargs = _on_cpu(plan.extra["targs"]), _on_cpu(plan.extra["tkwargs"])
         try:
-            ref = CPU_REFERENCES.get(plan.op, plan.op)(*_fill(targs, cpu), **_fill(tkwargs, cpu))
+            refs = _reference(plan.op, targs, tkwargs, cpu)
         except NotImplementedError:  # e.g. "add_stub" not implemented for 'Float8_e4m3fn'
             REPORT.uncompared += 1
             return
-        refs = [r for r in (ref if isinstance(ref, (list, tuple)) else [ref]) if isinstance(r, torch.Tensor)]
         REPORT.compared += 1
         name = plan.op._schema.name
         skip = _NOT_UNIQUE.get(name, {})
@@ -186,6 +184,19 @@ class DebugExecutor:
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
                                            f"(max abs error {err:.3g}; inputs {shapes})")
                 return
+
+
+def _reference(op: Any, targs: Any, tkwargs: Any, cpu: list) -> list:
+    """The tensor outputs of ``op`` run with PyTorch on the CPU values ``cpu`` (filling the templates ``targs``,
+    ``tkwargs``), lazy conjugates and negations resolved."""
+    from tpu_runtime.cpu_semantics import cpu_semantics
+    from tpu_runtime.plans import _fill
+    from tpu_runtime.whole_ops import CPU_REFERENCES  # (imports the device: not at debug's import)
+
+    with cpu_semantics():
+        ref = CPU_REFERENCES.get(op, op)(*_fill(targs, cpu), **_fill(tkwargs, cpu))
+        return [r.resolve_conj().resolve_neg() for r in (ref if isinstance(ref, (list, tuple)) else [ref])
+                if isinstance(r, torch.Tensor)]
 
 
 def _same_picks(op: Any, args: list, kwargs: dict, indices: torch.Tensor, values: torch.Tensor) -> bool:
