@@ -2,7 +2,8 @@
 
 Each op's first samples run on the CPU and on the tpu device, compared: shape and dtype exactly, values at
 ``rtol=1e-4, atol=1e-5``; outside these, in float16/bfloat16/float32/complex64, a mismatch counts only when the device
-is more than twice as far as the CPU from a float64 (complex128) run of the same inputs. Ops run in chunks in subprocesses, resumed after the op that crashed one.
+is more than twice as far as the CPU from a float64 (complex128) run of the same inputs. Ops run in chunks in
+subprocesses, resumed after the op that crashed one.
 Variants:
 
 * ``forward``: the op's output;
@@ -53,7 +54,7 @@ KNOWN = {
                          "device) full ones", "_native_batch_norm_legit": "as native_batch_norm",
     "native_layer_norm": "half-precision statistics: float32 as torch's meta kernel (the CPU keeps the input dtype)",
     "_batch_norm_with_update": "as native_layer_norm",
-    "linear_cross_entropy": "torch picks no float32 accumulation for a device other than CPU and CUDA",
+    "nn.functional.linear_cross_entropy": "torch picks no float32 accumulation for a device other than CPU and CUDA",
     "addbmm": "the CPU's addbmm_ resizes a broadcast self (no other in-place op does)",
     "matrix_exp": "gradients of an ill-conditioned sample (values up to 4e3): the device's error against float64, "
                   "3e-5 of the largest value, is 2-3x the CPU's (the two scale and square differently)",

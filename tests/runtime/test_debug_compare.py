@@ -99,3 +99,25 @@ def test_cpu_references_resolve_the_lazy_conjugates_they_make():
                    lu, piv, b, a)
     torch.testing.assert_close(got[0].cpu(), torch.linalg.lu_solve(lu, piv, b, left=False))
 
+
+def test_half_precision_is_judged_against_the_exact_result():
+    # the device rounds a bfloat16 convolution once (float32 within, as GPUs): 0.1 from the float64 result where
+    # the CPU is 0.3, outside bfloat16's tolerance of each other; every conv_transpose was flagged
+    g = torch.Generator().manual_seed(0)
+    x, w = (torch.randn(1, 3, 4, 4, generator=g) * 3).bfloat16(), (torch.randn(3, 3, 3, 3, generator=g) * 3).bfloat16()
+    got = _compare(F.conv_transpose2d, x, w)
+    assert not torch.allclose(got.cpu().float(), F.conv_transpose2d(x, w).float(), rtol=2e-2, atol=1e-2)
+    z = torch.tensor([[0.5, -1.25, 3.0, 7.5, 0.75, 2.0, -4.0]], dtype=torch.bfloat16)  # a shape no other test uses
+    try:
+        with override(aten.exp.default, lambda ctx, x: jnp.exp(x) * 1.0625):  # wrong by 6%: flagged
+            with pytest.raises(ParityError, match=r"aten\.exp\.default output 0"):
+                _compare(torch.exp, z)
+    finally:
+        tpu_runtime.clear_cache()
+
+
+def test_float64_bessel_functions_are_compared_at_the_cpus_accuracy():
+    # torch's float64 J0/J1/Y0/Y1 are up to 8e-7 from SciPy's near x = 5, the device's 1e-14: debug eager flagged them
+    x = torch.linspace(4.5, 5.5, 41, dtype=torch.float64)
+    _compare(lambda t: [f(t) for f in (torch.special.bessel_j0, torch.special.bessel_j1, torch.special.bessel_y0,
+                                       torch.special.bessel_y1)], x)

@@ -15,6 +15,8 @@
   bookkeeping outputs of ``embedding_bag`` and ``ctc_loss`` are not compared
   (:data:`_NOT_UNIQUE`); the indices of a selection op (``sort``, ``topk``, ``median`` …)
   may pick another of equal values, and pass when the input at them holds the CPU's values.
+  A float16/bfloat16 output outside tolerance passes when it is no farther than twice the
+  CPU's from the op run in float64 (the device rounds once where the CPU rounds per step).
 
 :data:`REPORT` counts the ops run and checked since debug mode was entered and
 keeps every finding (also when ``raise_on_error=False``).
@@ -169,11 +171,13 @@ class DebugExecutor:
                 continue
             if r.dtype.is_floating_point or r.dtype.is_complex:
                 part = r.real.dtype if r.dtype.is_complex else r.dtype
-                rtol, atol = TOLERANCES.get(part, (1e-4, 1e-5))
+                rtol, atol = TOLERANCES.get(torch.float32 if part is torch.float64 and name in _CPU_LESS_ACCURATE
+                                            else part, (1e-4, 1e-5))
                 rtol = self.options.rtol if self.options.rtol is not None else rtol
                 atol = self.options.atol if self.options.atol is not None else atol
                 wide = torch.float32 if r.dtype.itemsize == 1 else r.dtype  # float8: no CPU allclose
-                ok = torch.allclose(got.to(wide), r.to(wide), rtol=rtol, atol=atol, equal_nan=True)
+                ok = torch.allclose(got.to(wide), r.to(wide), rtol=rtol, atol=atol, equal_nan=True) or \
+                    (r.dtype in _HALF and _as_exact(plan.op, targs, tkwargs, cpu, i, got, r))
                 both = (got.to(wide), r.to(wide)) if r.dtype.is_complex else (got.double(), r.double())
                 err = (both[0] - both[1]).abs().nan_to_num(0).max().item() if r.numel() else 0.0
             else:
@@ -184,6 +188,15 @@ class DebugExecutor:
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
                                            f"(max abs error {err:.3g}; inputs {shapes})")
                 return
+
+
+#: Ops whose float64 CPU kernel is less accurate than the device's: their float64 outputs are compared at float32's
+#: tolerance. (Measured on 2001 points in [-30, 30] against SciPy: the CPU 2e-7 to 8e-7 off near |x| = 5, where its
+#: approximations meet; the device 1e-14.)
+_CPU_LESS_ACCURATE = frozenset({"aten::special_bessel_j0", "aten::special_bessel_j1", "aten::special_bessel_y0",
+                                "aten::special_bessel_y1"})
+#: Half-precision dtypes: an output outside tolerance is judged against the op run in float64 (:func:`_as_exact`).
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def _reference(op: Any, targs: Any, tkwargs: Any, cpu: list) -> list:
@@ -197,6 +210,21 @@ def _reference(op: Any, targs: Any, tkwargs: Any, cpu: list) -> list:
         ref = CPU_REFERENCES.get(op, op)(*_fill(targs, cpu), **_fill(tkwargs, cpu))
         return [r.resolve_conj().resolve_neg() for r in (ref if isinstance(ref, (list, tuple)) else [ref])
                 if isinstance(r, torch.Tensor)]
+
+
+def _as_exact(op: Any, targs: Any, tkwargs: Any, cpu: list, i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether the device's half-precision output ``i`` (``got``) is at most twice as far as the CPU's (``want``)
+    from the op run with its half-precision inputs in float64: the two round differently (the device keeps float32
+    within an op, as GPUs do), and a result nearer the exact one is no difference."""
+    wide = [c.double() if isinstance(c, torch.Tensor) and c.dtype in _HALF else c for c in cpu]
+    try:
+        exact = _reference(op, targs, tkwargs, wide)[i].double()
+    except Exception:  # noqa: BLE001 (no float64 reference: the difference stands)
+        return False
+    if exact.shape != got.shape:
+        return False
+    dev, cpu_err = ((t.double() - exact).abs().nan_to_num(1e9).max().item() for t in (got, want))
+    return dev <= 2 * cpu_err + 1e-6
 
 
 def _same_picks(op: Any, args: list, kwargs: dict, indices: torch.Tensor, values: torch.Tensor) -> bool:
