@@ -121,3 +121,13 @@ def test_float64_bessel_functions_are_compared_at_the_cpus_accuracy():
     x = torch.linspace(4.5, 5.5, 41, dtype=torch.float64)
     _compare(lambda t: [f(t) for f in (torch.special.bessel_j0, torch.special.bessel_j1, torch.special.bessel_y0,
                                        torch.special.bessel_y1)], x)
+
+
+def test_an_ill_conditioned_float32_op_is_judged_by_its_normwise_error():
+    # a training batch norm over two nearly equal rows divides by their tiny spread: the device and the CPU are both
+    # a few float32 units of the largest value from the float64 result, 3e-5 apart on values near 1 (levit's flagged)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 24, generator=g).repeat(2, 1) + 1e-3 * torch.randn(2, 24, generator=g)
+    w = torch.randn(2, 24, generator=g)
+    bn = torch.nn.BatchNorm1d(24).to("tpu")
+    _compare(lambda x, w: (bn(x.requires_grad_()) * w).sum().backward(), x, w)
