@@ -7,7 +7,9 @@ layer drop off, run in a subprocess of its own (one family's crash or hang does 
 * ``dynamic``: the same with a dynamic batch and length, checked at two other sizes (text families);
 * ``quant``: LiteRT with ``quantize="fp16"`` and ``"int8"``, relative error of the output against PyTorch;
 * ``strict`` / ``fused``: one forward and backward on the tpu device in that eager mode against the CPU (train mode);
-* ``compile``: the same through ``torch.compile(backend="tpu")``.
+* ``compile``: the same through ``torch.compile(backend="tpu")``;
+* ``debug``: the same in debug eager comparing every op with the CPU (``compare_cpu=True``): ``fail`` with the first
+  op it flagged (the ops it compared are counted).
 
 Eager checks report the output's max error relative to its largest value and the largest gradient error relative to
 the largest gradient against the CPU; above 1e-3 both are also compared with the CPU in float64: ``ill-conditioned``
@@ -104,7 +106,7 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                 patch_sizes=[7, 3], strides=[4, 2])),
     **{f: ("speech", _SPEECH) for f in ("wav2vec2", "hubert")},
 }
-CHECKS = ("export", "dynamic", "quant", "strict", "fused", "compile")
+CHECKS = ("export", "dynamic", "quant", "strict", "fused", "compile", "debug")
 
 
 class _Outputs(torch.nn.Module):
@@ -201,9 +203,13 @@ def _on_device(model: torch.nn.Module, args: tuple, mode: str) -> dict:
     want = ref(*args)
     weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(2))
     (want.float() * weights).sum().backward()
-    with tpu_runtime.set_eager_mode("strict" if mode == "compile" else mode):
+    options = dict(compare_cpu=True, check_nan=False, raise_on_error=False) if mode == "debug" else {}
+    with tpu_runtime.set_eager_mode("strict" if mode == "compile" else mode, **options):
         got = run(*[a.to("tpu") for a in args])
         (got.float() * weights.to("tpu")).sum().backward()
+        report = tpu_runtime.eager.REPORT
+        if mode == "debug" and report.findings:
+            return {mode: f"fail: {report.first} ({len(report.findings)} flagged of {report.compared} ops compared)"}
     out, grad = _errors(got, dev, want, ref)
     verdict = ""
     if max(out, grad) > 1e-3:  # against float64: is the CPU's float32 as far off (an ill-conditioned model)?
@@ -216,7 +222,8 @@ def _on_device(model: torch.nn.Module, args: tuple, mode: str) -> dict:
         nudged = _nudged_cpu_error(model, args, weights, exact_out, exact)
         verdict = "ill-conditioned " if max(tpu) <= 2 * max(max(cpu), nudged) else "BAD "
         verdict += f"(vs float64: tpu {max(tpu):.1e}, cpu {max(cpu):.1e}, cpu nudged {nudged:.1e}) "
-    return {mode: verdict + f"out {out:.1e} grad {grad:.1e}"}
+    compared = f", {report.compared} ops compared" if mode == "debug" else ""
+    return {mode: verdict + f"out {out:.1e} grad {grad:.1e}{compared}"}
 
 
 def _nudged_cpu_error(model: torch.nn.Module, args: tuple, weights: torch.Tensor, exact_out: torch.Tensor,

@@ -14,6 +14,11 @@ def test_a_family_trains_on_the_device_and_exports():
     assert {exported[t] for t in ("tpu", "stablehlo", "onnx", "litert")} == {"pass"}, exported
 
 
+def test_debug_eager_compares_every_op_of_a_family_and_flags_none():
+    row = run_check("gpt2", "debug")
+    assert row["debug"].startswith("out ") and int(row["debug"].split(", ")[-1].split()[0]) > 50, row
+
+
 def test_a_failure_is_reported_with_its_first_line():
     # mobilebert's code makes torch.export specialize the length (torch's own refusal, not ours)
     row = run_check("mobilebert", "dynamic")
