@@ -1,4 +1,5 @@
-"""``F.linear`` and ``torch.matmul`` on tpu tensors: one op forward and one op backward each.
+"""``F.linear`` and ``torch.matmul`` on tpu tensors: one op forward and one op backward each; ``silu_backward`` and
+``mish_backward`` as one op (:func:`_activation_backward`).
 
 Both are CompositeImplicitAutograd ops: on any device torch decomposes them above the backend, ``linear`` of a
 3-D input into ``view``, ``t``, ``addmm``, ``view`` and its backward into each piece's formula (``t``, ``mm``,
@@ -160,8 +161,29 @@ def matmul(a: Any, b: Any) -> Any:
     return _run(_Matmul, aten.matmul.default, (a, b), (a, b))
 
 
+# ----------------------------------------------------------------------- activations' backward ops
+
+def _activation_backward(op: Any) -> Callable:
+    """The AutogradPrivateUse1 kernel of ``op`` (``silu_backward``, ``mish_backward``): torch has a CPU kernel
+    for it, computing float16/bfloat16 in float32 and rounding once, and for every other device a composite of
+    ~6 ops (each rounded to the half type: bfloat16 gradients a unit or two off). On tpu tensors it runs as the one
+    op below the autograd keys (the runtime traces ``torch._decomp``'s decomposition, in float32 for half types,
+    into one plan); with a gradient of its own wanted (a user's direct call), torch's composite."""
+
+    def kernel(grad_output: Any, self: Any) -> Any:
+        if (_GRAD_ENABLED() and (grad_output.requires_grad or self.requires_grad)) \
+                or not _tpu(grad_output, self) or not _untransformed():
+            return op.decompose(grad_output, self)
+        with _BELOW_AUTOGRAD():
+            return op(grad_output, self)
+
+    return kernel
+
+
 #: The ops this module takes at the AutogradPrivateUse1 key.
-AUTOGRAD_KERNELS = {"linear": linear, "matmul": matmul}
+AUTOGRAD_KERNELS = {"linear": linear, "matmul": matmul,
+                    **{name: _activation_backward(getattr(aten, name).default)
+                       for name in ("silu_backward", "mish_backward")}}
 
 #: PyTorch CPU references of the backward ops, which have no CPU kernel in torch (debug eager compares with
 #: them): the gradient formulas in plain ops.

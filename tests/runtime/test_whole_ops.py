@@ -205,3 +205,22 @@ def test_calls_the_cpu_refuses_are_refused_and_integer_ones_computed(context, ca
             return
         got = fn(a.to("tpu"), b.to("tpu"))
     assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("act", [F.silu, F.mish])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_silu_and_mish_backward_are_one_op_rounded_once_as_on_the_cpu(act, dtype):
+    # torch decomposes silu_backward/mish_backward for devices other than CPU and CUDA into ~6 ops, each rounded
+    # to the half type: half of the bfloat16 gradients were 1-2 units off the CPU's (4x its error against float64)
+    (x, w), (xt, wt) = _pair((256,), (256,), dtype=dtype)
+    with torch.no_grad():
+        x.mul_(4), xt.mul_(4)
+    with _Ops() as seen:
+        (act(xt) * wt).sum().backward()
+    (act(x) * w).sum().backward()
+    assert aten.silu_backward.default in seen.ops or aten.mish_backward.default in seen.ops
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=torch.finfo(dtype).eps, atol=0)  # (a unit at most)
+    # a gradient of the gradient takes torch's composite, as before
+    (gx,), (gxt,) = (torch.autograd.grad(act(t).sum(), t, create_graph=True) for t in (x, xt))
+    (ggx,), (ggxt,) = (torch.autograd.grad(g.sum(), t) for g, t in ((gx, x), (gxt, xt)))
+    torch.testing.assert_close(ggxt.cpu(), ggx, rtol=2e-2, atol=2e-2, equal_nan=True)  # (exp overflows float16)
