@@ -205,7 +205,10 @@ def _classify(func: Any) -> tuple:
                     and a.alias_info.is_write and not a.is_out)
     if first is not None and first.alias_info is not None and first.alias_info.is_write and not first.kwarg_only:
         functional = inplace.functional_of_inplace(func)
-        if functional is not None and (isinstance(first.type, torch.ListType) or len(mutated) > 1):
+        several = isinstance(first.type, torch.ListType) or len(mutated) > 1
+        if functional is not None and several:  # (rrelu_with_noise_: rrelu_with_noise itself writes noise)
+            functional = inplace.pure_twin(functional)
+        if functional is not None and several:
             return ("inplace_multi", functional, mutated, optim_kernels.UNCHANGED.get(functional),
                     bool(schema.returns))
         if functional is not None and func in inplace.INPLACE_TWINS:

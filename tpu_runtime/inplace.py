@@ -47,6 +47,16 @@ def positional_defaults(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, di
     return tuple(args), kwargs
 
 
+def pure_twin(functional: Any) -> Any:
+    """``functional`` itself, or where it writes into an argument (``rrelu_with_noise`` fills ``noise``) its
+    ``<op>_functional`` twin, which returns the new values instead (``None`` when it has none)."""
+    if not any(a.alias_info is not None and a.alias_info.is_write for a in functional._schema.arguments):
+        return functional
+    twin = getattr(aten, functional._schema.name.split("::", 1)[1] + "_functional", None)
+    return getattr(twin, functional._overloadname) if twin is not None and \
+        functional._overloadname in twin.overloads() else None
+
+
 def functional_of_inplace(func: Any) -> Any:
     """The functional twin of the in-place op ``func`` (``add_.Tensor`` → ``add.Tensor``), or ``None``."""
     if func in INPLACE_TWINS:
