@@ -228,3 +228,21 @@ def test_a_convolution_over_zero_input_channels_gives_torchs_empty_result():
     want = torch.nn.functional.conv2d(x, w)
     got = torch.nn.functional.conv2d(x.to("tpu"), w.to("tpu"))
     assert got.shape == want.shape == (2, 0, 3, 3)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "compile"])
+def test_a_value_times_a_bool_mask_keeps_ieee_nan_and_signed_zero(mode):
+    # XLA rewrites x * convert(mask) into select(mask, x, 0): inf * False gave 0 where the CPU gives nan (renorm's
+    # gradient at p=inf), and -2 * False +0 where the CPU gives -0
+    x = torch.tensor([[float("inf"), float("nan"), 1.0, -float("inf"), -2.0]], dtype=torch.float64)
+    m = torch.tensor([[True, False, False, False, False]] * 3)
+
+    def f(x, m):
+        return x * m, m * float("inf"), torch.mul(m, x.float())
+
+    run = torch.compile(f, backend="tpu") if mode == "compile" else f
+    with tpu_runtime.set_eager_mode("strict" if mode == "compile" else mode):
+        got = run(x.to("tpu"), m.to("tpu"))
+    for g, w in zip(got, f(x, m)):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(g.cpu().signbit() & ~w.isnan(), w.signbit() & ~w.isnan())  # (a NaN's sign is x86's)
