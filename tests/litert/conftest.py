@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,26 @@ def check_model(model: Any, args: tuple, exact: bool = False) -> tuple[LiteRTArt
             assert np.array_equal(np.isnan(g), np.isnan(w)), f"output {i}: NaN at {np.argwhere(np.isnan(g))}"
             assert rel_error(np.nan_to_num(g), np.nan_to_num(w)) <= REL_TOL, f"output {i}: {g} vs {w}"
     return art, got, want
+
+
+@functools.lru_cache(maxsize=None)
+def xnnpack_loses_float_extremes() -> bool:
+    """Whether this host's XNNPACK delegate (the Interpreter's default) gets ``LOG`` of inf and NaN or ``SQRT``
+    above 2**126 wrong. Seen on an AVX2 host without AVX-512 (ai-edge-litert 2.3.0): ``LOG(inf) = 88.4``,
+    ``LOG(nan) = 88.8``, ``SQRT(1e38) = 1.5e19``, while TFLite's own kernels
+    (``BUILTIN_WITHOUT_DEFAULT_DELEGATES``) and hosts with AVX-512 give inf, NaN and 1e19."""
+    import jax.numpy as jnp
+
+    x = np.array([np.inf, np.nan, 1e38], np.float32)
+    log, sqrt = build(JaxProgram(lambda t: (jnp.log(t), jnp.sqrt(t)), [x]))(x)
+    return not (np.isposinf(log[0]) and np.isnan(log[1]) and np.isclose(sqrt[2], 1e19, rtol=1e-6))
+
+
+#: For tests of inf, NaN or the largest floats through LOG or SQRT: expected to fail where the host's XNNPACK
+#: kernels lose them (:func:`xnnpack_loses_float_extremes`; not the exporter: the same model is right elsewhere).
+XNNPACK_EXTREMES = pytest.mark.xfail(condition="xnnpack_loses_float_extremes()", strict=False,
+                                     reason="this host's XNNPACK delegate computes LOG(inf/NaN) and SQRT(>2**126) "
+                                            "wrong (AVX2 kernels; TFLite's own kernels are right)")
 
 
 @pytest.fixture

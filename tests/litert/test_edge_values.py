@@ -23,7 +23,8 @@ from converter.api import convert
 from converter.errors import UnsupportedOpError
 from exporters.litert import build
 from tests.litert.adapter import JaxProgram
-from tests.litert.conftest import REL_TOL, check_model, outputs, rel_error
+from tests.litert.conftest import (REL_TOL, XNNPACK_EXTREMES, check_model, outputs, rel_error,  # noqa: F401
+                                   xnnpack_loses_float_extremes)  # (the mark's condition)
 
 ROOT = Path(__file__).resolve().parents[2]
 inf, nan = float("inf"), float("nan")
@@ -255,6 +256,7 @@ def test_left_shift_by_a_negative_or_wide_amount_gives_zero():
 # -- float edge values ----------------------------------------------------------------------------------
 
 
+@XNNPACK_EXTREMES
 def test_logcumsumexp_keeps_infinities():
     x = torch.tensor([[-inf, -inf, 1.0, -inf], [inf, inf, 0.0, -inf], [-inf, inf, 2.0, 3.0], [0.5, -1.0, 2.0, 80.0]])
     _, got, want = litert_vs_torch(lambda x: (torch.logcumsumexp(x, -1), torch.logcumsumexp(x, 0)), x)
@@ -279,6 +281,7 @@ _INVERSE_AND_HYPERBOLIC = {"atan": torch.atan, "asin": torch.asin, "acos": torch
                            "log1p": torch.log1p, "expm1": torch.expm1}
 
 
+@XNNPACK_EXTREMES
 def test_inverse_trigonometric_and_hyperbolic_functions_match_torch_elementwise():
     """No TFLite builtins: built from ATAN2 / EXP / LOG with series where they cancel (|x| < 0.1 for log1p and
     expm1, 1 for sinh); every element within 1e-5 of torch's, relative, the infinities and NaNs the same."""
