@@ -85,14 +85,10 @@ def floor_step(task: Any, lr: float) -> Callable[[], float] | None:
     """The XLA floor of ``task``'s step (a ``bench_eager`` task: its model seeded as there, dropout off), checked
     against PyTorch first; ``None`` for a model that is not the MLP (the minGPT has no JAX twin here)."""
     from examples.models import MLP
+    from examples.train import _model
 
     def make() -> torch.nn.Module:
-        torch.manual_seed(0)
-        model = task.make().train()
-        for m in model.modules():
-            if isinstance(m, torch.nn.Dropout):
-                m.p = 0.0
-        return model
+        return _model(task, dropout=False)
 
     if type(make()) is not MLP:
         return None
