@@ -9,9 +9,15 @@ registered ahead of it, restores a ``tpu`` location as a placeholder storage on 
 ``torch.empty(0, device="tpu").set_(placeholder, offset, size, stride)``, and the
 dispatcher's ``set_`` from a storage (:func:`set_storage`) uploads that view of the CPU data.
 
-Tensors of a checkpoint saved from tpu tensors are CPU copies with torch's
-device-rebuild function (see ``TpuTensor.__reduce_ex__``), so they load with any
-``map_location`` as well. Tensors that shared one storage in the file share one on the device
+Saving (:func:`reduce_tensor`, a tpu tensor's ``__reduce_ex__``) writes what torch writes for a CUDA tensor: the
+storage's bytes, copied to the host once per ``torch.save`` whatever the number of its tensors, tagged ``tpu:0``
+(:func:`_tag`), and each tensor as its offset and strides into it, rebuilt by ``torch._utils._rebuild_tensor_v2``
+(allowed by ``weights_only=True``; ``map_location="cpu"`` loads it in a process without the tpu device). A tied
+weight's two state-dict entries are one storage in the file, as on the CPU, not two. A tensor whose layout in its
+storage the runtime does not know (a view reporting dense strides) is saved as a CPU copy of its own, rebuilt by
+torch's device-rebuild function.
+
+Loading: tensors that shared one storage in the file share one on the device
 too, as on the CPU: the first tensor of a storage uploads it (the tensor itself when it covers the
 storage, else a flat copy it views) and the others view it with their offset and strides, so a write
 through one is seen through the others (a tensor reading the storage as another dtype loads as a
@@ -20,22 +26,97 @@ copy of its own).
 
 from __future__ import annotations
 
+import collections
 import math
+import sys
+import weakref
 from typing import Any, Callable
 
 import torch
 from torch._prims_common import make_contiguous_strides_for
 
 from tpu_runtime.resize import rebind
-from tpu_runtime.tensor import TpuTensor, address_only_storage
+from tpu_runtime.tensor import DEVICE, TpuTensor, _user_state, address_only_storage
 
 aten = torch.ops.aten
-_PRIORITY = 19  # ahead of torch's own PrivateUse1 deserializer (23)
+_PRIORITY = 9  # ahead of torch's CPU tagger (10; it tags every CPU storage) and PrivateUse1 deserializer (23)
 
 
-def _tag(obj: Any) -> None:
-    """Saving: no storage is tagged here (tpu tensors pickle as CPU copies)."""
-    return None
+def _tag(obj: Any) -> str | None:
+    """Saving: ``tpu:0`` for the host copy of a tpu storage (:func:`_saved_storage`), else None."""
+    return str(DEVICE) if getattr(obj, "_tpu_saved", False) else None
+
+
+#: The host copy of each tpu storage being saved, with the storage version it copied: weak, so it lives as long as
+#: the ``torch.save`` writing it holds it (every tensor of the storage in that save finds it).
+_HOSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _saved_storage(t: TpuTensor) -> torch.TypedStorage | None:
+    """The storage ``torch.save`` writes for ``t``: the host copy of its tpu storage, or None where ``t``'s strides
+    and offset do not say where its elements sit in it (a view whose layout is not known, a layout its storage's
+    value does not have, another dtype, a lazy conjugate or negation)."""
+    storage = t._storage
+    known = t._strides is not None if t._chain else t._spec == storage.spec
+    if not known or t._opaque or storage.placed is not None or t.dtype != storage.spec[1] or t.is_conj() \
+            or t.is_neg():
+        return None
+    entry = _HOSTS.get(storage)
+    host = entry[1]() if entry is not None and entry[0] == storage.version else None
+    if host is None:
+        host = TpuTensor(storage, *storage.spec).cpu().untyped_storage()
+        host._tpu_saved = True
+        _HOSTS[storage] = (storage.version, weakref.ref(host))
+    return torch.TypedStorage(wrap_storage=host, dtype=t.dtype, _internal=True)
+
+
+def _in_zip_writer() -> bool:
+    """Whether ``torch.save``'s zip-file writer is pickling (``torch.serialization._save`` on the stack). Its
+    loader restores storages before their tensors; the legacy format's (``_use_new_zipfile_serialization=False``)
+    reads their data after the tensors are made (tpu tensors rebuilt from a CPU copy's storage loaded garbage),
+    so other writers (that one, plain ``pickle``) get the values themselves."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return False
+        if frame.f_code is _ZIP_WRITER:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_ZIP_WRITER = torch.serialization._save.__code__
+
+
+def reduce_tensor(t: TpuTensor) -> tuple:
+    """``t.__reduce_ex__``: the storage of ``t`` (:func:`_saved_storage`) and its view of it, rebuilt by torch's own
+    functions (see the module docstring); a parameter is rebuilt as one, with the attributes set on it
+    (``torch.save(model)`` then ``torch.load`` gives a model whose parameters an optimizer finds), and so is a plain
+    tensor's user state."""
+    if getattr(t, "_is_param", False):
+        state = _user_state(t)
+        if state:
+            return (torch._utils._rebuild_parameter_with_state,
+                    (t.detach(), t.requires_grad, collections.OrderedDict(), state))
+        return torch._utils._rebuild_parameter, (t.detach(), t.requires_grad, collections.OrderedDict())
+    zip_writer = _in_zip_writer()
+    saved = _saved_storage(t) if zip_writer else None
+    if saved is not None:
+        rebuild = torch._utils._rebuild_tensor_v2
+        args = (saved, t.storage_offset(), tuple(t.size()), t.stride(), t.requires_grad, collections.OrderedDict())
+    elif zip_writer:  # a CPU copy and torch's rebuild of a storage-less device tensor (it honours map_location)
+        rebuild = torch._utils._rebuild_device_tensor_from_cpu_tensor
+        args = (t.detach().cpu(), t.dtype, str(DEVICE), t.requires_grad)
+    else:  # the values themselves, as torch pickles an XLA tensor (types NumPy lacks widened to float32/complex64)
+        cpu = t.detach().cpu()
+        if cpu.dtype in (torch.bfloat16, torch.complex32) or cpu.dtype.itemsize == 1 and cpu.dtype.is_floating_point:
+            cpu = cpu.to(torch.complex64 if cpu.is_complex() else torch.float32)
+        rebuild = torch._utils._rebuild_device_tensor_from_numpy
+        args = (cpu.resolve_conj().resolve_neg().numpy(), t.dtype, str(DEVICE), t.requires_grad)
+    state = _user_state(t)
+    if state:  # the attributes its user set, restored as torch restores a plain tensor's
+        return torch._tensor._rebuild_from_type_v2, (rebuild, torch.Tensor, args, state)
+    return rebuild, args
 
 
 def _restore(storage: Any, location: str) -> Any:

@@ -246,24 +246,9 @@ class TpuTensor(torch.Tensor):
         return new
 
     def __reduce_ex__(self, proto: int) -> tuple:
-        # Pickled as PyTorch pickles any storage-less PrivateUse1 tensor: a CPU copy and torch's
-        # rebuild function, which honours ``torch.load(map_location=...)`` and is allowed by
-        # ``weights_only=True`` (a CPU-only process can load a tpu checkpoint with map_location="cpu").
-        # A parameter is rebuilt as one, with the attributes set on it, by torch's own functions
-        # (``torch.save(model)`` then ``torch.load`` gives a model whose parameters an optimizer finds);
-        # so is a plain tensor's user state.
-        if getattr(self, "_is_param", False):
-            state = _user_state(self)
-            if state:
-                return (torch._utils._rebuild_parameter_with_state,
-                        (self.detach(), self.requires_grad, collections.OrderedDict(), state))
-            return torch._utils._rebuild_parameter, (self.detach(), self.requires_grad, collections.OrderedDict())
-        args = (self.detach().cpu(), self.dtype, str(DEVICE), self.requires_grad)
-        state = _user_state(self)
-        if state:  # the attributes its user set, restored as torch restores a plain tensor's
-            return (torch._tensor._rebuild_from_type_v2,
-                    (torch._utils._rebuild_device_tensor_from_cpu_tensor, torch.Tensor, args, state))
-        return torch._utils._rebuild_device_tensor_from_cpu_tensor, args
+        from tpu_runtime.serialization import reduce_tensor  # (it imports this module)
+
+        return reduce_tensor(self)
 
     # Declaring the flatten protocol makes ``nn.Module.to()`` / ``.half()`` swap parameters
     # in place (``torch.utils.swap_tensors``) instead of re-wrapping them: a parameter keeps

@@ -8,7 +8,7 @@ import io
 import pytest
 import torch
 
-import tpu_runtime  # noqa: F401  (registers the device)
+import tpu_runtime
 
 
 def _roundtrip(obj, **load_kwargs):
@@ -193,3 +193,48 @@ def test_deepcopy_keeps_a_view_sharing_its_base_storage(channels_last):
         assert (copied["v"].stride(), copied["v"].storage_offset()) == (t[:, 1:].stride(), t[:, 1:].storage_offset())
         results.append((copied["x"].sum().item(), t.sum().item()))
     assert results[1] == results[0] == (48.0, 0.0)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_saved_storage_is_written_once_and_its_tensors_share_it_when_loaded(mode):
+    # as torch saves CPU and CUDA tensors: a tied weight's two state-dict entries were two copies in the file,
+    # and a view saved beside its base loaded as a tensor of its own
+    import zipfile
+
+    model = torch.nn.Sequential(torch.nn.Embedding(6, 4), torch.nn.Linear(4, 6, bias=False)).to("tpu")
+    model[1].weight = model[0].weight
+    with tpu_runtime.set_eager_mode(mode):
+        model[0].weight.data.mul_(2.0)  # (pending in fused eager)
+        state = {**model.state_dict(), "row": model[0].weight[2].detach()}
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        records = [n for n in zipfile.ZipFile(buf).namelist() if "/data/" in n]
+        assert len(records) == 1
+        for location in (None, "cpu"):
+            buf.seek(0)
+            got = torch.load(buf, map_location=location)
+            assert got["0.weight"].device.type == (location or "tpu")
+            got["row"].add_(100.0)  # seen through both entries, as on the CPU
+            for k in ("0.weight", "1.weight"):
+                assert got[k].untyped_storage().data_ptr() == got["row"].untyped_storage().data_ptr()
+                want = model[0].weight.detach().cpu().clone()
+                want[2] += 100.0
+                torch.testing.assert_close(got[k].cpu(), want, rtol=0, atol=0)
+        model[0].weight.data.add_(1.0)  # a later save writes the new values
+        assert torch.equal(_roundtrip(model.state_dict())["1.weight"].cpu(), model[1].weight.detach().cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_legacy_format_and_pickle_keep_the_values(dtype):
+    # the legacy writer reads storages after the tensors are rebuilt: tpu tensors loaded uninitialized memory
+    import pickle
+
+    t = torch.arange(6.0).to(dtype).to("tpu")
+    saved = {"t": t, "view": t[2:], "transposed": t.view(2, 3).t()}
+    buf = io.BytesIO()
+    torch.save(saved, buf, _use_new_zipfile_serialization=False)
+    buf.seek(0)
+    for got in (torch.load(buf, weights_only=False), pickle.loads(pickle.dumps(saved))):
+        for k, want in saved.items():
+            assert got[k].device.type == "tpu" and got[k].dtype == dtype
+            assert torch.equal(got[k].cpu(), want.cpu()), k
