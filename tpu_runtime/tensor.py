@@ -21,7 +21,6 @@ Memory model (functionalization by hand):
 
 from __future__ import annotations
 
-import collections
 import copy
 import gc
 import itertools
