@@ -15,7 +15,8 @@ storage's bytes, copied to the host once per ``torch.save`` whatever the number 
 (allowed by ``weights_only=True``; ``map_location="cpu"`` loads it in a process without the tpu device). A tied
 weight's two state-dict entries are one storage in the file, as on the CPU, not two. A tensor whose layout in its
 storage the runtime does not know (a view reporting dense strides) is saved as a CPU copy of its own, rebuilt by
-torch's device-rebuild function.
+torch's device-rebuild function. Other writers (the legacy format, plain ``pickle``) get the values as a NumPy
+array (:func:`_in_zip_writer`).
 
 Loading: tensors that shared one storage in the file share one on the device
 too, as on the CPU: the first tensor of a storage uploads it (the tensor itself when it covers the
