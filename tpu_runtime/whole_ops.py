@@ -168,17 +168,22 @@ def _activation_backward(op: Any) -> Callable:
     for it, computing float16/bfloat16 in float32 and rounding once, and for every other device a composite of
     ~6 ops (each rounded to the half type: bfloat16 gradients a unit or two off). On tpu tensors it runs as the one
     op below the autograd keys (the runtime traces ``torch._decomp``'s decomposition, in float32 for half types,
-    into one plan); with a gradient of its own wanted (a user's direct call), torch's composite."""
+    into one plan); on other tensors (torch.compile's tracing, where the engine calls the op, mixed dtypes) that
+    decomposition itself; with a gradient of its own wanted (a user's direct call), torch's composite."""
 
     def kernel(grad_output: Any, self: Any) -> Any:
-        if (_GRAD_ENABLED() and (grad_output.requires_grad or self.requires_grad)) \
-                or not _tpu(grad_output, self) or not _untransformed():
+        if (_GRAD_ENABLED() and (grad_output.requires_grad or self.requires_grad)) or not _untransformed():
             return op.decompose(grad_output, self)
+        if not _tpu(grad_output, self):
+            return _OPMATH[op](grad_output, self)
         with _BELOW_AUTOGRAD():
             return op(grad_output, self)
 
     return kernel
 
+
+#: ``torch._decomp``'s decompositions of the activations' backward ops: half types computed in float32.
+_OPMATH = {op: torch._decomp.decomposition_table[op] for op in (aten.silu_backward.default, aten.mish_backward.default)}
 
 #: The ops this module takes at the AutogradPrivateUse1 key.
 AUTOGRAD_KERNELS = {"linear": linear, "matmul": matmul,
