@@ -12,7 +12,8 @@ storage as on the CPU: a write through one is seen through the others and by aut
 A view whose ops take a value computed in the graph (a size read from a traced tensor)
 cannot be replayed outside it: that output is a copy (it no longer aliases the others).
 Outputs that view an input, or an intermediate that is itself returned, AOTAutograd
-handles for every tensor type; they are left alone.
+handles for every tensor type; they are left alone, except lazy conjugates and negations
+(:func:`resolve_lazy_outputs`).
 """
 
 from __future__ import annotations
@@ -107,3 +108,22 @@ def split_shared_views(gm: torch.fx.GraphModule, example_inputs: list) -> Callab
         return run
 
     return wrap
+
+
+def resolve_lazy_outputs(gm: torch.fx.GraphModule) -> None:
+    """Return the graph's lazy conjugates and negations (``x.conj()``, ``x.conj().imag``) resolved: a copy.
+
+    AOTAutograd makes an output that views an input again from the input at each call, by ``as_strided`` where
+    the view has no ``_base`` (tensor subclasses), which drops the conjugate bit: a compiled ``x.conj()`` returned
+    ``x``. Deviation: the CPU returns a view of ``x`` with the bit set (a write through it reaches ``x``); this
+    returns the conjugate values."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    lazy = {}
+    for n in out.all_input_nodes:
+        val = n.meta.get("example_value")
+        if isinstance(val, torch.Tensor) and (val.is_conj() or val.is_neg()):
+            with gm.graph.inserting_before(out):
+                lazy[n] = gm.graph.call_method("resolve_neg", (gm.graph.call_method("resolve_conj", (n,)),))
+    if lazy:
+        out.args = torch.utils._pytree.tree_map(lambda a: lazy.get(a, a) if isinstance(a, Node) else a, out.args)
+        gm.recompile()

@@ -356,6 +356,8 @@ SPECTRAL = [
            (aten._conj.default, aten._conj_physical.default),
            lambda dt: [Sample((make((3, 4, 2), dt),), name="lazy"),
                        Sample((make((3, 4, 2), dt),), {"physical": True}, name="physical")], tol=FFT_TOL),
+    OpInfo("neg_view", lambda x: torch._neg_view(x).clone(), (aten._neg_view.default,),
+           lambda dt: [Sample((make((3, 4), dt),))], dtypes=(F32, F64)),
     OpInfo("fft_c2c", _cfft, (aten._fft_c2c.default, aten.view_as_complex.default),
            lambda dt: [Sample((make((3, 5, 2), dt), "fft")),
                        Sample((make((3, 5, 2), dt), "ifft"), {"dim": 0}, name="ifft_dim0"),

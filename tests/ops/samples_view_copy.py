@@ -61,4 +61,5 @@ OPS = [
            dtypes=(f32,)),
     OpInfo("conj_copy", _conj_copy, (aten._conj_copy.default,),
            lambda dt: [Sample((make((3, 2), dt),))], dtypes=(f32,)),
+    _one("neg_view_copy", torch._neg_view_copy, aten._neg_view_copy.default, ((3, 2),)),
 ]

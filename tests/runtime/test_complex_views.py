@@ -34,3 +34,16 @@ def test_writes_through_complex_views_reach_the_base(mode):
             write(ct, ft)
             torch.testing.assert_close(ct.cpu(), c, msg=name)
             torch.testing.assert_close(ft.cpu(), f, msg=name)
+
+
+def test_compiled_functions_return_lazy_conjugates_and_negations_with_their_values():
+    # AOTAutograd made a returned x.conj() again from x by as_strided, which drops the conjugate bit (it returned
+    # x); x.conj().imag (a lazy negation) had no row. Returned resolved: the values, not views of x
+    x = torch.tensor([[1 + 2j, -3 + 0.5j, 4 - 1j], [0.5j, 2, -1 - 1j]])
+
+    def f(t):
+        return t.conj(), t[1:, 1:].conj(), t.conj().imag, t.conj() * 2
+
+    got = torch.compile(f, backend="tpu")(x.to("tpu"))
+    for g, w in zip(got, f(x), strict=True):
+        assert torch.equal(g.cpu(), w.resolve_conj().resolve_neg())

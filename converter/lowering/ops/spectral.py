@@ -155,6 +155,15 @@ def lower__conj_default(ctx, self):
     return jnp.conj(self) if jnp.iscomplexobj(self) else self
 
 
+@lowering(aten._neg_view.default)
+def lower__neg_view_default(ctx, self):
+    """_neg_view(Tensor(a) self) -> Tensor(a)
+
+    ``negative`` (torch's lazy negation bit becomes a value, as ``_conj``'s): what ``x.conj().imag`` reads.
+    """
+    return jnp.negative(self)
+
+
 @lowering(aten.view_as_complex.default)
 def lower_view_as_complex_default(ctx, self):
     """view_as_complex(Tensor(a) self) -> Tensor(a)
