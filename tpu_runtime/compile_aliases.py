@@ -12,8 +12,7 @@ storage as on the CPU: a write through one is seen through the others and by aut
 A view whose ops take a value computed in the graph (a size read from a traced tensor)
 cannot be replayed outside it: that output is a copy (it no longer aliases the others).
 Outputs that view an input, or an intermediate that is itself returned, AOTAutograd
-handles for every tensor type; they are left alone, except lazy conjugates and negations
-(:func:`resolve_lazy_outputs`).
+handles for every tensor type; they are left alone, except those AOTAutograd would make wrongly (:func:`resolve_outputs`).
 """
 
 from __future__ import annotations
@@ -110,20 +109,33 @@ def split_shared_views(gm: torch.fx.GraphModule, example_inputs: list) -> Callab
     return wrap
 
 
-def resolve_lazy_outputs(gm: torch.fx.GraphModule) -> None:
-    """Return the graph's lazy conjugates and negations (``x.conj()``, ``x.conj().imag``) resolved: a copy.
+def resolve_outputs(gm: torch.fx.GraphModule) -> None:
+    """Return copies of the outputs that AOTAutograd would make wrongly from the inputs they view.
 
-    AOTAutograd makes an output that views an input again from the input at each call, by ``as_strided`` where
-    the view has no ``_base`` (tensor subclasses), which drops the conjugate bit: a compiled ``x.conj()`` returned
-    ``x``. Deviation: the CPU returns a view of ``x`` with the bit set (a write through it reaches ``x``); this
-    returns the conjugate values."""
+    AOTAutograd makes an output that views an input again from the input at each call, by ``as_strided`` of the
+    layout it reports where the view has no ``_base`` (tensor subclasses). That drops a lazy conjugate or
+    negation (a compiled ``x.conj()`` returned ``x``), and a view through ``view_as_real`` (``.real``, ``.imag``)
+    reports dense strides, not its place in the input (a compiled ``x[:, 1:].imag`` returned other elements).
+    Such outputs come back resolved and copied. Deviation: the CPU returns views of the input (a write through one
+    reaches it)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
     out = next(n for n in gm.graph.nodes if n.op == "output")
-    lazy = {}
+    inputs = {_storage_of(n): n.meta["example_value"].dtype for n in gm.graph.nodes
+              if n.op == "placeholder" and _storage_of(n) is not None}
+    copied = {}
     for n in out.all_input_nodes:
         val = n.meta.get("example_value")
-        if isinstance(val, torch.Tensor) and (val.is_conj() or val.is_neg()):
+        if not isinstance(val, torch.Tensor) or _storage_of(n) not in inputs:
+            continue
+        fake = getattr(val, "_fake", None)  # (a view of another dtype: its layout may not be the one reported)
+        misplaced = fake is not None and val.dtype != inputs[_storage_of(n)] and any(
+            statically_known_true(a != b) for a, b in zip((*val.stride(), val.storage_offset()),
+                                                         (*fake.stride(), fake.storage_offset())))
+        if val.is_conj() or val.is_neg() or misplaced:
             with gm.graph.inserting_before(out):
-                lazy[n] = gm.graph.call_method("resolve_neg", (gm.graph.call_method("resolve_conj", (n,)),))
-    if lazy:
-        out.args = torch.utils._pytree.tree_map(lambda a: lazy.get(a, a) if isinstance(a, Node) else a, out.args)
+                resolved = gm.graph.call_method("resolve_neg", (gm.graph.call_method("resolve_conj", (n,)),))
+                copied[n] = gm.graph.call_function(torch.clone, (resolved,))
+    if copied:
+        out.args = torch.utils._pytree.tree_map(lambda a: copied.get(a, a) if isinstance(a, Node) else a, out.args)
         gm.recompile()

@@ -38,7 +38,7 @@ from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime import fastpath, foreach, graph_checks, rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
-from tpu_runtime.compile_aliases import resolve_lazy_outputs, split_shared_views
+from tpu_runtime.compile_aliases import resolve_outputs, split_shared_views
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.cache import donation_order
 from tpu_runtime.compile_writes import donatable, input_writes, write_back
@@ -409,7 +409,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
 
     _late_decompositions()
     custom = _custom_op_decompositions(gm)
-    resolve_lazy_outputs(gm)
+    resolve_outputs(gm)
     views = split_shared_views(gm, example_inputs)
     try:
         # AOTAutograd traces the backward with ``torch.autograd.grad``, on the engine's thread for the tpu device,

@@ -36,13 +36,14 @@ def test_writes_through_complex_views_reach_the_base(mode):
             torch.testing.assert_close(ft.cpu(), f, msg=name)
 
 
-def test_compiled_functions_return_lazy_conjugates_and_negations_with_their_values():
-    # AOTAutograd made a returned x.conj() again from x by as_strided, which drops the conjugate bit (it returned
-    # x); x.conj().imag (a lazy negation) had no row. Returned resolved: the values, not views of x
+def test_compiled_functions_return_lazy_conjugates_and_real_views_of_inputs_with_their_values():
+    # AOTAutograd made a returned view of an input again from the input by as_strided of its reported layout:
+    # that dropped the conjugate bit (a returned x.conj() was x) and put x[:, 1:].imag at other elements
+    # (view_as_real's views report dense strides); x.conj().imag (a lazy negation) had no row. Returned copied
     x = torch.tensor([[1 + 2j, -3 + 0.5j, 4 - 1j], [0.5j, 2, -1 - 1j]])
 
     def f(t):
-        return t.conj(), t[1:, 1:].conj(), t.conj().imag, t.conj() * 2
+        return t.conj(), t[1:, 1:].conj(), t.conj().imag, t.conj() * 2, t[:, 1:].imag, t[1:].real, t.imag
 
     got = torch.compile(f, backend="tpu")(x.to("tpu"))
     for g, w in zip(got, f(x), strict=True):
