@@ -15,9 +15,12 @@ Eager checks report the output's max error relative to its largest value and the
 the largest gradient against the CPU; above 1e-3 both are also compared with the CPU in float64: ``ill-conditioned``
 when the device is within twice the CPU's own float32 error, or twice that error with every weight nudged by half a
 float32 unit (how far float32 noise alone carries the model: BatchNorm in training mode over a batch of two amplifies
-it layer by layer), else ``BAD``. Failures give the error's first line. One JSON line per family and check::
+it layer by layer), else ``BAD``. With ``--dtype bfloat16`` (or ``float16``) the eager checks run the model and its
+floating inputs in that dtype on both sides, and the device passes (``as the CPU``) within twice the CPU's error
+against float64. Failures give the error's first line. One JSON line per family and check::
 
     python examples/transformers_sweep.py --checks export,strict --families gpt2,bert,vit
+    python examples/transformers_sweep.py --checks strict,compile --dtype bfloat16
     python examples/transformers_sweep.py                       # every family, every check (about an hour)
 
 It needs ``transformers`` (the test extras: ``pip install -e ".[test]"``).
@@ -220,7 +223,8 @@ def _on_device(model: torch.nn.Module, args: tuple, mode: str) -> dict:
         (exact_out * weights.double()).sum().backward()
         tpu, cpu = _errors(got, dev, exact_out, exact), _errors(want, ref, exact_out, exact)
         nudged = _nudged_cpu_error(model, args, weights, exact_out, exact)
-        verdict = "ill-conditioned " if max(tpu) <= 2 * max(max(cpu), nudged) else "BAD "
+        half = next(model.parameters()).dtype != torch.float32
+        verdict = ("as the CPU " if half else "ill-conditioned ") if max(tpu) <= 2 * max(max(cpu), nudged) else "BAD "
         verdict += f"(vs float64: tpu {max(tpu):.1e}, cpu {max(cpu):.1e}, cpu nudged {nudged:.1e}) "
     compared = f", {report.compared} ops compared" if mode == "debug" else ""
     return {mode: verdict + f"out {out:.1e} grad {grad:.1e}{compared}"}
@@ -250,12 +254,18 @@ def _errors(got: torch.Tensor, model: torch.nn.Module, want: torch.Tensor, ref: 
     return _relative(got.detach().cpu(), want.detach()), grad
 
 
-def run_check(family: str, check: str) -> dict:
-    """One check of one family in this process: what :data:`CHECKS` describes, as a dict."""
+def run_check(family: str, check: str, dtype: str = "float32") -> dict:
+    """One check of one family in this process: what :data:`CHECKS` describes, as a dict (``dtype``: the eager
+    checks' floating dtype)."""
     import transformers
 
     transformers.logging.set_verbosity_error()
     model, args, kind = build(family)
+    if dtype != "float32":
+        if check in ("export", "dynamic", "quant"):
+            return {"family": family, "check": check, "skip": f"the export checks run float32, not {dtype}"}
+        dt = getattr(torch, dtype)
+        model, args = model.to(dt), tuple(a.to(dt) if a.is_floating_point() else a for a in args)
     start = time.perf_counter()
     try:
         if check == "export":
@@ -277,17 +287,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated model types")
     parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma-separated, of {', '.join(CHECKS)}")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per family and check")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the eager checks' floating dtype")
     parser.add_argument("--one", nargs=2, metavar=("FAMILY", "CHECK"), help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.one:
-        print(json.dumps(run_check(*opts.one)))
+        print(json.dumps(run_check(*opts.one, opts.dtype)))
         return 0
     failed = []
     for check in opts.checks.split(","):
         for family in opts.families.split(","):
             try:
-                proc = subprocess.run([sys.executable, __file__, "--one", family, check], capture_output=True,
-                                      text=True, timeout=opts.timeout, cwd=ROOT)
+                proc = subprocess.run([sys.executable, __file__, "--one", family, check, "--dtype", opts.dtype],
+                                      capture_output=True, text=True, timeout=opts.timeout, cwd=ROOT)
                 lines = proc.stdout.strip().splitlines()
                 row = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else \
                     {"family": family, "check": check, "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}

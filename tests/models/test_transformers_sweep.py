@@ -14,6 +14,12 @@ def test_a_family_trains_on_the_device_and_exports():
     assert {exported[t] for t in ("tpu", "stablehlo", "onnx", "litert")} == {"pass"}, exported
 
 
+def test_a_family_trains_in_bfloat16_as_near_float64_as_the_cpu():
+    row = run_check("gpt2", "compile", "bfloat16")
+    assert row["compile"].startswith("as the CPU (vs float64: tpu "), row
+    assert run_check("gpt2", "export", "bfloat16")["skip"].startswith("the export checks run float32")
+
+
 def test_debug_eager_compares_every_op_of_a_family_and_flags_none():
     row = run_check("gpt2", "debug")
     assert row["debug"].startswith("out ") and int(row["debug"].split(", ")[-1].split()[0]) > 50, row
