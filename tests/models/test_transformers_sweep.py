@@ -14,9 +14,9 @@ def test_a_family_trains_on_the_device_and_exports():
     assert {exported[t] for t in ("tpu", "stablehlo", "onnx", "litert")} == {"pass"}, exported
 
 
-def test_a_family_trains_in_bfloat16_as_near_float64_as_the_cpu():
+def test_a_family_trains_in_bfloat16_as_near_float32_as_the_cpu():
     row = run_check("gpt2", "compile", "bfloat16")
-    assert row["compile"].startswith("as the CPU (vs float64: tpu "), row
+    assert row["compile"].startswith("as the CPU (vs float32: tpu "), row
     assert run_check("gpt2", "export", "bfloat16")["skip"].startswith("the export checks run float32")
 
 
