@@ -17,7 +17,8 @@ when the device is within twice the CPU's own float32 error, or twice that error
 float32 unit (how far float32 noise alone carries the model: BatchNorm in training mode over a batch of two amplifies
 it layer by layer), else ``BAD``. With ``--dtype bfloat16`` (or ``float16``) the eager checks run the model and its
 floating inputs in that dtype on both sides, and the device passes (``as the CPU``) within twice the CPU's error
-against float32 (float64 meets ops some families' code does not take in it: ``_grouped_mm``). Failures give the error's first line. One JSON line per family and check::
+against float32 (some families' code refuses float64: xglm's masks, qwen3_moe's ``_grouped_mm``). Failures give the
+error's first line. One JSON line per family and check::
 
     python examples/transformers_sweep.py --checks export,strict --families gpt2,bert,vit
     python examples/transformers_sweep.py --checks strict,compile --dtype bfloat16
