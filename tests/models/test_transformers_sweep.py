@@ -15,8 +15,8 @@ def test_a_family_trains_on_the_device_and_exports():
 
 
 def test_a_family_trains_in_bfloat16_as_near_float32_as_the_cpu():
-    row = run_check("gpt2", "compile", "bfloat16")
-    assert row["compile"].startswith("as the CPU (vs float32: tpu "), row
+    row = run_check("gpt2", "strict", "bfloat16")
+    assert row["strict"].startswith("as the CPU (vs float32: tpu "), row
     assert run_check("gpt2", "export", "bfloat16")["skip"].startswith("the export checks run float32")
 
 
