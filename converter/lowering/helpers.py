@@ -62,7 +62,16 @@ def promote(*args: Any, dtype: Any = None, wrap: bool = False) -> list[Any]:
     dtype = dtype or result_type(*args)
     if wrap and jnp.issubdtype(dtype, jnp.integer):
         args = tuple(wrapped_int(a, dtype) if type(a) is int else a for a in args)
-    return [jnp.asarray(a, dtype=dtype) if not is_array(a) else a.astype(dtype) for a in args]
+    return [jnp.asarray(a, dtype=dtype) if not is_array(a) else astype(a, dtype) for a in args]
+
+
+def astype(a: Any, dtype: Any) -> Any:
+    """``a.astype(dtype)``, a bool array to a floating or complex dtype as ``select(a, 1, 0)``: XLA rewrites
+    ``y * convert(mask)`` into ``select(mask, y, 0)`` (within one graph too), which gives 0 where IEEE and the CPU
+    give ``inf * 0 = nan`` and ``-2 * 0 = -0``; a select is not rewritten."""
+    if a.dtype == jnp.bool_ and (jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating)):
+        return jnp.where(a, jnp.ones((), dtype), jnp.zeros((), dtype))
+    return a.astype(dtype)
 
 
 def wrapped_int(value: int, dtype: Any) -> int:

@@ -14,7 +14,7 @@ import torch
 
 from converter.errors import LoweringError
 from converter.lowering.dtypes import is_floating, to_jax_dtype
-from converter.lowering.helpers import check_fits, is_array
+from converter.lowering.helpers import astype, check_fits, is_array
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -26,9 +26,8 @@ def cast(x, dtype):
     float → int truncates toward zero; anything → bool is ``x != 0`` (NaN is
     True); float → uint8 goes through int64 and wraps (-1.0 → 255), the rule
     torch's ``c10::convert`` documents; → float8_e4m3fn saturates at ±448 (inf too), as
-    torch's CPU conversion; bool → floating/complex is ``select(x, 1, 0)``, since XLA rewrites
-    ``y * convert(x)`` into ``select(x, y, 0)``, which loses ``inf * 0 = nan`` and ``-2 * 0 = -0`` for
-    ``y * mask.float()``. Deviation: float → signed int out of the
+    torch's CPU conversion; bool → floating/complex is ``select(x, 1, 0)`` (:func:`~converter.lowering.helpers.astype`:
+    ``y * mask.float()`` keeps ``inf * 0 = nan``). Deviation: float → signed int out of the
     target's range is undefined in torch (x86 gives INT_MIN); XLA saturates.
     """
     dtype = np.dtype(dtype)
@@ -40,9 +39,7 @@ def cast(x, dtype):
         if not (is_floating(x.dtype) and jnp.finfo(x.dtype).bits >= 32):
             x = x.astype(jnp.float32)
         return jnp.clip(x, -448, 448).astype(dtype)
-    if x.dtype == jnp.bool_ and (is_floating(dtype) or jnp.issubdtype(dtype, jnp.complexfloating)):
-        return jnp.where(x, jnp.ones((), dtype), jnp.zeros((), dtype))
-    return x.astype(dtype)
+    return astype(x, dtype)
 
 
 _E4M3FN = np.dtype(jnp.float8_e4m3fn)

@@ -108,15 +108,11 @@ def lower_sub_tensor(ctx, self, other, alpha=1):
 def lower_mul_tensor(ctx, self, other):
     """mul.Tensor(Tensor self, Tensor other) -> Tensor
 
-    Also mul.Scalar. Emits ``mul`` (bool * bool is ``and``). A floating value times a bool tensor emits
-    ``select(mask, x, x * 0)``: XLA rewrites ``x * convert(mask)`` into ``select(mask, x, 0)``, which gives 0
-    where IEEE (and the CPU) give ``inf * 0 = nan`` and ``-2 * 0 = -0``.
+    Also mul.Scalar. Emits ``mul`` (bool * bool is ``and``). A floating value times a bool tensor multiplies by
+    ``select(mask, 1, 0)`` (:func:`~converter.lowering.helpers.astype`), so ``inf * False`` is NaN and
+    ``-2 * False`` is -0, as IEEE and the CPU give.
     """
     a, b, dt = operands(ctx, self, other)
-    masks = [is_array(v) and v.dtype == jnp.bool_ for v in (self, other)]
-    if masks[0] != masks[1] and (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.complexfloating)):
-        mask, x = (self, b) if masks[0] else (other, a)
-        return jnp.where(mask, x, x * jnp.zeros((), x.dtype)).astype(dt)
     return (a * b).astype(dt)
 
 
