@@ -41,6 +41,7 @@ from exporters import complex_values, loops
 from exporters.complex_values import ComplexPair, is_complex, touches_complex
 from exporters.jaxpr_values import JaxprValue, is_static, same_dim  # noqa: F401 (re-exported)
 from exporters.expansions import EXPANSIONS, expansion_jaxpr
+from exporters.fold import fold
 from exporters.rule_table import Unsupported
 
 #: Parameters that hold an inlinable body, per call-like primitive.
@@ -123,8 +124,8 @@ class JaxprTranslator:
         self.outer: list[Any] = []  # enclosing call-like / composite eqns, for locations
 
     def fold(self, eqn: Any, ins: list) -> list:
-        """Evaluate an eqn whose inputs are all constants; returns constant values."""
-        raise NotImplementedError
+        """Evaluate an eqn whose inputs are all constants; returns constant values (:func:`exporters.fold.fold`)."""
+        return fold(eqn, ins, self.VAL)
 
     def const(self, value: Any, aval: Any = None) -> Any:
         """A constant value of this target's value type."""

@@ -5,7 +5,7 @@ constant folding, rule lookup, errors naming the ATen op and source line) is
 :class:`exporters.jaxpr_walk.JaxprTranslator`; this module binds it to the LiteRT
 rule tables (:data:`rules.RULES`, :data:`rules.COMPOSITES`: GELU, SOFTMAX,
 FULLY_CONNECTED, …), the :class:`~exporters.litert.emitter.Emitter` and LiteRT's
-constant folding (:mod:`.fold`: NumPy for the common primitives), so e.g. a weight
+constant folding (:mod:`exporters.fold`: NumPy for the common primitives), so e.g. a weight
 transpose of ``LoweredProgram.closed()`` costs nothing at run time.
 
 Empty values: TFLite kernels (and the XNNPACK delegate) refuse many zero-size
@@ -27,7 +27,6 @@ from exporters.jaxpr_walk import JaxprTranslator, is_static
 from exporters.litert import rules
 from exporters.litert.builder import TFLITE_TYPES
 from exporters.litert.emitter import Val, tfl_dtype
-from exporters.litert.fold import fold
 from exporters.litert.loops import translate_while
 
 #: Names of the dtypes a TFLite model has no tensor type for (bfloat16, float8, complex, uint16).
@@ -69,10 +68,6 @@ class Translator(JaxprTranslator):
     def while_loop(self, eqn: Any, ins: list) -> list:
         """A ``while`` as one ``WHILE`` op (:mod:`exporters.litert.loops`)."""
         return translate_while(self, eqn, ins)
-
-    def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
-        """Evaluate an eqn on constant inputs now (:func:`exporters.litert.fold.fold`)."""
-        return fold(eqn, ins)
 
     def eqn(self, eqn: Any, ins: list) -> list:
         """Translate one eqn; statically empty results and empty-operand reductions become

@@ -6,24 +6,21 @@ decomposition fallback, constant folding, rule lookup, errors naming the primiti
 the enclosing ATen op and the user's source line) are shared with the LiteRT
 exporter; this module binds the walk to the ONNX rule tables
 (:data:`rules.RULES`, :data:`rules.COMPOSITES`: Gelu, LayerNormalization, Softmax,
-Resize, …) and the :class:`OnnxGraph`, folds constants by binding the primitive in
-JAX (the weights of ``LoweredProgram.closed()`` are such constants), and assembles
-and checks the ``ModelProto``.
+Resize, …) and the :class:`OnnxGraph` (constants fold as the walk folds them:
+:mod:`exporters.fold`), and assembles and checks the ``ModelProto``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import onnx
 from onnx import helper
 
 from converter.errors import ExportError
 from exporters.jaxpr_trace import fx_locator, trace
-from exporters.jaxpr_walk import JaxprTranslator, const_val
+from exporters.jaxpr_walk import JaxprTranslator
 from exporters.onnx import loops, rules
 from exporters.onnx.graph import OnnxGraph, Val, edge_dtype, elem_type, onnx_dtype, value_info
 from exporters.onnx.inspect import inner_nodes
@@ -64,18 +61,6 @@ class Translator(JaxprTranslator):
         """A long ``scan`` as a ``Loop`` with scan outputs (:mod:`exporters.onnx.loops`)."""
         return loops.translate_scan(self, eqn, ins)
 
-    def fold(self, eqn: Any, ins: list[Val]) -> list[Val]:
-        """Evaluate an eqn on constant inputs now (:func:`fold`)."""
-        return fold(eqn, ins)
-
-
-def fold(eqn: Any, ins: list[Val]) -> list[Val]:
-    """Evaluate an eqn on constant inputs now (bound eagerly in JAX with int64 enabled)."""
-    with jax.enable_x64(True):  # before jnp.asarray too: without it, 64-bit constants become 32-bit
-        args = [jnp.asarray(np.asarray(v.full())) for v in ins]
-        out = eqn.primitive.bind(*args, **eqn.params)
-    outs = out if eqn.primitive.multiple_results else [out]
-    return [const_val(Val, np.asarray(o), v.aval) for o, v in zip(outs, eqn.outvars)]
 
 
 def build_model(program: Any, notes: list[str], description: str = "tpu-export") -> tuple[onnx.ModelProto, list]:

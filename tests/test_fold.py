@@ -1,4 +1,4 @@
-"""Constant folding (exporters.litert.fold): every NumPy rule gives XLA's bits, per eqn."""
+"""Constant folding (exporters.fold, both exporters): every NumPy rule gives XLA's bits, per eqn."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from exporters.litert.emitter import Val
-from exporters.litert.fold import NUMPY_RULES, fold
+from exporters.fold import NUMPY_RULES, fold
 
 I32 = np.array([[2**31 - 1, -5, 7], [0, -(2**31), 3]], np.int32)
 J32 = np.array([[1, -7, 7], [4, -1, -3]], np.int32)
@@ -26,7 +26,8 @@ CASES = {
     "convert": (lambda a, f, p: (a.astype(jnp.float32), a.astype(jnp.int8), f.astype(jnp.float16),
                                  f.astype(jnp.bool_), p.astype(jnp.int32), f.astype(jnp.int32)), [I32, F32, BOOL]),
     "layout": (lambda a: (a.reshape(3, 2), a.reshape(1, 2, 3)[0], a.T,
-                          jax.lax.rev(a, (1,)), jax.lax.concatenate([a, a * 2], 0)), [J32]),
+                          jax.lax.rev(a, (1,)), jax.lax.concatenate([a, a * 2], 0), a[:, 1:], a[1:, ::2],
+                          jax.lax.slice(a, (0, 2), (2, 3))), [J32]),
 }
 
 
@@ -40,7 +41,7 @@ def test_fold_numpy_rules_match_xla(name):
     on_numpy = 0
     for eqn in closed.jaxpr.eqns:
         ins = [np.asarray(v.val, v.aval.dtype) if hasattr(v, "val") else env[v] for v in eqn.invars]
-        env[eqn.outvars[0]] = fold(eqn, [Val(a.shape, a.dtype, const=a) for a in ins])[0].const
+        env[eqn.outvars[0]] = fold(eqn, [Val(a.shape, a.dtype, const=a) for a in ins], Val)[0].const
         with np.errstate(all="ignore"):
             on_numpy += NUMPY_RULES[eqn.primitive.name](*ins, **eqn.params) is not None
     assert on_numpy >= len(closed.jaxpr.eqns) - 1  # only the float→int cast needs XLA
