@@ -43,16 +43,15 @@ def optimize(graph: Graph) -> None:
     """Rewrite ``graph`` in place."""
     for _ in range(100):
         changed = False
+        # the maps change only when a rewrite reports a change (a set of ops: a list's `in` made this quadratic)
+        users, producers, alive = graph.consumers(), graph.producers(), set(graph.ops)
         for fn in (_fold_affine, _fuse_activation, _hoist_scalar_mul, _mean, _merge_scalar_mul, _merge_reshape,
                    _merge_transpose, _drop_broadcast, _split_linear, _fold_scale_through_layout,
                    _zero_product, _slice_before_reshape, _slice_of_concat):
-            users = graph.consumers()
-            producers = graph.producers()
             for op in list(graph.ops):
-                if op in graph.ops and fn(graph, op, users, producers):
+                if op in alive and fn(graph, op, users, producers):
                     changed = True
-                    users = graph.consumers()
-                    producers = graph.producers()
+                    users, producers, alive = graph.consumers(), graph.producers(), set(graph.ops)
         graph.remove_dead()
         if not changed:
             return
