@@ -6,6 +6,7 @@ near 0. Each case is exported, run in the LiteRT Interpreter (XNNPACK on) and co
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -146,45 +147,68 @@ DTYPE_CASES = {
 }
 DTYPES = ["uint8", "int8", "int16", "bool"]
 
-_RUNNER = r'''
+_RUNNER = r"""
 import json, sys, warnings
-import numpy as np, torch
+import torch
 from converter.api import convert
 warnings.filterwarnings("ignore")
 class Fn(torch.nn.Module):
-    def __init__(self, src):
-        super().__init__(); self.src = src
+    def __init__(self, srcs):
+        super().__init__(); self.srcs = srcs
     def forward(self, a, b):
-        return eval(self.src)
-for name, src, dt in json.loads(sys.argv[1]):
+        return tuple(eval(src) for src in self.srcs)
+def inputs(dt):
     g = torch.Generator().manual_seed(0)
     if dt == "bool":
-        a, b = (torch.rand(3, 4, generator=g) > 0.5 for _ in range(2))
-    else:
-        lo, hi = (0, 250) if dt == "uint8" else (-120, 120)
-        a = torch.randint(lo, hi, (3, 4), generator=g).to(getattr(torch, dt))
-        b = torch.randint(1, 7, (3, 4), generator=g).to(getattr(torch, dt))
-    m = Fn(src).eval()
+        return tuple(torch.rand(3, 4, generator=g) > 0.5 for _ in range(2))
+    lo, hi = (0, 250) if dt == "uint8" else (-120, 120)
+    return (torch.randint(lo, hi, (3, 4), generator=g).to(getattr(torch, dt)),
+            torch.randint(1, 7, (3, 4), generator=g).to(getattr(torch, dt)))
+def report(name, dt, res):
+    print(json.dumps([name, dt, res]), flush=True)
+def run(srcs, a, b):
+    got = convert(Fn(srcs).eval(), (a, b), target="litert")(a, b)
+    return got if isinstance(got, (tuple, list)) else (got,)  # (one output comes back bare)
+def same(got, want):
+    return got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+def one(name, src, dt, a, b, want):
+    report(name, dt, "started")  # a kernel that aborts leaves this last
     try:
-        want = m(a, b)
-    except Exception:
-        print(json.dumps([name, dt, "torch refuses"]), flush=True)
-        continue
-    print(json.dumps([name, dt, "started"]), flush=True)  # a kernel that aborts leaves this last
-    try:
-        got = convert(m, (a, b), target="litert")(a, b)
+        got = run([src], a, b)[0]
     except Exception as e:
-        print(json.dumps([name, dt, f"{type(e).__name__}: {str(e).splitlines()[0]}"]), flush=True)
-        continue
-    same = got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
-    print(json.dumps([name, dt, "ok" if same else f"{got.tolist()} != {want.tolist()}"]), flush=True)
-'''
+        return report(name, dt, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+    report(name, dt, "ok" if same(got, want) else f"{got.tolist()} != {want.tolist()}")
+grouped, cases = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for dt in dict.fromkeys(dt for _, _, dt in cases):
+    a, b = inputs(dt)
+    todo = {}
+    for name, src, d in cases:
+        if d == dt:
+            try:
+                todo[name] = (src, Fn([src]).eval()(a, b)[0])
+            except Exception:
+                report(name, dt, "torch refuses")
+    if grouped and todo:  # one file for every case of the dtype; the cases one by one where that fails
+        report("*", dt, "started")
+        try:
+            got = run([src for src, _ in todo.values()], a, b)
+            if all(same(g, w) for g, (_, w) in zip(got, todo.values(), strict=True)):
+                for name in todo:
+                    report(name, dt, "ok")
+                continue
+        except Exception:
+            pass
+    for name, (src, want) in todo.items():
+        one(name, src, dt, a, b, want)
+"""
 
 
-def _run_isolated(cases: list) -> dict:
-    """Run ``cases`` in a child interpreter (a kernel may abort the process); ``{(name, dtype): result}``."""
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(cases)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+def _run_isolated(cases: list, grouped: bool) -> dict:
+    """Run ``cases`` in a child interpreter (a kernel may abort the process); ``{(name, dtype): result}``.
+
+    ``grouped``: each dtype's cases converted as one model first (the cases one by one where it fails)."""
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(grouped), json.dumps(cases)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
     results = {}
     for line in proc.stdout.splitlines():
         if line.startswith("["):
@@ -196,11 +220,24 @@ def _run_isolated(cases: list) -> dict:
     return results
 
 
+@functools.lru_cache(maxsize=None)
+def _dtype_results() -> dict:
+    """Every case on every dtype, in one child; where that child dies, again one case per conversion (which
+    names the kernel that aborts)."""
+    cases = [[name, src, dt] for dt in DTYPES for name, src in DTYPE_CASES.items()]
+    try:
+        return _run_isolated(cases, grouped=True)
+    except AssertionError:
+        return _run_isolated(cases, grouped=False)
+
+
+@pytest.mark.xdist_group("litert-dtype-cases")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_ops_on_dtypes_the_kernels_lack_match_torch(dtype):
     """Every case exports, runs without aborting the interpreter and equals torch exactly (wrapping included)."""
-    results = _run_isolated([[name, src, dtype] for name, src in DTYPE_CASES.items()])
-    bad = {name: r for (name, _), r in results.items() if r not in ("ok", "torch refuses")}
+    results = {name: r for (name, dt), r in _dtype_results().items() if dt == dtype and name != "*"}
+    assert set(results) == set(DTYPE_CASES)
+    bad = {name: r for name, r in results.items() if r not in ("ok", "torch refuses")}
     assert not bad, bad
     assert sum(r == "ok" for r in results.values()) >= len(DTYPE_CASES) // 2
 
