@@ -46,8 +46,8 @@ def run_both(fn: Callable, args: tuple, kwargs: dict | None = None, target: str 
 
 
 def to_jax(t: torch.Tensor) -> jax.Array:
-    """torch → JAX (bfloat16 and float8 via a bit view)."""
-    return jax.numpy.asarray(tensor_to_numpy(t.detach().cpu().contiguous()))
+    """torch → JAX (bfloat16 and float8 via a bit view; ``device_put``: ``jnp.asarray`` compiles a copy)."""
+    return jax.device_put(tensor_to_numpy(t.detach().cpu().contiguous()))
 
 
 def to_torch(a: Any) -> torch.Tensor:
