@@ -15,7 +15,6 @@ import jax
 import numpy as np
 
 
-
 def _convert(x: np.ndarray, *, new_dtype: Any, **_: Any) -> np.ndarray | None:
     dst = np.dtype(new_dtype)
     if x.dtype.kind == "f" and dst.kind in "iu":
