@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
 
 from converter.capture import capture
 from converter.errors import InputError
@@ -45,24 +46,55 @@ def convert(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict |
         CaptureError: torch.export failed.
         UnsupportedOpError: an op has no lowering for the target.
     """
-    builder = target_builder(target)
-    program = prepare(model, sample_args, sample_kwargs, target=target, dynamic_shapes=dynamic_shapes,
-                      strict=strict, **options)
-    return builder(program, **options)
+    target_builder(target)  # an unknown target fails before the capture
+    return build(capture_program(model, sample_args, sample_kwargs, dynamic_shapes=dynamic_shapes, strict=strict),
+                 target=target, **options)
 
 
-def prepare(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
-            target: str = "tpu", dynamic_shapes: Any = None, strict: bool = False, **options: Any) -> LoweredProgram:
-    """Capture, run the shared passes and lower: the program every target builder starts from.
+def capture_program(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
+                    dynamic_shapes: Any = None, strict: bool = False) -> ExportedProgram:
+    """Capture ``model`` and run the shared passes: the part of :func:`convert` every target shares.
 
-    Args and raises as :func:`convert`; returns the :class:`LoweredProgram`, which
-    several targets can be built from without capturing again.
+    :func:`build` makes any target's artifact from the result, so several targets cost one capture
+    (torch.export is most of a small model's conversion time)::
+
+        program = capture_program(model, (x,))
+        tflite, onnx = build(program, target="litert"), build(program, target="onnx")
+
+    Args and raises as :func:`convert` (less ``target`` and its options); the model's ``training`` flag
+    decides inference vs training passes here.
     """
     if isinstance(sample_args, torch.Tensor):
         sample_args = (sample_args,)
     ep = capture(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict=strict)
-    ep, _ = run_passes(ep, inference=not model.training)
-    return lower(ep, target=target, options=options)
+    return run_passes(ep, inference=not model.training)[0]
+
+
+def build(program: ExportedProgram, target: str = "tpu", **options: Any) -> Any:
+    """The ``target`` artifact of a :func:`capture_program` result: :func:`convert` without the capture.
+
+    Args:
+        program: what :func:`capture_program` returned (not changed: build as many targets from it as needed).
+        target: as :func:`convert`.
+        **options: target options, as :func:`convert`.
+
+    Raises:
+        InputError: unknown target.
+        UnsupportedOpError: an op has no lowering for the target.
+    """
+    builder = target_builder(target)
+    return builder(lower(program, target=target, options=options), **options)
+
+
+def prepare(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
+            target: str = "tpu", dynamic_shapes: Any = None, strict: bool = False, **options: Any) -> LoweredProgram:
+    """Capture, run the shared passes and lower for ``target``: the program its builder starts from.
+
+    Args and raises as :func:`convert`; returns the :class:`LoweredProgram` (the LiteRT quantizer and the
+    tests read it).
+    """
+    program = capture_program(model, sample_args, sample_kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    return lower(program, target=target, options=options)
 
 
 def target_builder(target: str) -> Any:

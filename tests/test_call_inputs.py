@@ -10,12 +10,15 @@ import torch
 from torch import nn
 
 from converter import convert
+from converter.api import build, capture_program
 from converter.errors import InputError
 from exporters.litert import LiteRTArtifact
 from exporters.onnx import OnnxArtifact
 from exporters.stablehlo import load
 
 TARGETS = ("tpu", "stablehlo", "onnx", "litert")
+#: one worker: the capture serves every target
+pytestmark = pytest.mark.xdist_group("call-inputs")
 
 
 class _Optional(nn.Module):
@@ -35,14 +38,29 @@ def _tensors():
     return [torch.randn(2, 3, generator=g) for _ in range(5)]
 
 
-@pytest.fixture(scope="module", params=TARGETS)
-def converted(request):
-    """Each target converted with ``(x, None, cache)`` and keywords ``a``, ``b`` (in that order)."""
+@pytest.fixture(scope="module")
+def program():
+    """``_Optional`` captured once with ``(x, None, cache)`` and keywords ``a``, ``b`` (in that order)."""
     x, k, v, a, b = _tensors()
-    model = _Optional().eval()
-    cache = {"k": k, "v": (v,)}
-    art = convert(model, (x, None, cache), {"a": a, "b": b}, target=request.param)
-    return request.param, art, model, (x, k, v, a, b)
+    return capture_program(_Optional().eval(), (x, None, {"k": k, "v": (v,)}), {"a": a, "b": b})
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def converted(request, program):
+    """Each target built from the one capture."""
+    return request.param, build(program, target=request.param), _Optional().eval(), tuple(_tensors())
+
+
+def test_targets_built_from_one_capture_leave_it_as_it_was_and_agree_with_convert(program):
+    x, k, v, a, b = _tensors()
+    before = program.graph_module.code
+    got = [build(program, target=t)(x, k, v, a, b) for t in ("tpu", "stablehlo")]
+    assert program.graph_module.code == before
+    want = convert(_Optional().eval(), (x, None, {"k": k, "v": (v,)}), {"a": a, "b": b}, target="tpu")(x, k, v, a, b)
+    for g in got:
+        _same(g, torch.as_tensor(np.asarray(want)))
+    with pytest.raises(InputError, match="unknown target 'tflite'"):  # before any capture
+        convert(object(), (x,), target="tflite")
 
 
 def _same(got, want):

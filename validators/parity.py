@@ -22,12 +22,11 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
-from converter.api import TARGETS, target_builder
-from converter.capture import capture, on_the_host, to_host
+from converter.api import TARGETS, capture_program, target_builder
+from converter.capture import on_the_host, to_host
 from converter.errors import ConversionError, InputError, ParityError, source_location
 from converter.lowering import lower
 from converter.lowering.interpreter import LoweredProgram
-from converter.passes import run_passes
 from validators import localize as loc
 from validators.inputs import InputSet, build_input_sets, tensor_input_names
 from validators.metrics import OutputError, compare, task_agreement
@@ -126,7 +125,7 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     show = Progress(progress)
     try:
         show("capturing with torch.export")
-        ep, _ = run_passes(capture(model, sample_args, sample_kwargs, dynamic_shapes), inference=not model.training)
+        ep = capture_program(model, sample_args, sample_kwargs, dynamic_shapes=dynamic_shapes)
         sets = build_input_sets(ep, sample_args, sample_kwargs, inputs=inputs,
                                 num_random_inputs=num_random_inputs, seed=seed)
         refs = []
