@@ -5,10 +5,14 @@ import torch
 import torch.nn.functional as F
 
 from converter import convert
+from converter.api import build, capture_program
 from converter.errors import UnsupportedOpError
+from tests.targets import ALL, assert_target_passed
 from validators import validate
 
 while_loop = torch._higher_order_ops.while_loop
+#: one worker: each model's capture serves every target
+pytestmark = pytest.mark.xdist_group("control-flow")
 
 
 class _Cond(torch.nn.Module):
@@ -32,15 +36,20 @@ class _Branchy(_Cond):
         return z, n
 
 
-@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
-def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches(target):
+@pytest.fixture(scope="module")
+def branchy():
+    """One validation of every target (one capture) on an input taking the positive branch."""
+    return validate(_Branchy().eval(), (torch.rand(2, 4) + 0.1,), targets=ALL, num_random_inputs=0, errors="report")
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches(branchy, target):
     # they raised "higher-order ops (control flow) are not supported yet"; the program keeps the control
     # flow: one export serves inputs taking either branch and any trip count (ONNX: a Loop, LiteRT: a WHILE;
     # both refused the loop by name before)
+    assert_target_passed(branchy, target)
+    module = branchy.target(target).artifact
     pos, neg = torch.rand(2, 4) + 0.1, -torch.rand(2, 4) - 0.1
-    report = validate(_Branchy().eval(), (pos,), targets=(target,), num_random_inputs=0)
-    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
-    module = convert(_Branchy().eval(), (pos,), target=target)
     for x in (pos, neg, pos * 50):
         want = _Branchy()(x)
         got = module(x)
@@ -49,10 +58,16 @@ def test_cond_and_while_loop_export_and_match_pytorch_on_both_branches(target):
     assert {int(_Branchy()(x)[1]) for x in (pos, pos * 50)} != {0}  # the loop ran, a different number of times
 
 
+@pytest.fixture(scope="module")
+def cond_program():
+    """:class:`_Cond` captured once for the targets that build from it."""
+    return capture_program(_Cond().eval(), (torch.rand(2, 4) + 0.1,))
+
+
 @pytest.mark.parametrize("target", ["onnx", "litert"])
-def test_cond_exports_to_onnx_and_litert_as_both_branches_and_a_select(target):
+def test_cond_exports_to_onnx_and_litert_as_both_branches_and_a_select(cond_program, target):
     pos, neg = torch.rand(2, 4) + 0.1, -torch.rand(2, 4) - 0.1
-    art = convert(_Cond().eval(), (pos,), target=target)
+    art = build(cond_program, target=target)
     for x in (pos, neg):
         torch.testing.assert_close(torch.as_tensor(art(x)), _Cond()(x), rtol=1e-5, atol=1e-5)
 
@@ -127,12 +142,17 @@ class _Scanned(torch.nn.Module):
         return h, ys, back, total
 
 
-@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
-def test_scan_exports_and_matches_pytorch(target):
+@pytest.fixture(scope="module")
+def scanned():
+    """One validation of every target (one capture) of :class:`_Scanned`."""
+    return validate(_Scanned().eval(), (torch.randn(2, 80, 4), torch.randn(2, 4)), targets=ALL, num_random_inputs=1,
+                    errors="report")
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_scan_exports_and_matches_pytorch(scanned, target):
     # it was refused: "this higher-order op is not supported (torch.cond and while_loop are)"
-    x, h0 = torch.randn(2, 80, 4), torch.randn(2, 4)
-    report = validate(_Scanned().eval(), (x, h0), targets=(target,), num_random_inputs=1)
-    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+    assert_target_passed(scanned, target)
 
 
 class _Mapped(_Scanned):
@@ -144,9 +164,14 @@ class _Mapped(_Scanned):
         return hmap(lambda xt, b: (torch.tanh(xt @ self.w) + b, xt.sum(-1).to(torch.float64)), x, b)
 
 
-@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
-def test_map_exports_and_matches_pytorch(target):
+@pytest.fixture(scope="module")
+def mapped():
+    """One validation of every target (one capture) of :class:`_Mapped`."""
+    return validate(_Mapped().eval(), (torch.randn(80, 2, 4), torch.randn(4)), targets=ALL, num_random_inputs=1,
+                    errors="report")
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_map_exports_and_matches_pytorch(mapped, target):
     # it was refused: "this higher-order op is not supported (torch.cond, while_loop and scan are)"
-    report = validate(_Mapped().eval(), (torch.randn(80, 2, 4), torch.randn(4)), targets=(target,),
-                      num_random_inputs=1)
-    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+    assert_target_passed(mapped, target)

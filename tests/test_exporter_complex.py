@@ -13,13 +13,16 @@ import pytest
 import torch
 from torch import nn
 
-from converter.api import convert
+from converter.api import build, convert
 from converter.errors import UnsupportedOpError
 from exporters.litert import build as build_litert
 from exporters.onnx import build as build_onnx
 from tests.litert.adapter import JaxProgram
+from tests.targets import one_capture
 
 TARGETS = ["onnx", "litert"]
+#: one worker: each model's capture serves both targets
+pytestmark = pytest.mark.xdist_group("exporter-complex")
 
 
 class Spectrogram(nn.Module):
@@ -67,20 +70,28 @@ def _inputs():
             torch.randn(2, 6, 8, generator=g))
 
 
-def _check(model, args, target, rtol):
+def _check(program, model, args, target, rtol):
     with torch.no_grad():
         want = model(*args)
-    got = convert(model.eval(), args, target=target)(*args)
+    got = build(program, target=target)(*args)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         g = torch.as_tensor(np.asarray(g))
         err = ((g - w).abs().max() / w.abs().max()).item()
         assert err < rtol, f"output {i}: relative error {err:.2e}"
 
 
+def _audio():
+    return (torch.randn(2, 400, generator=torch.Generator().manual_seed(1)),)
+
+
+@one_capture
+def _spectrogram():
+    return Spectrogram().eval(), _audio()
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_log_mel_spectrogram_and_istft_export(target):
-    audio = torch.randn(2, 400, generator=torch.Generator().manual_seed(1))
-    _check(Spectrogram(), (audio,), target, 1e-6)
+    _check(_spectrogram(), Spectrogram(), _audio(), target, 1e-6)
 
 
 class _LogMel(Spectrogram):
@@ -88,10 +99,15 @@ class _LogMel(Spectrogram):
         return super().forward(audio)[0]
 
 
+@one_capture
+def _log_mel():
+    return _LogMel().eval(), (torch.randn(2, 400),), ({0: torch.export.Dim("batch")},)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_log_mel_spectrogram_with_a_dynamic_batch(target):
     model = _LogMel().eval()
-    art = convert(model, (torch.randn(2, 400),), target=target, dynamic_shapes=({0: torch.export.Dim("batch")},))
+    art = build(_log_mel(), target=target)
     for n in (1, 3):
         audio = torch.randn(n, 400, generator=torch.Generator().manual_seed(n))
         want = model(audio)
@@ -99,16 +115,25 @@ def test_log_mel_spectrogram_with_a_dynamic_batch(target):
         assert got.shape == want.shape and ((got - want).abs().max() / want.abs().max()).item() < 1e-6
 
 
+@one_capture
+def _fft_over_time():
+    return _ComplexAbs().eval(), (torch.randn(2, 16),), ({1: torch.export.Dim("time")},)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_an_fft_over_a_dynamic_axis_is_refused_by_name(target):
-    model = _ComplexAbs().eval()
     with pytest.raises(UnsupportedOpError, match="an FFT over a dynamic axis"):
-        convert(model, (torch.randn(2, 16),), target=target, dynamic_shapes=({1: torch.export.Dim("time")},))
+        build(_fft_over_time(), target=target)
+
+
+@one_capture
+def _signals():
+    return Signals().eval(), _inputs()
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_fft_family_complex_arithmetic_and_rotary_embedding_export(target):
-    _check(Signals(), _inputs(), target, 1e-6)
+    _check(_signals(), Signals(), _inputs(), target, 1e-6)
 
 
 class _ComplexAbs(nn.Module):

@@ -1,6 +1,6 @@
 """Every op of the op table through the ONNX and LiteRT exporters: one sample per op (the first of its first
-dtype that is not bfloat16), converted, run in ONNX Runtime / the LiteRT Interpreter and compared with PyTorch
-at the op's tolerance (at least 1e-4).
+dtype that is not bfloat16), captured once for both exporters, converted, run in ONNX Runtime / the LiteRT
+Interpreter and compared with PyTorch at the op's tolerance (at least 1e-4).
 
 Each (op, target) must end as :data:`REFUSED` and :data:`OTHER` say, ``"pass"`` where they say nothing: an op that starts to be
 refused, or to compute something else, fails here (``Tensor.repeat`` was refused by both exporters and counted
@@ -13,9 +13,9 @@ import functools
 import pytest
 import torch
 
-from converter.api import convert
+from converter.api import build, capture_program
 from converter.errors import UnsupportedOpError
-from tests.ops.harness import FnModule, assert_close
+from tests.ops.harness import assert_close
 from tests.ops.op_db import DEFAULT_TOL, all_ops
 
 _OPS = {o.name: o for o in all_ops()}
@@ -58,10 +58,9 @@ def _matches(info, dtype, got: list, want: list) -> bool:
 
 def _outcome(name: str, target: str) -> str:
     """``name``'s first sample converted alone for ``target``: "pass", "refused", "wrong" or "crash: ..."."""
-    info, dtype, s, tensors, want = _case(name)
+    info, dtype, _, tensors, want = _case(name)
     try:
-        art = convert(FnModule(info.fn, s.args, s.kwargs).eval(), tensors, target=target)
-        got = art(*tensors)
+        got = build(_program((name,)), target=target)(*tensors)
     except UnsupportedOpError:
         return "refused"
     except Exception as e:  # noqa: BLE001 (the outcome is the test's subject)
@@ -85,12 +84,19 @@ class _Group(torch.nn.Module):
         return tuple(outs)
 
 
+@functools.lru_cache(maxsize=None)
+def _program(names: tuple):
+    """``names``' samples as one model, captured once for both targets (raises what the capture raised)."""
+    cases = [_case(n) for n in names]
+    return capture_program(_Group(cases).eval(), tuple(t for c in cases for t in c[3]))
+
+
 def _group_passes(names: tuple, target: str) -> bool:
     """Whether ``names``' samples, converted as one model and run once, all match torch."""
     cases = [_case(n) for n in names]
     tensors = tuple(t for c in cases for t in c[3])
     try:
-        got = _leaves(convert(_Group(cases).eval(), tensors, target=target)(*tensors))
+        got = _leaves(build(_program(names), target=target)(*tensors))
     except Exception:  # noqa: BLE001 (the halves say which op it was)
         return False
     if len(got) != sum(len(c[4]) for c in cases):
@@ -142,20 +148,22 @@ def _expected(name: str, target: str) -> str:
     return OTHER.get((name, target)) or ("refused" if name in REFUSED[target] else "pass")
 
 
-#: Ops expected to pass are converted in chunks of this many (one capture and one file per chunk: the suite's
-#: time); a chunk with a failure is halved until each op that fails is converted alone.
+#: Ops expected to pass in both exporters are converted in chunks of this many (one capture for both targets and
+#: one file per target and chunk: the suite's time); a chunk with a failure is halved until each op that fails is
+#: converted alone. Every other op is captured alone, once for both targets.
 CHUNK = 24
+_TARGETS = ("onnx", "litert")
 _NAMES = sorted(n for n in _OPS if _sample(_OPS[n])[1] is not None)
 
 
 def _params():
-    for target in ("onnx", "litert"):
-        passing = [n for n in _NAMES if _expected(n, target) == "pass"]
-        chunks = {n: tuple(passing[i - i % CHUNK:i - i % CHUNK + CHUNK]) for i, n in enumerate(passing)}
+    both = [n for n in _NAMES if all(_expected(n, t) == "pass" for t in _TARGETS)]
+    chunks = {n: tuple(both[i - i % CHUNK:i - i % CHUNK + CHUNK]) for i, n in enumerate(both)}
+    for target in _TARGETS:
         for name in _NAMES:
             chunk = chunks.get(name, (name,))
             yield pytest.param(name, target, chunk, id=f"{name}-{target}",
-                               marks=pytest.mark.xdist_group(f"coverage-{target}-{chunk[0]}"))
+                               marks=pytest.mark.xdist_group(f"coverage-{chunk[0]}"))
 
 
 @pytest.mark.parametrize("name,target,chunk", list(_params()))

@@ -12,7 +12,11 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from converter import convert
+from converter.api import build
+from tests.targets import ALL, assert_target_passed, one_capture
+
+#: one worker: each model's capture serves every target
+pytestmark = pytest.mark.xdist_group("exporter-dynamic-indexing")
 
 
 class _Indexing(nn.Module):
@@ -27,13 +31,17 @@ class _Indexing(nn.Module):
         return picked + top.sum(-1, keepdim=True), x + self.positions[:, : x.shape[1], 0], tiled  # (x.shape[1] <= 64)
 
 
+@one_capture
+def _indexing():
+    batch, length = Dim("batch", max=8), Dim("length", min=2, max=32)
+    x, idx = torch.randn(2, 6), torch.randint(0, 6, (2, 3))
+    return _Indexing().eval(), (x, idx), ({0: batch, 1: length}, {0: batch})
+
+
 @pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
 def test_indexing_with_dynamic_batch_and_length(target):
-    batch, length = Dim("batch", max=8), Dim("length", min=2, max=32)
     g = torch.Generator().manual_seed(0)
-    x, idx = torch.randn(2, 6, generator=g), torch.randint(0, 6, (2, 3), generator=g)
-    art = convert(_Indexing().eval(), (x, idx), target=target,
-                  dynamic_shapes=({0: batch, 1: length}, {0: batch}))
+    art = build(_indexing(), target=target)
     for b, n in ((1, 4), (3, 9)):
         x, idx = torch.randn(b, n, generator=g), torch.randint(0, n, (b, 3), generator=g)
         for got, want in zip(art(x, idx), _Indexing()(x, idx), strict=True):
@@ -50,14 +58,23 @@ class _ChannelsLastPool(nn.Module):
         return self.pool(self.conv(x)).flatten(1)
 
 
+def _pool_model():
+    torch.manual_seed(0)
+    model = _ChannelsLastPool().eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    return model, (x,), ({0: Dim("batch", max=8)},)
+
+
+_pool = one_capture(_pool_model)
+
+
 @pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
 def test_a_channels_last_global_pool_with_a_dynamic_batch(target):
     # a channels-last model's global pool (timm's ConvNeXt) captures as mean(keepdim) then as_strided re-striding the
     # size-1 dims, with the batch dynamic: a reshape (as_strided had needed static sizes)
-    model = _ChannelsLastPool().eval().to(memory_format=torch.channels_last)
+    model, (x,), _ = _pool_model()
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(2, 3, 4, 4, generator=g).to(memory_format=torch.channels_last)
-    art = convert(model, (x,), target=target, dynamic_shapes=({0: Dim("batch", max=8)},))
+    art = build(_pool(), target=target)
     for b in (1, 3):
         x = torch.randn(b, 3, 4, 4, generator=g).to(memory_format=torch.channels_last)
         torch.testing.assert_close(torch.as_tensor(np.asarray(art(x))), model(x), rtol=1e-6, atol=1e-6)
@@ -74,12 +91,17 @@ class _Scatters(nn.Module):
         return added, put, x.scatter_add(0, idx[:, None].expand(-1, x.shape[1]), src)
 
 
+@one_capture
+def _scatters():
+    args = (torch.randn(6, 3), torch.tensor([0, 2, 5, 3]), torch.randn(4, 3))
+    return _Scatters().eval(), args, ({0: Dim("rows", min=4, max=64)}, None, None)
+
+
 @pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
 def test_scatter_into_rows_of_a_dynamic_count(target):
     g = torch.Generator().manual_seed(0)
     src = torch.randn(4, 3, generator=g)
-    art = convert(_Scatters().eval(), (torch.randn(6, 3), torch.tensor([0, 2, 5, 3]), src), target=target,
-                  dynamic_shapes=({0: Dim("rows", min=4, max=64)}, None, None))
+    art = build(_scatters(), target=target)
     for n in (6, 11):
         x, idx = torch.randn(n, 3, generator=g), torch.tensor([0, n - 1, 2, n - 3])
         for got, want in zip(art(x, idx, src), _Scatters()(x, idx, src), strict=True):
@@ -96,12 +118,16 @@ class _SliceWrites(nn.Module):
         return written, torch.ops.aten.slice_scatter(cache, k * 2, 1, 13, 16)
 
 
+@one_capture
+def _slice_writes():
+    batch = Dim("batch", max=8)
+    return _SliceWrites().eval(), (torch.zeros(2, 16, 4), torch.randn(2, 3, 4)), ({0: batch}, {0: batch})
+
+
 @pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
 def test_slice_writes_with_a_dynamic_batch(target):
     g = torch.Generator().manual_seed(0)
-    batch = Dim("batch", max=8)
-    art = convert(_SliceWrites().eval(), (torch.zeros(2, 16, 4), torch.randn(2, 3, 4)), target=target,
-                  dynamic_shapes=({0: batch}, {0: batch}))
+    art = build(_slice_writes(), target=target)
     for b in (1, 5):
         cache, k = torch.randn(b, 16, 4, generator=g), torch.randn(b, 3, 4, generator=g)
         for got, want in zip(art(cache, k), _SliceWrites()(cache, k), strict=True):
@@ -166,13 +192,18 @@ class _SpanFromATensor(nn.Module):
         return x.sum(-1, keepdim=True) + window.sum(), window.shape[0] * x
 
 
-@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
-def test_a_size_read_back_from_a_tensor_built_from_sizes(target):
-    # the slice's bounds were data-dependent sizes to torch.export (an .item() of that tensor): refused; its storage
-    # offset was a fresh symbol; LiteRT had no min() of dims ("dynamic dim expression min(s, 8) is not supported")
+@pytest.fixture(scope="module")
+def span_report():
+    """One validation of every target (one capture) of :class:`_SpanFromATensor`."""
     from validators import validate
 
-    report = validate(_SpanFromATensor(), (torch.randn(2, 5, 3),), targets=(target,), num_random_inputs=0,
-                      dynamic_shapes=({1: Dim("t", min=2, max=16)},),
-                      inputs=[(torch.randn(2, 12, 3),), (torch.randn(2, 2, 3),)])
-    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+    return validate(_SpanFromATensor(), (torch.randn(2, 5, 3),), targets=ALL, num_random_inputs=0,
+                    dynamic_shapes=({1: Dim("t", min=2, max=16)},), errors="report",
+                    inputs=[(torch.randn(2, 12, 3),), (torch.randn(2, 2, 3),)])
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_a_size_read_back_from_a_tensor_built_from_sizes(span_report, target):
+    # the slice's bounds were data-dependent sizes to torch.export (an .item() of that tensor): refused; its storage
+    # offset was a fresh symbol; LiteRT had no min() of dims ("dynamic dim expression min(s, 8) is not supported")
+    assert_target_passed(span_report, target)

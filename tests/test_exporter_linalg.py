@@ -10,9 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from converter.api import convert
+from converter.api import build
+from tests.targets import one_capture
 
 TARGETS = ["onnx", "litert"]
+#: one worker: each model's capture serves both targets
+pytestmark = pytest.mark.xdist_group("exporter-linalg")
 
 
 class _Factorizations(nn.Module):
@@ -44,10 +47,15 @@ def _inputs():
     return a, b @ b.mT + torch.eye(4), torch.randn(3, 3, generator=g) + 2 * torch.eye(3)
 
 
+@one_capture
+def _linalg():
+    return _Linalg().eval(), _inputs()
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_small_matrix_linear_algebra_matches_pytorch(target):
     args = _inputs()
-    got, want = convert(_Linalg().eval(), args, target=target)(*args), _Linalg()(*args)
+    got, want = build(_linalg(), target=target)(*args), _Linalg()(*args)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         g = torch.as_tensor(np.asarray(g))
         assert g.shape == w.shape and g.dtype == w.dtype, f"output {i}"
@@ -57,24 +65,38 @@ def test_small_matrix_linear_algebra_matches_pytorch(target):
             assert torch.equal(g, w), f"output {i}: {g} vs {w}"
 
 
+@one_capture
+def _empty():
+    return _Factorizations().eval(), (torch.zeros(2, 0, 0), torch.zeros(2, 0, 0))
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_empty_matrices_factor_and_solve(target):
     # 0 x 0 matrices (a batch of them too): the unrolled LU, substitution and Cholesky stacked no rows and failed
     a, spd = torch.zeros(2, 0, 0), torch.zeros(2, 0, 0)
-    got, want = convert(_Factorizations().eval(), (a, spd), target=target)(a, spd), _Factorizations()(a, spd)
+    got, want = build(_empty(), target=target)(a, spd), _Factorizations()(a, spd)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         g = torch.as_tensor(np.asarray(g))
         assert g.shape == w.shape and g.dtype == w.dtype and torch.equal(g, w), f"output {i}: {g} vs {w}"
+
+
+def _large_inputs():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(2, 24, 24, generator=g) + 4 * torch.eye(24), torch.randn(2, 24, 24, generator=g)
+    return a, b @ b.mT + torch.eye(24)
+
+
+@one_capture
+def _large():
+    return _Factorizations().eval(), _large_inputs()
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_matrix_too_large_to_unroll_runs_as_a_loop(target):
     # the same ops on 24-row matrices, over the 16 rows that are unrolled: one loop over the rows each (refused by
     # name before ("LU factorization of a 17-row matrix (unrolled up to 16 ...)")
-    g = torch.Generator().manual_seed(2)
-    a, b = torch.randn(2, 24, 24, generator=g) + 4 * torch.eye(24), torch.randn(2, 24, 24, generator=g)
-    args = (a, b @ b.mT + torch.eye(24))
-    art = convert(_Factorizations().eval(), args, target=target)
+    args = _large_inputs()
+    art = build(_large(), target=target)
     for i, (got, want) in enumerate(zip(art(*args), _Factorizations()(*args), strict=True)):
         got = torch.as_tensor(np.asarray(got))
         if want.is_floating_point():
@@ -90,14 +112,18 @@ class _Dynamic(nn.Module):
         return torch.linalg.det(a), torch.linalg.cholesky(a @ a.mT + torch.eye(a.shape[-1]))
 
 
+@one_capture
+def _dynamic(rows):
+    return _Dynamic().eval(), (torch.randn(2, rows, rows),), ({0: torch.export.Dim("batch")},)
+
+
 @pytest.mark.parametrize("rows", [3, 20])
 @pytest.mark.parametrize("target", TARGETS)
 def test_factorizations_with_a_dynamic_batch(target, rows):
     """Entries are picked by slices, not indexing (a gather, which LiteRT refuses over symbolic dims); over 16 rows
     by slices at a run-time start inside a loop (ONNX refused those with a dynamic batch)."""
     model = _Dynamic().eval()
-    art = convert(model, (torch.randn(2, rows, rows),), target=target,
-                  dynamic_shapes=({0: torch.export.Dim("batch")},))
+    art = build(_dynamic(rows), target=target)
     for n in (1, 5):
         a = torch.randn(n, rows, rows, generator=torch.Generator().manual_seed(n)) + rows * torch.eye(rows)
         for g, w in zip(art(a), model(a), strict=True):
@@ -120,11 +146,16 @@ class _Experts(nn.Module):
         return torch.ops.transformers.grouped_mm_fallback(x, self.weight, self.offs)
 
 
+@one_capture
+def _experts():
+    return _Experts().eval(), (torch.randn(7, 8, generator=torch.Generator().manual_seed(2)),)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_grouped_expert_products_export(target):
     """``lax.ragged_dot_general`` (no operator in either format) as every row times every group, masked."""
     model, x = _Experts().eval(), torch.randn(7, 8, generator=torch.Generator().manual_seed(2))
-    got, want = torch.as_tensor(np.asarray(convert(model, (x,), target=target)(x))), model(x)
+    got, want = torch.as_tensor(np.asarray(build(_experts(), target=target)(x))), model(x)
     assert want[5:].eq(0).all() and got.shape == want.shape
     assert (got - want).abs().max() <= 1e-5 * want.abs().max().item()
 
@@ -138,11 +169,20 @@ class _ExpAndHistogram(nn.Module):
         return torch.linalg.matrix_exp(a), hist, edges, torch.bucketize(x, torch.linspace(-2, 2, 9))
 
 
+def _exp_inputs():
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(2, 4, 4, generator=g), torch.randn(50, generator=g)
+
+
+@one_capture
+def _exp_and_histogram():
+    return _ExpAndHistogram().eval(), _exp_inputs()
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_matrix_exp_histogram_and_bucketize_export(target):
-    g = torch.Generator().manual_seed(3)
-    args = torch.randn(2, 4, 4, generator=g), torch.randn(50, generator=g)
-    got, want = convert(_ExpAndHistogram().eval(), args, target=target)(*args), _ExpAndHistogram()(*args)
+    args = _exp_inputs()
+    got, want = build(_exp_and_histogram(), target=target)(*args), _ExpAndHistogram()(*args)
     for i, (gv, w) in enumerate(zip(got, want, strict=True)):
         gv = torch.as_tensor(np.asarray(gv))
         assert gv.shape == w.shape and gv.dtype == w.dtype, f"output {i}"

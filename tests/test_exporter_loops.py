@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from converter import convert
+from converter.api import build, capture_program
 from exporters.litert import build as build_litert
 from exporters.onnx import build as build_onnx
 from tests.litert.adapter import JaxProgram
 
 BUILD = {"onnx": build_onnx, "litert": build_litert}
 LOOP = {"onnx": "Loop", "litert": "WHILE"}
+#: one worker: the recurrent model's captures serve every target
+pytestmark = pytest.mark.xdist_group("exporter-loops")
 R = np.random.default_rng(0)
 X = R.standard_normal((200, 3)).astype(np.float32)
 W = (R.standard_normal((3, 3)) * 0.4).astype(np.float32)
@@ -91,15 +93,18 @@ class _Recurrent(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def recurrent():
+    """The model, a [100, 2, 4] sequence, and its captures (one per set of dynamic dims, for every target)."""
     torch.manual_seed(1)
-    return _Recurrent().eval(), torch.randn(100, 2, 4)
+    model, x = _Recurrent().eval(), torch.randn(100, 2, 4)
+    batch = capture_program(model, (x,), dynamic_shapes=({1: torch.export.Dim("batch", min=1, max=16)},))
+    dims = {0: torch.export.Dim("steps", min=2, max=1000), 1: torch.export.Dim("batch", min=1, max=16)}
+    return model, x, batch, capture_program(model, (x,), dynamic_shapes=(dims,))
 
 
 @pytest.mark.parametrize("target", ["onnx", "litert", "stablehlo"])
 def test_recurrent_layers_over_a_long_sequence_export_as_loops(recurrent, target):
-    model, x = recurrent
-    dynamic = ({1: torch.export.Dim("batch", min=1, max=16)},)
-    art = convert(model, (x,), target=target, dynamic_shapes=dynamic)
+    model, x, batch_dynamic, _ = recurrent
+    art = build(batch_dynamic, target=target)
     for batch in (x, torch.randn(100, 5, 4)):
         with torch.no_grad():
             want = model(batch)
@@ -115,9 +120,8 @@ def test_recurrent_layers_over_a_long_sequence_export_as_loops(recurrent, target
 def test_recurrent_layers_with_a_dynamic_sequence_length(recurrent, target):
     # torch.export specialized the length ("Constraints violated"): its fake-tensor rule for these ops looped over
     # time (converter.capture.recurrent_shape_rules computes their shapes instead)
-    model, x = recurrent
-    dims = {0: torch.export.Dim("steps", min=2, max=1000), 1: torch.export.Dim("batch", min=1, max=16)}
-    art = convert(model, (x,), target=target, dynamic_shapes=(dims,))
+    model, _, _, length_dynamic = recurrent
+    art = build(length_dynamic, target=target)
     for steps, batch in ((100, 2), (3, 1), (250, 3)):
         seq = torch.randn(steps, batch, 4, generator=torch.Generator().manual_seed(steps))
         with torch.no_grad():
@@ -131,9 +135,8 @@ def test_inspect_shows_what_runs_inside_the_loops(recurrent, target, tmp_path):
     from exporters.litert.inspect import inspect_file
     from exporters.onnx.inspect import inspect_onnx
 
-    model, x = recurrent
     path = tmp_path / ("m.onnx" if target == "onnx" else "m.tflite")
-    convert(model, (x,), target=target).save(path)
+    build(recurrent[2], target=target).save(path)  # (the batch-dynamic capture)
     text = (inspect_onnx if target == "onnx" else inspect_file)(path)
     if target == "onnx":
         assert "Loop ×6" in text and "inside loops (" in text and "Sigmoid" in text.split("inside loops")[1]

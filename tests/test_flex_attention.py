@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from tests.targets import ALL, assert_target_passed
 from validators import validate
 
 
@@ -44,14 +45,22 @@ def _inputs():
                                                                                                   generator=g)
 
 
-@pytest.mark.parametrize("mask", [_causal_documents, _odd_rows])
-@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
-def test_flex_attention_exports_and_matches_pytorch(target, mask):
-    # it was refused: "this higher-order op is not supported (torch.cond, while_loop, scan and map are)"
+#: one worker: each mask's capture serves the four targets
+pytestmark = pytest.mark.xdist_group("flex-attention")
+
+
+@pytest.fixture(scope="module", params=[_causal_documents, _odd_rows], ids=lambda m: m.__name__)
+def report(request):
+    """One validation of every target (one capture) per mask."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (torch's note that flex_attention without torch.compile is slow)
-        report = validate(_Flex(mask), _inputs(), targets=(target,), num_random_inputs=1)
-    assert report.passed, [(t.target, t.status, t.message) for t in report.targets]
+        return validate(_Flex(request.param), _inputs(), targets=ALL, num_random_inputs=1, errors="report")
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_flex_attention_exports_and_matches_pytorch(report, target):
+    # it was refused: "this higher-order op is not supported (torch.cond, while_loop, scan and map are)"
+    assert_target_passed(report, target)
 
 
 def test_compiled_flex_attention_runs():
