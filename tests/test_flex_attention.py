@@ -11,6 +11,9 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from tests.targets import ALL, assert_target_passed
 from validators import validate
 
+#: one worker: each mask's capture serves the four targets
+pytestmark = pytest.mark.xdist_group("flex-attention")
+
 
 def _causal_documents(b, h, q, kv):
     """Causal attention within documents of three tokens."""
@@ -43,10 +46,6 @@ def _inputs():
     g = torch.Generator().manual_seed(1)
     return torch.randn(2, 4, 8, 4, generator=g), torch.randn(2, 2, 8, 4, generator=g), torch.randn(2, 2, 8, 6,
                                                                                                   generator=g)
-
-
-#: one worker: each mask's capture serves the four targets
-pytestmark = pytest.mark.xdist_group("flex-attention")
 
 
 @pytest.fixture(scope="module", params=[_causal_documents, _odd_rows], ids=lambda m: m.__name__)
