@@ -11,9 +11,12 @@ import torch
 from torch import nn
 
 import examples.models as zoo
-from converter.api import convert
+from converter.api import build, convert
+from tests.targets import one_capture
 
 TARGETS = ["onnx", "litert"]
+#: one worker: each model's capture serves both targets
+pytestmark = pytest.mark.xdist_group("exporter-bfloat16")
 
 
 class _Bits(nn.Module):
@@ -25,13 +28,28 @@ class _Bits(nn.Module):
                 torch.fmod(x16, 1.5), x.amax(-1), -x)
 
 
+def _bits_input():
+    return torch.tensor([[0.5, -0.0, 0.0, -2.5, 3.0, 7.0, -126.0, 1e-3],
+                         [1.0, 2.0, 3.0, 2.5, 1.5, -1.0, -5.0, float("-inf")]], dtype=torch.bfloat16)
+
+
+@one_capture
+def _bits():
+    return _Bits().eval(), (_bits_input(),)
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_bits_order_keys_and_int16_selects_of_bfloat16_values_are_exact(target):
-    x = torch.tensor([[0.5, -0.0, 0.0, -2.5, 3.0, 7.0, -126.0, 1e-3],
-                      [1.0, 2.0, 3.0, 2.5, 1.5, -1.0, -5.0, float("-inf")]], dtype=torch.bfloat16)
-    got, want = convert(_Bits().eval(), (x,), target=target)(x), _Bits()(x)
+    x = _bits_input()
+    got, want = build(_bits(), target=target)(x), _Bits()(x)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g.dtype == w.dtype and torch.equal(g, w), f"output {i}: {g} vs {w}"
+
+
+@one_capture
+def _mingpt():
+    model, (ids,) = zoo.mingpt()
+    return model.to(torch.bfloat16).eval(), (ids,)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -41,7 +59,7 @@ def test_a_bfloat16_mingpt_stays_within_bfloat16_rounding(target):
     with torch.no_grad():
         want = model(ids)
         reference = model.float()(ids)
-    got = convert(model.to(torch.bfloat16), (ids,), target=target)(ids)
+    got = build(_mingpt(), target=target)(ids)
     got, want, reference = (v[0] if isinstance(v, (tuple, list)) else v for v in (got, want, reference))
     assert got.dtype == torch.bfloat16
     bound = 2 * (want.float() - reference).abs().max() + 1e-2 * reference.abs().max()
