@@ -13,10 +13,11 @@ import functools
 import pytest
 import torch
 
-from converter.api import build, capture_program
+from converter.api import build
 from converter.errors import UnsupportedOpError
 from tests.ops.harness import assert_close
 from tests.ops.op_db import DEFAULT_TOL, all_ops
+from tests.targets import one_capture
 
 _OPS = {o.name: o for o in all_ops()}
 
@@ -84,11 +85,11 @@ class _Group(torch.nn.Module):
         return tuple(outs)
 
 
-@functools.lru_cache(maxsize=None)
+@one_capture
 def _program(names: tuple):
     """``names``' samples as one model, captured once for both targets (raises what the capture raised)."""
     cases = [_case(n) for n in names]
-    return capture_program(_Group(cases).eval(), tuple(t for c in cases for t in c[3]))
+    return _Group(cases).eval(), tuple(t for c in cases for t in c[3])
 
 
 def _group_passes(names: tuple, target: str) -> bool:

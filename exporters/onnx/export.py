@@ -62,7 +62,6 @@ class Translator(JaxprTranslator):
         return loops.translate_scan(self, eqn, ins)
 
 
-
 def build_model(program: Any, notes: list[str], description: str = "tpu-export") -> tuple[onnx.ModelProto, list]:
     """Translate one LoweredProgram into an ONNX ``ModelProto``.
 
