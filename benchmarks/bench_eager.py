@@ -24,7 +24,10 @@ warm-up, reporting the median over rounds of the per-round time ratio
    (torch's own autograd, module and optimizer code, the same in both modes), and the
    ceiling that rest puts on the ratio: ``strict step / fused rest`` is what fused/strict
    would be if the fused runtime cost nothing (strict and fused measured in alternating rounds, the median of each
-   part: :func:`paired_breakdown`); and for the MLPs the XLA floor: the same step written in JAX as one
+   part: :func:`paired_breakdown`); the subclass floor (default and loop AdamW): the same step on
+   tensors of a subclass whose ATen calls do no work (``subclass_floor.py``), ``strict time / floor time``
+   bounding what any Python ``__torch_dispatch__`` runtime can reach, however little it records and runs;
+   and for the MLPs the XLA floor: the same step written in JAX as one
    ``jax.jit`` (``xla_floor.py``, checked against PyTorch), ``strict time / floor time`` bounding what
    fused/strict can reach on this machine however cheap the runtime;
 2. **per-op dispatch** of strict eager against torchax eager on a chain of small
@@ -67,6 +70,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import tpu_runtime  # noqa: E402
+from benchmarks.subclass_floor import floor_training_step  # noqa: E402
 from benchmarks.xla_floor import floor_step  # noqa: E402
 from examples.models import MLP  # noqa: E402
 from examples.train import Task, make_task  # noqa: E402
@@ -109,6 +113,9 @@ def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
 
 #: AdamW variants of part 1: torch's default (foreach on the tpu device), the per-parameter loop, fused.
 _OPTIMIZERS = {"default": {}, "loop": {"foreach": False}, "fused": {"fused": True}}
+#: The same AdamW variants on :mod:`benchmarks.subclass_floor`'s shadow tensors (meta device: torch's default there is
+#: the per-parameter loop, so the tpu device's default, foreach, is asked for).
+_SHADOW_OPTIMIZERS = {"default": {"foreach": True}, "loop": {"foreach": False}}
 
 
 def _task(name: str) -> Task:
@@ -384,6 +391,16 @@ def main(argv: list[str] | None = None) -> int:
                       f" ms, fused {f_runtime * 1e3:.2f}/{(f_total - f_runtime) * 1e3:.2f} ms; ceiling with a free "
                       f"fused runtime {s_total / (f_total - f_runtime):.2f}x; 2x needs fused runtime <= "
                       f"{(s_total / 2 - (f_total - f_runtime)) * 1e3:.2f} ms")
+            if optimizer in _SHADOW_OPTIMIZERS:  # (AdamW(fused=True) has no kernel on the meta device)
+                task = _task(name)
+                torch.manual_seed(0)
+                shadow = floor_training_step(_no_dropout(task.make().train()), task.batches[0], task.loss,
+                                             **_SHADOW_OPTIMIZERS[optimizer])
+                shadow(), shadow()
+                ratio, ts, tx = paired(strict, shadow, args.rounds, args.block)
+                print(f"   {'':30s} strict/subclass-floor time {ratio:.2f}x (torch's side of the step under a tensor "
+                      f"subclass whose ATen calls do no work: {tx * 1e3:.2f} ms; the most any Python-subclass "
+                      "runtime's fused/strict can be)")
             floor = floor_step(_task(name), 1e-3) if optimizer == "default" else None
             if floor is not None:  # (the MLPs: a JAX twin, checked against PyTorch)
                 floor(), floor()

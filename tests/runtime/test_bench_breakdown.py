@@ -82,3 +82,27 @@ def test_the_xla_floors_check_catches_another_step(monkeypatch):
     monkeypatch.setattr(xla_floor, "WEIGHT_DECAY", 0.1)  # not AdamW's default
     with pytest.raises(AssertionError):
         xla_floor.floor_step(_task("mlp"), 1e-2)
+
+
+def test_subclass_floor_runs_a_training_step_with_the_shapes_of_the_real_one():
+    # the floor's step is the same torch code on tensors that hold nothing: shapes and dtypes as on the CPU,
+    # tied weights kept tied, in-place ops returning their target, a new python float making no new signature
+    from benchmarks import subclass_floor
+    from examples.train import make_task
+
+    task = make_task("mingpt")
+    torch.manual_seed(0)
+    model = task.make().train()
+    want = model(task.batches[0][0]).shape
+    step = subclass_floor.floor_training_step(model, task.batches[0], task.loss, foreach=True)
+    assert step() == 0.0 and model.lm_head.weight is model.wte.weight
+    assert all(type(p) is subclass_floor.Shadow for p in model.parameters())
+    x = subclass_floor.Shadow(tuple(task.batches[0][0].shape), torch.int64)
+    assert model(x).shape == want and model(x).dtype == torch.float32
+    seen = len(subclass_floor._OUTPUTS)
+    step(), step()
+    p = next(model.parameters())
+    with torch.no_grad():
+        assert p.mul_(0.5) is p and torch.add(p, 0.25).shape == p.shape
+        torch.add(p, 0.75)  # another float: the same signature
+    assert len(subclass_floor._OUTPUTS) == seen + 2  # (mul_ and add: nothing per step)
