@@ -97,12 +97,13 @@ def _overlapping(args: tuple) -> bool:
     """Whether an in-place foreach call's targets (``args[0]``) share a storage with each other, or
     with another list's element at a different position: torch then runs element by element, each
     write seen by the next element (one plan would read every input before any write)."""
-    try:  # the common case, at C speed: tpu tensor lists with no storage in common
+    try:  # the common case, at C speed: tpu tensor lists with no storage in common (a scalar list has none)
         targets = set(map(id, map(_STORAGE, args[0])))
         if len(targets) == len(args[0]) and all(
-                targets.isdisjoint(map(id, map(_STORAGE, a))) for a in args[1:] if type(a) in (list, tuple)):
+                targets.isdisjoint(map(id, map(_STORAGE, a))) for a in args[1:]
+                if type(a) in (list, tuple) and a and isinstance(a[0], torch.Tensor)):
             return False
-    except AttributeError:  # an element that is not a tpu tensor (a python scalar of a scalar list)
+    except AttributeError:  # an element that is not a tpu tensor (a CPU scalar tensor)
         pass
     where = {}
     for i, t in enumerate(args[0]):

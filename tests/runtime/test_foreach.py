@@ -142,6 +142,13 @@ def test_an_in_place_foreach_call_over_aliasing_lists_runs_element_by_element_as
         got = [ta.cpu(), tb.cpu()]
     torch._foreach_add_([a, b], [b, a])
     torch.testing.assert_close(got, [a, b])
+    c = torch.rand(4) + 1  # ... with a scalar list too (which has no storage to compare)
+    ta, tb, tc = a.to("tpu"), b.to("tpu"), c.to("tpu")
+    with tpu_runtime.set_eager_mode(mode):
+        torch._foreach_addcdiv_([ta, tb], [tb, ta], [tc, tc], [0.5, -2.0])
+        got = [ta.cpu(), tb.cpu()]
+    torch._foreach_addcdiv_([a, b], [b, a], [c, c], [0.5, -2.0])
+    torch.testing.assert_close(got, [a, b])
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])
