@@ -5,9 +5,11 @@ on every step however little its dispatch does: the modules' Python, autograd's 
 the hand-off of each ATen call from C++ to Python and the wrapper tensor made for each output. :class:`Shadow`
 is such a runtime doing nothing: a call's outputs are new wrapper tensors of the right shapes and dtypes
 (worked out once per call signature on the meta device, then looked up), an in-place call returns its target,
-``.item()`` returns 0. No values exist, so the step's time is the least any Python-subclass runtime's step can
-take on this machine: ``strict time / floor time`` bounds fused/strict from above, whatever fused eager records
-or XLA runs (``bench_eager.py`` prints it next to the XLA floor of :mod:`benchmarks.xla_floor`).
+``.item()`` returns 0. No values exist and nothing is recorded or run; what is left of the runtime is one dict
+lookup per call, keyed by the arguments' shapes and dtypes (a runtime must know its outputs' shapes too). So the
+step's time is about the least any Python-subclass runtime's step can take on this machine: ``strict time /
+floor time`` bounds fused/strict from above, whatever fused eager records or XLA runs (``bench_eager.py`` prints
+it next to the XLA floor of :mod:`benchmarks.xla_floor`).
 """
 
 from __future__ import annotations
