@@ -85,7 +85,7 @@ class OpPlan:
     op: Any = None
     extra: dict = field(default_factory=dict)
     exe: Any = None  # the compiled executable, once strict/debug mode has run the plan
-    checked: bool = False  # fused eager has traced ``fn`` once on the call's abstract inputs
+    flops: Any = None  # estimated multiply-adds of one call, once fused eager has traced ``fn`` (eager/work.py)
     uid: int = field(default_factory=lambda: next(_UIDS))  # a cheap stand-in for ``key`` in graph keys
 
 

@@ -186,7 +186,9 @@ class TpuTensor(torch.Tensor):
         graph starts running (without waiting for it) while Python records the optimizer
         step, as strict eager's asynchronous dispatch overlaps each op with the next one's
         Python (measured, paired: the ``mlp-wide`` training step of ``benchmarks/bench_eager.py``
-        1.43x faster, minGPT 1.06-1.11x, the tiny MLP unchanged).
+        1.43x faster, minGPT 1.06-1.11x, the tiny MLP unchanged). Its start is one too when the
+        forward recorded so far does enough work (:data:`tpu_runtime.eager.fused.SPLIT_FLOPS`): the
+        device then runs the forward while Python records the backward.
 
         An exception a backward hook raised is raised here, as on the CPU (the engine itself ends with a
         ``SystemError``: see :func:`tpu_runtime.device._device_type`).
@@ -200,6 +202,9 @@ class TpuTensor(torch.Tensor):
                                f"{gradient.device}")
         from tpu_runtime.device import rescued_engine_errors
 
+        begin = getattr(executor(), "before_backward", None)
+        if begin is not None:
+            begin()
         with rescued_engine_errors(), torch.autograd.set_multithreading_enabled(False):
             torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
         executor().sync("backward")

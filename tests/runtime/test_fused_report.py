@@ -91,3 +91,54 @@ def test_calling_a_compiled_function_on_pending_values_is_counted_as_a_compiled_
     report = tpu_runtime.fused_report()
     assert report.causes == {"compiled call": 1}, str(report)
     assert report.reads == {f"{__file__}:{_double.__code__.co_firstlineno} in _double": 1}
+
+
+def test_a_forward_with_enough_work_runs_as_its_own_graph_when_backward_begins(monkeypatch):
+    # the forward's estimated multiply-adds decide: below SPLIT_FLOPS it stays in the forward + backward graph,
+    # from it on it starts at loss.backward() (cause "forward"); the values are the same either way
+    x, y = batch()
+    torch.manual_seed(0)
+    base = tiny_mlp()
+    want = F.mse_loss(base(x), y)
+    want.backward()
+    got = {}
+    for threshold in (float("inf"), 1):
+        monkeypatch.setattr(fused, "SPLIT_FLOPS", threshold)
+        model = tiny_mlp().to("tpu")
+        model.load_state_dict(base.state_dict())
+        with tpu_runtime.set_eager_mode("fused"):
+            tpu_runtime.sync()
+            tpu_runtime.reset_fused_report()
+            loss = F.mse_loss(model(x.to("tpu")), y.to("tpu"))
+            recorded = fused.GRAPH.flops
+            loss.backward()
+            got[threshold] = (tpu_runtime.fused_report().causes, recorded)
+        torch.testing.assert_close(loss.cpu(), want.detach())
+        torch.testing.assert_close(model[0].weight.grad.cpu(), base[0].weight.grad)
+    assert got[float("inf")][0] == {"backward": 1} and got[1][0] == {"forward": 1, "backward": 1}
+    # (the tiny MLP's forward: its two matmuls and the elementwise ops around them)
+    first = x.shape[0] * base[0].in_features * base[0].out_features
+    assert got[1][1] > first and got[1][1] == got[float("inf")][1]
+
+
+def test_the_work_estimate_counts_multiply_adds_of_matmuls_convolutions_and_loops():
+    import jax
+    import jax.numpy as jnp
+
+    from tpu_runtime.eager.work import work_of
+
+    mm = jax.make_jaxpr(lambda a, b: a @ b)(jnp.ones((4, 8)), jnp.ones((8, 16)))
+    assert work_of(mm) == 4 * 16 * 8
+    conv = jax.make_jaxpr(lambda v, k: jax.lax.conv(v, k, (1, 1), "SAME"))(jnp.ones((2, 3, 8, 8)), jnp.ones((5, 3, 3, 3)))
+    assert work_of(conv) == (2 * 5 * 8 * 8) * (3 * 3 * 3)
+    loop = jax.make_jaxpr(lambda c: jax.lax.scan(lambda c, _: (c @ c + 1, None), c, None, length=3)[0])(jnp.ones((4, 4)))
+    assert work_of(loop) == 3 * (4 * 4 * 4 + 16)
+    branches = jax.make_jaxpr(lambda c: jax.lax.cond(c.sum() > 0, lambda v: v @ v, lambda v: v + 1, c))(jnp.ones((4, 4)))
+    assert work_of(branches) == 4 * 4 * 4 + 3  # the larger branch; the sum, comparison and index conversion before it
+
+
+def test_the_split_threshold_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TPU_FUSED_SPLIT_FLOPS", "123")
+    assert fused._split_flops() == 123.0
+    monkeypatch.delenv("TPU_FUSED_SPLIT_FLOPS")
+    assert fused._split_flops() == 6e6  # (the CPU backend's default)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from converter.errors import caller_location
 
 #: What runs a fused graph (:meth:`~tpu_runtime.eager.fused.FusedGraph.flush`'s ``cause``).
-CAUSES = ("backward", "optimizer step", "value read", "compiled call", "sync", "size limit", "mode switch")
+CAUSES = ("forward", "backward", "optimizer step", "value read", "compiled call", "sync", "size limit", "mode switch")
 
 
 @dataclass
