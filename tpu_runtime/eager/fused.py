@@ -62,6 +62,7 @@ MAX_OPS = int(os.environ.get("TPU_FUSED_MAX_OPS", "4000"))
 
 
 def _split_flops() -> float:
+    """:data:`SPLIT_FLOPS` as ``TPU_FUSED_SPLIT_FLOPS`` sets it (read at import), else the backend's default."""
     env = os.environ.get("TPU_FUSED_SPLIT_FLOPS", "").strip()
     if env:
         return float(env)
