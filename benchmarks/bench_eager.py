@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                 shadow(), shadow()
                 ratio, ts, tx = paired(strict, shadow, args.rounds, args.block)
                 print(f"   {'':30s} strict/subclass-floor time {ratio:.2f}x (torch's side of the step under a tensor "
-                      f"subclass whose ATen calls do no work: {tx * 1e3:.2f} ms; the most any Python-subclass "
+                      f"subclass whose ATen calls do no work: {tx * 1e3:.2f} ms; about the most any Python-subclass "
                       "runtime's fused/strict can be)")
             floor = floor_step(_task(name), 1e-3) if optimizer == "default" else None
             if floor is not None:  # (the MLPs: a JAX twin, checked against PyTorch)

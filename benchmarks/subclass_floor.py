@@ -6,7 +6,8 @@ the hand-off of each ATen call from C++ to Python and the wrapper tensor made fo
 is such a runtime doing nothing: a call's outputs are new wrapper tensors of the right shapes and dtypes
 (worked out once per call signature on the meta device, then looked up), an in-place call returns its target,
 ``.item()`` returns 0. No values exist and nothing is recorded or run; what is left of the runtime is one dict
-lookup per call, keyed by the arguments' shapes and dtypes (a runtime must know its outputs' shapes too). So the
+lookup per call, keyed by the arguments' shapes and dtypes (a runtime must know its outputs' shapes too; measured
+on a chain of ``x + y``: 10.1 µs per add on shadows, 8.2 µs under a subclass that returns one fixed wrapper). So the
 step's time is about the least any Python-subclass runtime's step can take on this machine: ``strict time /
 floor time`` bounds fused/strict from above, whatever fused eager records or XLA runs (``bench_eager.py`` prints
 it next to the XLA floor of :mod:`benchmarks.xla_floor`).
