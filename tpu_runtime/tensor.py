@@ -186,9 +186,9 @@ class TpuTensor(torch.Tensor):
         graph starts running (without waiting for it) while Python records the optimizer
         step, as strict eager's asynchronous dispatch overlaps each op with the next one's
         Python (measured, paired: the ``mlp-wide`` training step of ``benchmarks/bench_eager.py``
-        1.43x faster, minGPT 1.06-1.11x, the tiny MLP unchanged). Its start is one too when the
-        forward recorded so far does enough work (:data:`tpu_runtime.eager.fused.SPLIT_FLOPS`): the
-        device then runs the forward while Python records the backward.
+        1.43x faster, minGPT 1.06-1.11x, the tiny MLP unchanged). Its start is one too, when asked
+        for (``TPU_FUSED_SPLIT_FLOPS``: :data:`tpu_runtime.eager.fused.SPLIT_FLOPS`) and the forward
+        recorded so far does that much work: the device then runs the forward while Python records the backward.
 
         An exception a backward hook raised is raised here, as on the CPU (the engine itself ends with a
         ``SystemError``: see :func:`tpu_runtime.device._device_type`).

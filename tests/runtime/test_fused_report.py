@@ -141,4 +141,4 @@ def test_the_split_threshold_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("TPU_FUSED_SPLIT_FLOPS", "123")
     assert fused._split_flops() == 123.0
     monkeypatch.delenv("TPU_FUSED_SPLIT_FLOPS")
-    assert fused._split_flops() == 6e6  # (the CPU backend's default)
+    assert fused._split_flops() == float("inf")  # (off by default: see SPLIT_FLOPS)

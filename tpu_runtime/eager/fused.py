@@ -62,21 +62,21 @@ MAX_OPS = int(os.environ.get("TPU_FUSED_MAX_OPS", "4000"))
 
 
 def _split_flops() -> float:
-    """:data:`SPLIT_FLOPS` as ``TPU_FUSED_SPLIT_FLOPS`` sets it (read at import), else the backend's default."""
+    """:data:`SPLIT_FLOPS` as ``TPU_FUSED_SPLIT_FLOPS`` sets it (read at import); unset: never split."""
     env = os.environ.get("TPU_FUSED_SPLIT_FLOPS", "").strip()
-    if env:
-        return float(env)
-    return 6e6 if jax.default_backend() == "cpu" else float("inf")
+    return float(env) if env else float("inf")
 
 
 #: When ``loss.backward()`` begins, the ops recorded so far (the forward) run as a graph of their own if they do at
-#: least this many multiply-adds (estimated: :mod:`tpu_runtime.eager.work`; ``TPU_FUSED_SPLIT_FLOPS`` sets it): the
-#: device then computes the forward while Python records the backward, instead of starting only when the backward
-#: ends. A smaller forward stays in the forward + backward graph: a graph of its own costs a flush (~0.1 ms) and
-#: keeps its saved activations apart from the backward's fusions. Measured with ``examples.models.MLP`` training
-#: steps on this project's 2-core CPU (paired, fused eager with and without the split): slower with the split up
-#: to ~4M multiply-adds (0.96x at 0.5M, 2.1M and 4.2M), faster from ~8M on (1.11x at 8.4M, 1.15x at 16.8M); no
-#: accelerator was measured, so elsewhere the split is off unless the variable sets it.
+#: least this many multiply-adds (estimated: :mod:`tpu_runtime.eager.work`): the device then computes the forward
+#: while Python records the backward, instead of starting only when the backward ends. Off unless
+#: ``TPU_FUSED_SPLIT_FLOPS`` sets it, because it is a trade whose sign depends on the model: a graph of its own costs
+#: a flush (~0.1 ms), writes out the activations the backward reads, and on the CPU backend computes on the cores
+#: Python records on. Measured on this project's 2-core CPU (fused eager, split at every backward vs never, 41
+#: alternating rounds of 5 steps, median ratio of times, >1: the split is faster): a minGPT of 35M forward
+#: multiply-adds 1.15, a conv net without BatchNorm (27M) 1.08, the 4.2M-parameter MLP (34M) 1.12 (rounds spread
+#: 0.90-1.25), a 128-512-128 MLP (8.8M) 1.00, the same conv net with BatchNorm (28M) 0.88, examples' minGPT (1.1M)
+#: 0.96. No accelerator was measured (there the device does not share the host's cores).
 SPLIT_FLOPS = _split_flops()
 
 
