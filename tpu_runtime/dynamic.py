@@ -79,12 +79,13 @@ def _nonzero(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
 
 def needs_masks(func: Any, args: tuple) -> bool:
     """Whether an indexing call (``index.Tensor``, ``index_put``) has a boolean mask that the
-    table's static row cannot take: any mask of a read; a mask of a write of several values
-    (a write of one value is a ``select`` in the table)."""
+    table's static row cannot take: any mask of a read; a mask of a write of several values, or
+    next to other indices (the table's row takes a write of one value through one mask alone, as a
+    ``select``)."""
     indices = args[1]
     for i in indices:
         if i is not None and i.dtype in _MASKS:
-            return func is aten.index.Tensor or args[2].numel() != 1
+            return func is aten.index.Tensor or args[2].numel() != 1 or sum(j is not None for j in indices) > 1
     return False
 
 

@@ -259,7 +259,7 @@ def _kernel(functional: Any, name: str, op: Any) -> Callable:
     def kernel(ctx: Any, *args: Any, **kwargs: Any) -> list:
         results = []
         for i, (pos, kw) in enumerate(_elements(functional, base, args, kwargs)):
-            sub = LoweringContext(target=ctx.target, meta=ctx.meta[i])
+            sub = LoweringContext(target=ctx.target, meta=ctx.meta[i], where=ctx.location)
             out = registry.apply(row, sub, pos, kw) if row is not None else kernels.KERNELS[op](sub, *pos, **kw)
             results.append(conform(out, ctx.meta[i]))
         return results

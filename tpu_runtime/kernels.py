@@ -33,7 +33,7 @@ aten = torch.ops.aten
 def _row(op: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
     """Call the table's lowering of ``op`` with an output-less context (the caller conforms), inline (a
     composite row emits its body: ``jax.vjp`` of a ``jax.lax.composite`` has no rule)."""
-    inline = LoweringContext(target=ctx.target, options={"composites": False})
+    inline = LoweringContext(target=ctx.target, options={"composites": False}, where=ctx.location)
     return registry.apply(registry.lookup(op), inline, args, kwargs)
 
 

@@ -395,7 +395,7 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
     where = caller_location()  # the user's line that first ran this signature (errors surface at trace time)
 
     def call(values: tuple, rng: Any, cast: bool) -> tuple:
-        ctx = LoweringContext(target="tpu", meta=meta, rng=rng)
+        ctx = LoweringContext(target="tpu", meta=meta, rng=rng, where=where)
         a, kw = _fill(targs, list(values)), _fill(tkwargs, list(values))
         try:
             res = registry.apply(row, ctx, a, kw) if row is not None else kernel(ctx, *a, **kw)

@@ -32,6 +32,7 @@ class LoweringContext:
         symbols: sympy symbol → its value in this run (a python int, or a ``jax.export`` dim), for the
             symbolic dims of the graph's inputs (:meth:`bind`): what a recorded SymInt (a stride, an
             offset) is evaluated with.
+        where: the user's source location when there is no node (eager dispatch: the line that ran the op).
     """
 
     node: Any = None
@@ -42,6 +43,7 @@ class LoweringContext:
     checks: list = field(default_factory=list)
     observers: dict = field(default_factory=dict)
     symbols: dict = field(default_factory=dict)
+    where: SourceLocation | None = None
     _rng_count: int = 0
 
     def bind(self, meta: Any, value: Any) -> None:
@@ -80,7 +82,9 @@ class LoweringContext:
 
     @property
     def location(self) -> SourceLocation:
-        """The user's source location of the node."""
+        """The user's source location of the node (without one: :attr:`where`, when given)."""
+        if self.node is None and self.where is not None:
+            return self.where
         return source_location(self.node)
 
     def next_key(self) -> Any:

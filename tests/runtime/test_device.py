@@ -183,6 +183,17 @@ def test_torch_save_and_load_of_a_tpu_checkpoint(tmp_path):
     assert torch.equal(on_cpu["model"]["0.weight"], model[0].weight.cpu())
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_an_argument_a_lowering_refuses_names_the_users_line(mode):
+    # the row exists but refuses these arguments (a complex LDL factorization): the error names the line that ran
+    # the op, as for an op with no row (it said "at unknown location")
+    a = torch.eye(3, dtype=torch.complex64).to("tpu")
+    with tpu_runtime.set_eager_mode(mode), pytest.raises(
+            UnsupportedOpError, match=r"linalg_ldl_factor_ex\.default for target 'tpu' at .*test_device\.py:\d+ in "
+                                      r"test_an_argument.*complex LDL"):
+        torch.linalg.ldl_factor(a)
+
+
 def test_unsupported_op_names_the_op_and_fallback_is_reported():
     cpu, coefficients = torch.randn(3, 4), torch.randn(2, 3)
     t = cpu.to("tpu")

@@ -25,6 +25,10 @@ def _put_accumulate(t: torch.Tensor) -> torch.Tensor:
                                 accumulate=True)
 
 
+def _put_one(t: torch.Tensor, indices: tuple, accumulate: bool) -> torch.Tensor:
+    return t.clone().index_put_(indices, torch.tensor(7.5, device=t.device), accumulate=accumulate)
+
+
 CASES = {
     "nonzero": lambda t: torch.nonzero(t > 0.2),
     "argwhere": lambda t: torch.argwhere(t),
@@ -40,6 +44,9 @@ CASES = {
     "mask_setitem_values": _setitem,
     "mask_setitem_scalar": lambda t: t.clone().masked_fill_(t > 0.2, 7.0),
     "index_put_accumulate": _put_accumulate,
+    # one value written through a mask next to an index tensor (the table's row takes a mask alone only)
+    "mask_and_index_setitem_scalar": lambda t: _put_one(t, (torch.tensor([0, 2], device=t.device), t[0] > 0.2), False),
+    "mask_and_index_put_accumulate": lambda t: _put_one(t, (torch.tensor([1]), t[1] > 0), True),
     "unique": lambda t: torch.unique(t),
     "unique_inverse_counts": lambda t: torch.unique(t, return_inverse=True, return_counts=True),
     "unique_nan": lambda t: torch.unique(torch.where(t < 0, float("nan"), t)),
