@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -281,6 +282,18 @@ def test_a_reduction_dtype_converts_its_input_as_to_does():
     for f in (lambda t: t.sum(dtype=torch.uint8), lambda t: t.prod(dtype=torch.uint8),
               lambda t: t.cumsum(0, dtype=torch.uint8), lambda t: t.cumprod(0, dtype=torch.uint8)):
         assert torch.equal(f(x.to("tpu")).cpu(), f(x))
+
+
+def test_complex_to_uint8_wraps_the_real_part_as_floats_do():
+    # c10's conversion takes the real part through int64 (-3.7+1j is 253), as for floats; XLA's own convert clamped
+    # it to 0 (and 300.5 to 255): .to(uint8) and copy_ into a uint8 tensor
+    z = torch.tensor([-3.7 + 1j, 2.2 - 0.5j, 300.5 + 0j, -1.5 + 0j, 1j])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (casting complex to real discards the imaginary part)
+        want = z.to(torch.uint8)
+        assert torch.equal(z.to("tpu").to(torch.uint8).cpu(), want)
+        assert torch.equal(torch.zeros(5, dtype=torch.uint8).to("tpu").copy_(z.to("tpu")).cpu(), want)
+    assert want.tolist() == [253, 2, 44, 255, 0]
 
 
 _OUT_DTYPES = {

@@ -25,7 +25,7 @@ def cast(x, dtype):
 
     float → int truncates toward zero; anything → bool is ``x != 0`` (NaN is
     True); float → uint8 goes through int64 and wraps (-1.0 → 255), the rule
-    torch's ``c10::convert`` documents; → float8_e4m3fn saturates at ±448 (inf too), as
+    torch's ``c10::convert`` documents (complex → uint8 too, from the real part); → float8_e4m3fn saturates at ±448 (inf too), as
     torch's CPU conversion; bool → floating/complex is ``select(x, 1, 0)`` (:func:`~converter.lowering.helpers.astype`:
     ``y * mask.float()`` keeps ``inf * 0 = nan``). Deviation: float → signed int out of the
     target's range is undefined in torch (x86 gives INT_MIN); XLA saturates.
@@ -33,8 +33,8 @@ def cast(x, dtype):
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
-    if dtype == np.dtype(np.uint8) and is_floating(x.dtype):
-        return x.astype(jnp.int64).astype(jnp.uint8)
+    if dtype == np.dtype(np.uint8) and (is_floating(x.dtype) or jnp.iscomplexobj(x)):
+        return jnp.real(x).astype(jnp.int64).astype(jnp.uint8)
     if dtype == _E4M3FN:  # torch saturates at +-448 (also inf); XLA makes NaN of what rounds past it
         if not (is_floating(x.dtype) and jnp.finfo(x.dtype).bits >= 32):
             x = x.astype(jnp.float32)
