@@ -284,6 +284,21 @@ def test_a_reduction_dtype_converts_its_input_as_to_does():
         assert torch.equal(f(x.to("tpu")).cpu(), f(x))
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_addcmul_of_integers_takes_its_value_as_torch_converts_it(mode):
+    # value=-1 into uint8 wraps (it raised a Python OverflowError), a float value truncates, 300 is refused
+    u, three = torch.tensor([1, 2, 250], dtype=torch.uint8), torch.tensor(3, dtype=torch.uint8)
+    i = torch.tensor([1, 2, 3], dtype=torch.int32)
+    calls = [lambda d: u.to(d).addcmul_(three.to(d), three.to(d), value=-1),
+             lambda d: torch.addcmul(i.to(d), i.to(d), i.to(d), value=-2.7),
+             lambda d: torch.addcmul(i.to(d), i.to(d), i.to(d), value=True)]
+    with tpu_runtime.set_eager_mode(mode):
+        for call in calls:
+            assert torch.equal(call("tpu").cpu(), call("cpu"))
+        with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
+            u.to("tpu").addcmul_(three.to("tpu"), three.to("tpu"), value=300).cpu()
+
+
 def test_complex_to_uint8_wraps_the_real_part_as_floats_do():
     # c10's conversion takes the real part through int64 (-3.7+1j is 253), as for floats; XLA's own convert clamped
     # it to 0 (and 300.5 to 255): .to(uint8) and copy_ into a uint8 tensor
