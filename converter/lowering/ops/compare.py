@@ -269,18 +269,23 @@ def lower_where_self(ctx, condition, self, other):
 def lower_isnan_default(ctx, self):
     """isnan(Tensor self) -> Tensor
 
-    Emits ``x != x``; always False for integer and bool tensors.
+    Emits ``x != x`` (of either part of a complex value); always False for integer and bool tensors.
     """
-    return jnp.isnan(self) if is_floating(self.dtype) else jnp.zeros(self.shape, jnp.bool_)
+    return jnp.isnan(self) if _inexact(self) else jnp.zeros(self.shape, jnp.bool_)
 
 
 @lowering(aten.isinf.default)
 def lower_isinf_default(ctx, self):
     """isinf(Tensor self) -> Tensor
 
-    Emits ``|x| == inf``; always False for integer and bool tensors.
+    Emits ``|x| == inf`` (of either part of a complex value); always False for integer and bool tensors.
     """
-    return jnp.isinf(self) if is_floating(self.dtype) else jnp.zeros(self.shape, jnp.bool_)
+    return jnp.isinf(self) if _inexact(self) else jnp.zeros(self.shape, jnp.bool_)
+
+
+def _inexact(x) -> bool:
+    """Whether ``x`` is floating or complex (what can hold a NaN or an infinity)."""
+    return is_floating(x.dtype) or jnp.iscomplexobj(x)
 
 
 def _clamp(x, lo, hi):
