@@ -129,12 +129,14 @@ def test_the_work_estimate_counts_multiply_adds_of_matmuls_convolutions_and_loop
 
     mm = jax.make_jaxpr(lambda a, b: a @ b)(jnp.ones((4, 8)), jnp.ones((8, 16)))
     assert work_of(mm) == 4 * 16 * 8
-    conv = jax.make_jaxpr(lambda v, k: jax.lax.conv(v, k, (1, 1), "SAME"))(jnp.ones((2, 3, 8, 8)), jnp.ones((5, 3, 3, 3)))
+    conv = jax.make_jaxpr(lambda v, k: jax.lax.conv(v, k, (1, 1), "SAME"))(jnp.ones((2, 3, 8, 8)),
+                                                                         jnp.ones((5, 3, 3, 3)))
     assert work_of(conv) == (2 * 5 * 8 * 8) * (3 * 3 * 3)
-    loop = jax.make_jaxpr(lambda c: jax.lax.scan(lambda c, _: (c @ c + 1, None), c, None, length=3)[0])(jnp.ones((4, 4)))
-    assert work_of(loop) == 3 * (4 * 4 * 4 + 16)
-    branches = jax.make_jaxpr(lambda c: jax.lax.cond(c.sum() > 0, lambda v: v @ v, lambda v: v + 1, c))(jnp.ones((4, 4)))
-    assert work_of(branches) == 4 * 4 * 4 + 3  # the larger branch; the sum, comparison and index conversion before it
+    loop = jax.make_jaxpr(lambda c: jax.lax.scan(lambda c, _: (c @ c + 1, None), c, None, length=3)[0])
+    assert work_of(loop(jnp.ones((4, 4)))) == 3 * (4 * 4 * 4 + 16)
+    branches = jax.make_jaxpr(lambda c: jax.lax.cond(c.sum() > 0, lambda v: v @ v, lambda v: v + 1, c))
+    # the larger branch; the sum, comparison and index conversion before it
+    assert work_of(branches(jnp.ones((4, 4)))) == 4 * 4 * 4 + 3
 
 
 def test_the_split_threshold_comes_from_the_environment(monkeypatch):
