@@ -42,6 +42,13 @@ def _bessel(name, low, high, tol=None):
                   tol=tol or _BESSEL_TOL)
 
 
+def _gamma_edge_values(dt: torch.dtype) -> tuple:
+    """torch's boundary values of the incomplete gamma functions: a = 0, x = 0, infinite a or x, negative a or x."""
+    inf, nan = float("inf"), float("nan")
+    return (torch.tensor([0.0, 0.0, 3.0, inf, inf, 2.0, -1.0, 2.0, nan, inf], dtype=dt),
+            torch.tensor([0.5, 0.0, 0.0, 3.0, inf, inf, 0.5, -0.5, 0.0, nan], dtype=dt))
+
+
 OPS = [
     _bessel("special_bessel_j0", -60.0, 60.0),
     _bessel("special_bessel_j1", -60.0, 60.0),
@@ -82,9 +89,11 @@ OPS = [
     OpInfo("igamma", torch.igamma, (aten.igamma.default,),
            lambda dt: [Sample((make((3, 4), dt, low=0.1, high=8.0), make((3, 4), dt, low=0.0, high=10.0, seed=1))),
                        Sample((make((4,), dt, low=0.5, high=3.0), make((2, 1), dt, low=0.0, high=4.0, seed=2)),
-                              name="broadcast")], dtypes=(f32, f64), tol=TOL),
+                              name="broadcast"),
+                       Sample(_gamma_edge_values(dt), name="edges")], dtypes=(f32, f64), tol=TOL),
     OpInfo("igammac", torch.igammac, (aten.igammac.default,),
-           lambda dt: [Sample((make((3, 4), dt, low=0.1, high=8.0), make((3, 4), dt, low=0.0, high=10.0, seed=1)))],
+           lambda dt: [Sample((make((3, 4), dt, low=0.1, high=8.0), make((3, 4), dt, low=0.0, high=10.0, seed=1))),
+                       Sample(_gamma_edge_values(dt), name="edges")],
            dtypes=(f32, f64), tol=TOL),
     OpInfo("frexp", torch.frexp, (aten.frexp.Tensor,),
            lambda dt: [Sample((make((3, 4), dt, low=-1e4, high=1e4),)),

@@ -131,18 +131,34 @@ def _zeta(x, q):
 def lower_igamma_default(ctx, self, other):
     """igamma(Tensor self, Tensor other) -> Tensor
 
-    Regularized lower incomplete gamma ``P(self, other)`` (``jax.scipy.special.gammainc``).
+    Regularized lower incomplete gamma ``P(self, other)`` (``jax.scipy.special.gammainc``), with torch's values at
+    the edges of its domain (:func:`_gamma_edges`: ``P(0, x > 0) = 1``, ``P(a, 0) = 0``, ``P(inf, x) = 0``…).
     """
-    return _float_binary(ctx, self, other, special.gammainc)
+    return _float_binary(ctx, self, other, lambda a, x: _gamma_edges(a, x, special.gammainc(a, x), lower=True))
 
 
 @lowering(aten.igammac.default)
 def lower_igammac_default(ctx, self, other):
     """igammac(Tensor self, Tensor other) -> Tensor
 
-    Regularized upper incomplete gamma ``Q(self, other) = 1 - P(self, other)``.
+    Regularized upper incomplete gamma ``Q(self, other) = 1 - P(self, other)``, with torch's values at the edges
+    of its domain (:func:`_gamma_edges`).
     """
-    return _float_binary(ctx, self, other, special.gammaincc)
+    return _float_binary(ctx, self, other, lambda a, x: _gamma_edges(a, x, special.gammaincc(a, x), lower=False))
+
+
+def _gamma_edges(a, x, value, lower: bool):
+    """``value`` (``P(a, x)`` when ``lower``, else ``Q(a, x)``) where torch's ``calc_igamma`` / ``calc_igammac``
+    take boundary values, checked in their order: NaN for a negative ``a`` or ``x``; at ``a == 0``, ``P = 1`` /
+    ``Q = 0`` for ``x > 0`` (else NaN); at ``x == 0``, ``P = 0`` / ``Q = 1``; at an infinite ``a``, NaN for an
+    infinite ``x`` else ``P = 0`` / ``Q = 1``; at an infinite ``x``, ``P = 1`` / ``Q = 0``."""
+    one, zero = (1.0, 0.0) if lower else (0.0, 1.0)  # P's values at x → inf / x = 0 (Q's are the other way)
+    a_inf, x_inf = jnp.isinf(a), jnp.isinf(x)
+    out = jnp.where(x_inf, one, value)
+    out = jnp.where(a_inf, jnp.where(x_inf, jnp.nan, zero), out)
+    out = jnp.where(x == 0, zero, out)
+    out = jnp.where(a == 0, jnp.where(x > 0, one, jnp.nan), out)
+    return jnp.where((x < 0) | (a < 0), jnp.nan, out).astype(value.dtype)
 
 
 @lowering(aten.frexp.Tensor)
