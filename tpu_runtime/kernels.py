@@ -105,22 +105,14 @@ def _dense_like(t: Any, wanted: bool) -> Any:
     return t.new_empty(t.shape) if wanted else None
 
 
-def _value_as(value: Any, dtype: Any) -> Any:
-    """A python scalar ``value`` as torch converts it to an integer ``dtype`` (a float truncated, an int wrapped
-    into an unsigned dtype when negative, refused when out of range: :func:`check_fits`); else unchanged."""
-    if jnp.issubdtype(dtype, jnp.integer) and type(value) in (float, bool, int):
-        return check_fits(int(value), dtype)
-    return value
-
-
 def addcmul(ctx: Any, self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
     """addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
 
     ``self + value * tensor1 * tensor2`` in opmath, rounded once; an integer result takes ``value`` as torch converts
-    it (``value=-1`` multiplies a ``uint8`` product by 255, wrapping).
+    it (:func:`check_fits`: ``value=-1`` multiplies a ``uint8`` product by 255, 300 is refused; a float truncates).
     """
     (s, a, b), dt = _opmath(ctx, self, tensor1, tensor2)
-    return (s + jnp.asarray(_value_as(value, s.dtype), s.dtype) * a * b).astype(dt)
+    return (s + jnp.asarray(check_fits(value, s.dtype), s.dtype) * a * b).astype(dt)
 
 
 def addcdiv(ctx: Any, self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from converter.lowering.dtypes import is_floating, scalar_type_name
+from converter.lowering.dtypes import scalar_type_name
 from converter.lowering.helpers import check_fits, promote
 from converter.lowering.ops.elementwise import bcast, out_dtype
 from converter.lowering.registry import lowering
@@ -271,7 +271,7 @@ def lower_isnan_default(ctx, self):
 
     Emits ``x != x`` (of either part of a complex value); always False for integer and bool tensors.
     """
-    return jnp.isnan(self) if _inexact(self) else jnp.zeros(self.shape, jnp.bool_)
+    return jnp.isnan(self) if jnp.issubdtype(self.dtype, jnp.inexact) else jnp.zeros(self.shape, jnp.bool_)
 
 
 @lowering(aten.isinf.default)
@@ -280,12 +280,7 @@ def lower_isinf_default(ctx, self):
 
     Emits ``|x| == inf`` (of either part of a complex value); always False for integer and bool tensors.
     """
-    return jnp.isinf(self) if _inexact(self) else jnp.zeros(self.shape, jnp.bool_)
-
-
-def _inexact(x) -> bool:
-    """Whether ``x`` is floating or complex (what can hold a NaN or an infinity)."""
-    return is_floating(x.dtype) or jnp.iscomplexobj(x)
+    return jnp.isinf(self) if jnp.issubdtype(self.dtype, jnp.inexact) else jnp.zeros(self.shape, jnp.bool_)
 
 
 def _clamp(x, lo, hi):

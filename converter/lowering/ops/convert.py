@@ -33,7 +33,7 @@ def cast(x, dtype):
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
-    if dtype == np.dtype(np.uint8) and (is_floating(x.dtype) or jnp.iscomplexobj(x)):
+    if dtype == np.dtype(np.uint8) and jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.real(x).astype(jnp.int64).astype(jnp.uint8)
     if dtype == _E4M3FN:  # torch saturates at +-448 (also inf); XLA makes NaN of what rounds past it
         if not (is_floating(x.dtype) and jnp.finfo(x.dtype).bits >= 32):
