@@ -20,9 +20,10 @@ land on the tpu parameters, ready for an eager optimizer step.
 from __future__ import annotations
 
 
+import contextlib
 import itertools
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -402,6 +403,28 @@ def _custom_op_decompositions(gm: torch.fx.GraphModule) -> list:
     return found
 
 
+@contextlib.contextmanager
+def _no_device_constants(example_inputs: list) -> Iterator[None]:
+    """While AOTAutograd traces: the fake-tensor mode of this compilation keeps no tpu tensor as a constant.
+
+    The mode folds a small tensor the traced function makes itself (``torch.tensor(0.5, device=t.device)``) into
+    a constant: a real tensor next to its fake, and an op whose inputs are all constants runs on them for real,
+    with the Python dispatch key turned off. A tpu tensor's ops need that key (a Python backend has no kernel
+    below it), so a reference decomposition that calls ``log`` on such a constant (``xlogy``'s, ``heaviside``'s)
+    failed with "could not find kernel ... at dispatch key PrivateUse1". Without the constant the op is traced
+    like any other; CPU constants are kept. The instance attribute is removed afterwards."""
+    mode = torch._guards.detect_fake_mode(example_inputs)
+    if mode is None or "may_turn_const" in vars(mode):
+        yield
+        return
+    folds = mode.may_turn_const
+    mode.may_turn_const = lambda t: t.device.type != DEVICE.type and folds(t)
+    try:
+        yield
+    finally:
+        del mode.may_turn_const
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
     :func:`compile_graph` for the forward and backward graphs."""
@@ -416,7 +439,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
         # where an op's exception (a data-dependent shape: ``grad[bool_mask]`` in ``index_put``'s backward) ends
         # the engine with a bare SystemError: the op's own exception is raised instead, which dynamo handles as it
         # does on the CPU (the frame runs eagerly)
-        with rescued_engine_errors():
+        with rescued_engine_errors(), _no_device_constants(example_inputs):
             compiled = _AOT(gm, example_inputs, **kwargs)
         return compiled if views is None else views(compiled)
     except AssertionError:  # AOTAutograd's check that the traced graph is functional

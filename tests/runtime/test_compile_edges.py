@@ -197,3 +197,19 @@ def test_compiled_training_graphs_with_in_place_views_zero_gradients_and_batch_n
     for w_, g_ in zip(want, got):
         torch.testing.assert_close(g_.detach().cpu(), w_.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(xt.grad.cpu(), xr.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", [torch.heaviside, torch.xlogy, torch.special.xlog1py, torch.logaddexp])
+@pytest.mark.parametrize("first", [False, True])
+def test_a_tensor_constant_made_on_the_device_inside_a_compiled_function(op, first):
+    # the fake-tensor mode kept ``torch.tensor(0.7, device=...)`` as a real tpu constant, and the op's reference
+    # decomposition ran ``log`` / ``eq`` / ``as_strided`` on it for real with the Python key off: "could not find
+    # kernel ... at dispatch key PrivateUse1" (the compiled function failed where eager runs)
+    torch._dynamo.reset()
+
+    def f(t):
+        c = torch.tensor(0.7, device=t.device)
+        return op(c, t) if first else op(t, c)
+
+    x = torch.rand(4) + 0.1
+    torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))
