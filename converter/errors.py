@@ -70,7 +70,10 @@ def caller_location(internal_files: tuple | None = None) -> SourceLocation:
         if internal_files is not None:
             internal = any(s in code.co_filename for s in internal_files)
         else:
-            internal = _INTERNAL_CODE.get(code)
+            try:
+                internal = _INTERNAL_CODE.get(code)
+            except TypeError:  # unhashable: a slice among its constants (dynamo's bytecode for ``x[1:3] = v``)
+                internal = any(s in code.co_filename for s in _INTERNAL)
             if internal is None:
                 if len(_INTERNAL_CODE) > 65536:
                     _INTERNAL_CODE.clear()

@@ -213,3 +213,17 @@ def test_a_tensor_constant_made_on_the_device_inside_a_compiled_function(op, fir
 
     x = torch.rand(4) + 0.1
     torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))
+
+
+def test_a_runtime_op_called_from_dynamos_bytecode_with_a_slice_constant():
+    # ``x[1:3] = x.new_tensor(3.0)``: dynamo's rewritten frame holds the slice as a constant, so its code object is
+    # unhashable on Python 3.11, and the runtime's lookup of the user's line for the eager op raised TypeError
+    torch._dynamo.reset()
+
+    def f(x):
+        x = x.clone()
+        x[1:3] = x.new_tensor(3.0)
+        return x
+
+    x = torch.zeros(5)
+    torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))
