@@ -76,7 +76,10 @@ def _index_put_samples(dt):
             Sample((x, torch.tensor([True, False, True]), make((2, 4), dt, seed=7)), {"how": "mask-values-accumulate"},
                    name="mask-rows"),
             Sample((x, torch.tensor([True, False, True]), make((2, 1), dt, seed=8)), {"how": "mask-values-accumulate"},
-                   name="mask-rows-broadcast")]
+                   name="mask-rows-broadcast"),
+            # no values for a mask that selects nothing (``x[mask] += 1`` where ``x[mask]`` was empty)
+            Sample((x, torch.zeros(3, dtype=b8), make((0, 4), dt, seed=9)), {"how": "mask-values-accumulate"},
+                   name="mask-none")]
 
 
 def _index_select(x, dim, i, roll=False):

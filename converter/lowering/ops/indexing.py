@@ -92,6 +92,8 @@ def _mask_put(ctx, self, indices, values, accumulate):
         ctx.checks.append((jnp.sum(flat) == count, aten._assert_async.msg,
                            (f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
                             "indexing result (the mask selects another number of elements)",), {}))
+    if count == 0:  # no values (``x[mask] += 1`` where ``x[mask]`` was empty): the check asks for no selection
+        return self
     order = jnp.clip(jnp.cumsum(flat) - 1, 0, count - 1)
     picked = jnp.take(v, order, axis=pos)
     sel = flat.reshape((1,) * pos + flat.shape + (1,) * len(rest))
