@@ -18,6 +18,7 @@ raises on every call of the graph.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from converter.errors import SourceLocation, source_location
-from tpu_runtime import bounds
+from tpu_runtime import bounds, plans
 
 
 class Check(NamedTuple):
@@ -99,9 +100,59 @@ class Refusal(NamedTuple):
 
 def observers(gm: torch.fx.GraphModule) -> dict:
     """The checks of ``gm``'s nodes: ``{node: observe(args, kwargs, ctx)}``, each observer adding the flags of its
-    node's checked arguments to ``ctx.checks`` (see :func:`_observe`)."""
-    return {node: functools.partial(_observe, node) for node in gm.graph.nodes
-            if node.op == "call_function" and node.target in bounds.CHECKS}
+    node's checked arguments to ``ctx.checks`` (see :func:`_observe`), or a :class:`Refusal` where the CPU refuses
+    the dtypes of its inputs (:func:`_refused_dtypes`)."""
+    found = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        observe = [functools.partial(f, node) for f, asks in ((_observe, node.target in bounds.CHECKS),
+                                                             (_refused_dtypes, _probed(node))) if asks]
+        if observe:
+            found[node] = observe[0] if len(observe) == 1 else functools.partial(_each, observe)
+    return found
+
+
+def _each(observe: list, args: tuple, kwargs: dict, ctx: Any) -> None:
+    for fn in observe:
+        fn(args, kwargs, ctx)
+
+
+def _probed(node: torch.fx.Node) -> bool:
+    """Whether the CPU is asked about the dtypes of ``node``'s inputs, as eager mode asks about a call's
+    (:func:`tpu_runtime.plans.raise_unsupported_dtype`: an integer, bool or complex input, not a backward op's
+    indices)."""
+    func = node.target
+    if not isinstance(func, torch._ops.OpOverload) or func in plans._ACCELERATOR_DTYPES:
+        return False
+    dtypes = [v.dtype for v in (a.meta.get("val") for a in node.all_input_nodes) if isinstance(v, torch.Tensor)]
+    if func._schema.name.endswith("_backward") and not any(d.is_complex for d in dtypes):
+        return False
+    return any(d in plans._PROBED for d in dtypes)
+
+
+def _refused_dtypes(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
+    """A :class:`Refusal` in ``ctx.checks`` when the CPU refuses the dtypes of ``node``'s inputs (``softmax`` of an
+    int tensor, ``sign`` of a complex one: XLA would compute them): asked once per compiled signature, with CPU
+    tensors of ones of this call's shapes (:func:`tpu_runtime.plans.dtype_refusal`); every call of the graph then
+    raises the CPU's error, as eager mode does."""
+    def stand_in(v: Any, traced: Any) -> Any:
+        val = traced.meta.get("val") if isinstance(traced, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and hasattr(v, "shape"):
+            return torch.empty(tuple(v.shape), dtype=val.dtype, device="meta")
+        if isinstance(v, (list, tuple)) and isinstance(traced, (list, tuple)):
+            return type(v)(stand_in(e, t) for e, t in zip(v, traced))
+        return v
+
+    margs = tuple(stand_in(v, t) for v, t in zip(args, node.args))
+    mkwargs = {k: stand_in(v, node.kwargs.get(k)) for k, v in kwargs.items()}
+    random = torch.Tag.nondeterministic_seeded in node.target.tags
+    with torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():  # (the probe draws)
+        e = plans.dtype_refusal(node.target, plans.meta_templates(margs, mkwargs))
+    if e is not None:
+        e.add_note(f"(raised for {node.target} at {source_location(node)}, in a graph compiled by "
+                   "torch.compile(backend='tpu'): the CPU refuses the dtypes of its inputs)")
+        ctx.checks.append((jnp.zeros((), jnp.int32), Refusal(e), (), {}))
 
 
 def _observe(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
@@ -158,7 +209,10 @@ def report(flags: Any, check: Check | Refusal, at_once: bool) -> None:
         IndexError, RuntimeError: the CPU's error for the first value out of range, or for a python argument.
     """
     if type(check) is Refusal:
-        raise type(check.error)(*check.error.args)
+        e = type(check.error)(*check.error.args)
+        for note in getattr(check.error, "__notes__", ()):
+            e.add_note(note)
+        raise e
     if not at_once:
         bounds.queue(flags, check.error, check.message, check.func, check.where)
         return

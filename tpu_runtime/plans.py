@@ -283,22 +283,60 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
         # them to fit its other inputs' shapes: on made-up data (ones, shrunk shapes) it may read out of bounds
         # (``_ctc_loss_backward`` crashed the process)
         return
+    e = dtype_refusal(func, templates)
+    if e is None:
+        return
+    if "without overflow" in str(e):  # (a python number the floating tensor's dtype cannot hold)
+        e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
+    else:
+        e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their dtypes)")
+    raise e.with_traceback(None) from None
+
+
+def dtype_refusal(func: Any, templates: tuple) -> Exception | None:
+    """The CPU's error for a call (``templates``: :func:`_templates`'s, or stand-ins of the same form whose device
+    inputs are meta tensors) whose dtypes it refuses: the call fails on CPU tensors of ones and succeeds with the
+    :data:`_PROBED` inputs (or one of them: an index stays an int) as float32; also a python number that does not
+    fit a floating input ("without overflow"). ``None`` when the CPU takes the call or refuses it for another
+    reason."""
     try:
         _on_cpu(func, templates)
-    except Exception as e:  # noqa: BLE001 (re-raised as it is when the dtypes are the cause)
-        if "without overflow" in str(e):  # (a python number the floating tensor's dtype cannot hold)
-            e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}, as on the CPU)")
-            raise e.with_traceback(None) from None
-        # the dtypes are the cause when the call runs with them (or one of them: an index stays an int) as float32
-        probed = [i for i, x in enumerate(templates[2]) if isinstance(x, TpuTensor) and x.dtype in _PROBED]
+    except Exception as e:  # noqa: BLE001 (returned as it is when the dtypes are the cause)
+        if "without overflow" in str(e):
+            return e
+        probed = [i for i, x in enumerate(templates[2]) if _stands_in(x) and x.dtype in _PROBED]
         for as_float in [tuple(probed)] + ([(i,) for i in probed] if len(probed) > 1 else []):
             try:
                 _on_cpu(func, templates, as_float=as_float)
             except Exception:  # noqa: BLE001 (refused for another reason too)
                 continue
-            e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()}: the CPU refuses their "
-                       "dtypes)")
-            raise e.with_traceback(None) from None
+            return e
+    return None
+
+
+def meta_templates(args: tuple, kwargs: dict) -> tuple:
+    """:func:`_templates`'s form for a call whose device tensors are meta stand-ins (a compiled graph's node, at
+    the shapes of the signature being compiled), for :func:`dtype_refusal`."""
+    ins: list = []
+    _tensors_in((*args, *kwargs.values()), ins)
+    counter = [0, False]
+    return _template(tuple(args), counter), _template(dict(kwargs), counter), ins
+
+
+def _tensors_in(args: Any, ins: list) -> None:
+    """Append the tensors of ``args`` to ``ins`` in the order :func:`_template` gives them slots."""
+    if isinstance(args, torch.Tensor):
+        ins.append(args)
+    elif type(args) in (list, tuple):
+        for a in args:
+            _tensors_in(a, ins)
+    elif type(args) is dict:
+        _tensors_in(tuple(args.values()), ins)
+
+
+def _stands_in(x: Any) -> bool:
+    """Whether a template's input is a device tensor the CPU probes rebuild (a tpu tensor, or a meta stand-in)."""
+    return isinstance(x, TpuTensor) or (isinstance(x, torch.Tensor) and x.is_meta)
 
 
 def _on_cpu(func: Any, templates: tuple, make: Callable = torch.ones, as_float: tuple = (), shrink: bool = True,
@@ -308,9 +346,9 @@ def _on_cpu(func: Any, templates: tuple, make: Callable = torch.ones, as_float: 
     in all; the inputs at the positions ``as_float`` as float32. ``quiet``: its warnings are not shown (the user's
     call gives its own)."""
     targs, tkwargs, ins = templates
-    small = not shrink or sum(x.numel() for x in ins if isinstance(x, TpuTensor)) <= _PROBE_NUMEL
+    small = not shrink or sum(x.numel() for x in ins if _stands_in(x)) <= _PROBE_NUMEL
     cpu = [make(tuple(x.shape) if small else (1,) * x.dim(), dtype=torch.float32 if i in as_float else x.dtype)
-           if isinstance(x, TpuTensor) else x for i, x in enumerate(ins)]
+           if _stands_in(x) else x for i, x in enumerate(ins)]
     fill = {k: (torch.device("cpu") if v is _META else v) for k, v in _fill(tkwargs, cpu).items()}
     with warnings.catch_warnings():
         if quiet:

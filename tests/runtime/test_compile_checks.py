@@ -125,3 +125,30 @@ def test_multilabel_margin_loss_targets_are_checked_with_the_cpus_message():
     with pytest.raises(RuntimeError) as info:
         compiled(_X, torch.tensor([[0, -2]] * 5))
     assert str(info.value) == "argument #2 'target' is out of range"
+
+
+_REFUSED = {  # fn, input: the CPU has no kernel for the input's dtype (XLA would compute it); its error's type
+    "softmax of ints": (lambda x: torch.softmax(x, 0) + 1, torch.arange(4)),
+    "sign of complex": (lambda x: torch.sign(x) * 2, torch.ones(3, dtype=torch.complex64)),
+    "matmul of bools": (lambda x: (x @ x).sum(), torch.ones(2, 2, dtype=torch.bool)),
+    "topk of bools": (lambda x: torch.topk(x, 1).values, torch.ones(3, dtype=torch.bool)),
+}
+
+
+@pytest.mark.parametrize("case", list(_REFUSED))
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_a_compiled_call_the_cpu_refuses_for_its_dtypes_raises_its_error(case, device):
+    # eager mode raises the CPU's error for such a call; a compiled graph computed it (an int softmax truncated to 0)
+    fn, x = _REFUSED[case]
+    with pytest.raises((NotImplementedError, RuntimeError)) as want:
+        fn(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="tpu")
+    for _ in range(2):  # every call, as eager
+        with pytest.raises(type(want.value)) as got:
+            compiled(x.to(device))
+        assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+        assert any("test_compile_checks.py" in n for n in got.value.__notes__)  # the user's line
+    # the same function on a dtype the CPU takes
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="tpu")(x.to(device).float()).cpu(), fn(x.float()))
