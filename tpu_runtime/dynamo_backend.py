@@ -40,6 +40,7 @@ from tpu_runtime import fastpath, foreach, graph_checks, rng
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
 from tpu_runtime.compile_aliases import resolve_outputs, split_shared_views
+from tpu_runtime.compile_rewrites import rewrite
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
 from tpu_runtime.cache import donation_order
 from tpu_runtime.compile_writes import donatable, input_writes, write_back
@@ -431,6 +432,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
     from tpu_runtime.device import rescued_engine_errors
 
     _late_decompositions()
+    rewrite(gm)
     custom = _custom_op_decompositions(gm)
     resolve_outputs(gm)
     views = split_shared_views(gm, example_inputs)

@@ -119,12 +119,29 @@ def test_an_index_into_a_dimension_of_size_0_raises_the_cpus_error(device):
 
 
 def test_multilabel_margin_loss_targets_are_checked_with_the_cpus_message():
-    # (its values under torch.compile are torch's decomposition's, wrong for -1-padded targets: see the README)
     loss = torch.nn.MultiLabelMarginLoss()
     compiled = torch.compile(loss, backend="tpu")
-    with pytest.raises(RuntimeError) as info:
-        compiled(_X, torch.tensor([[0, -2]] * 5))
-    assert str(info.value) == "argument #2 'target' is out of range"
+    for bad in ([[0, -2]] * 5, [[-1, 7]] * 5):  # (every value is checked, after the first -1 too)
+        with pytest.raises(RuntimeError) as info:
+            compiled(_X, torch.tensor(bad))
+        assert str(info.value) == "argument #2 'target' is out of range"
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_compiled_multilabel_margin_loss_of_padded_targets_matches_the_cpu(reduction, device):
+    # torch's decomposition (its Python kernel at the Autograd key, run while AOTAutograd traces) counted the slots
+    # after a row's first -1 as targets of class 0: the compiled loss and gradient were not the CPU's
+    torch._dynamo.reset()
+    fn = lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction)  # noqa: E731
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    t = torch.tensor([[3, 0, -1, 1, 4], [-1, 2, 2, 2, 2], [4, 3, 2, 1, 0], [1, -1, -1, 0, 0]])
+    want_x, got_x = x.clone().requires_grad_(), x.clone().to(device).requires_grad_()
+    want, got = fn(want_x, t), torch.compile(fn, backend="tpu")(got_x, t.to(device))
+    want.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(got_x.grad.cpu(), want_x.grad)
 
 
 _REFUSED = {  # fn, input: the CPU has no kernel for the input's dtype (XLA would compute it); its error's type

@@ -1,0 +1,64 @@
+"""Dynamo graphs rewritten before AOTAutograd traces them (:func:`rewrite`): torch functions whose traced form
+computes something other than their eager kernel.
+
+``F.multilabel_margin_loss``: torch registers its decomposition of ``multilabel_margin_loss_forward`` as the op's
+Python kernel at the Autograd key, which runs wherever the Python dispatcher is on (while AOTAutograd traces), and
+that decomposition counts the label slots after a row's first ``-1`` as targets of class 0: a compiled loss of
+``-1``-padded targets differed from eager on any device (``inductor`` too). The call becomes
+:func:`multilabel_margin_loss`, the CPU kernel's loss in ordinary differentiable ops (the lowering table's row for
+the op, written in torch), for graphs of tpu and of CPU tensors alike. ``convert`` keeps the op whole
+(``converter.capture.DECOMPOSITIONS``) and is not affected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_TARGET_RANGE = "argument #2 'target' is out of range"  # (the CPU kernel's message)
+
+
+def multilabel_margin_loss(input: Any, target: Any, size_average: Any = None, reduce: Any = None,
+                           reduction: str = "mean") -> Any:
+    """``F.multilabel_margin_loss`` in ordinary ops: per sample ``Σ_j Σ_i max(0, 1 - x[y_j] + x[i]) / C`` over the
+    target classes ``y_j`` (the row up to its first -1) and the classes ``i`` that are not targets, then reduced.
+    As the CPU kernel, every target value must be in ``[-1, C)`` (raised after the run: an ``_assert_async``)."""
+    if size_average is not None or reduce is not None:
+        reduction = torch.nn._reduction.legacy_get_string(size_average, reduce)
+    c = input.shape[-1] if input.dim() else 1
+    x, t = input.reshape(-1, c), target.reshape(-1, c)
+    torch._assert_async(((t >= -1) & (t < c)).all(), _TARGET_RANGE)
+    valid = (t == -1).cumsum(1) == 0  # the slots before the first -1
+    y = torch.where(valid, t, 0)
+    classes = torch.arange(c, device=t.device)
+    is_target = ((y.unsqueeze(2) == classes) & valid.unsqueeze(2)).any(1)  # [N, C]
+    hinge = (1 - x.gather(1, y).unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)  # [N, slot j, class i]
+    hinge = torch.where(valid.unsqueeze(2) & ~is_target.unsqueeze(1), hinge, 0)
+    per = hinge.sum((1, 2)) / c
+    if reduction == "mean":
+        return per.mean()
+    if reduction == "sum":
+        return per.sum()
+    return per.reshape(input.shape[:-1] if input.dim() == 2 else ())
+
+
+#: Torch functions dynamo records → what the graph calls instead.
+_REWRITES = {F.multilabel_margin_loss: multilabel_margin_loss,
+             torch._C._nn.multilabel_margin_loss: multilabel_margin_loss}
+
+
+def rewrite(gm: torch.fx.GraphModule) -> None:
+    """Point ``gm``'s calls of the functions of :data:`_REWRITES` at their replacements (in place; each node keeps
+    its metadata, so its checks are worded and located as before)."""
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _REWRITES:
+            node.target = _REWRITES[node.target]
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+__all__ = ["multilabel_margin_loss", "rewrite"]
