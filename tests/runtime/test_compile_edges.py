@@ -227,3 +227,12 @@ def test_a_runtime_op_called_from_dynamos_bytecode_with_a_slice_constant():
 
     x = torch.zeros(5)
     torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_xlogy_of_a_python_number_compiles(dtype):
+    # torch's reference of xlogy(x, 3) makes the number a tensor with prims.scalar_tensor, which had no lowering
+    torch._dynamo.reset()
+    x = torch.tensor([0, 1, 2, 5]).to(dtype)
+    fn = lambda t: torch.xlogy(t, 3)  # noqa: E731
+    torch.testing.assert_close(torch.compile(fn, backend="tpu")(x.to("tpu")).cpu(), fn(x))

@@ -89,6 +89,16 @@ def lower_scalar_tensor_default(ctx, s, *, dtype=None, layout=None, device=None,
     return jnp.asarray(check_fits(s, dt), dtype=dt)  # (as torch's fill: uint8 takes -1 as 255, refuses 300)
 
 
+@lowering(torch.ops.prims.scalar_tensor.default)
+def lower_prims_scalar_tensor_default(ctx, s, *, dtype=None, device=None):
+    """scalar_tensor(Scalar s, *, ScalarType? dtype=None, Device? device=None) -> Tensor
+
+    ``scalar_tensor``'s primitive: torch's reference of ``xlogy`` with a python number emits it under
+    ``torch.compile``.
+    """
+    return lower_scalar_tensor_default(ctx, s, dtype=dtype)
+
+
 @lowering(aten._local_scalar_dense.default)
 def lower__local_scalar_dense_default(ctx, self):
     """_local_scalar_dense(Tensor self) -> Scalar
