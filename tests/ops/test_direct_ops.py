@@ -27,6 +27,8 @@ CASES = [
     (aten.embedding_renorm.default, lambda w, i: aten.embedding_renorm.default(w * 3, i, 1.0, 2.0),
      (make((5, 3)), torch.tensor([0, 2, 2, 4]))),
     (aten.linspace.default, lambda x: aten.linspace.default(-1.3, 2.9, 8) + x, (make((8,)),)),
+    (torch.ops.prims.scalar_tensor.default,
+     lambda x: x * torch.ops.prims.scalar_tensor.default(-1.5, dtype=torch.float32, device=x.device), (make((2, 3)),)),
 ]
 
 

@@ -160,7 +160,7 @@ UNTESTED_BY_OPINFO[GROUPED_MM] = (
 _DIRECT = "decomposed by torch.export; reached by eager dispatch and make_fx graphs: tests/ops/test_direct_ops.py"
 UNTESTED_BY_OPINFO.update({op: _DIRECT for op in (
     aten.fill.Scalar, aten.squeeze.dim, torch.ops.prims.convert_element_type.default, aten.embedding_renorm.default,
-    aten.linspace.default,
+    aten.linspace.default, torch.ops.prims.scalar_tensor.default,
 )})
 UNTESTED_BY_OPINFO.update({op: "torch.export and make_fx decompose it into div (whose OpInfo runs the same row); "
                                "torch.compile with dynamic shapes keeps it: tests/runtime/test_compile.py"
