@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_leaves, tree_map
 
 from converter.lowering.ops.linalg import GROUPED_MM
-from tpu_runtime import tensor as tensor_module
+from tpu_runtime import graph_checks, tensor as tensor_module
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
 from tpu_runtime.tensor import (DEVICE, Storage, TpuTensor, _storage_size, alias, compiling, opaque_tensor,
                                  storage_handle, view_tensor)
@@ -220,6 +220,7 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         if type(x) is TpuTensor and x._fake is None:
             raise RuntimeError(f"torch.compile(backend='tpu'): {func} mixes a traced tpu tensor with a concrete "
                                "one captured from outside the compiled function; pass it as an argument")
+    graph_checks.note_traced_call(func, args, kwargs)  # (the CPU's dtype refusals, before any decomposition)
     unwrap = lambda x: x._fake if type(x) is TpuTensor else x  # noqa: E731
     fake_args, fake_kwargs = tree_map(unwrap, args), tree_map(unwrap, kwargs)
     func = _TRACED_AS.get(func, func)

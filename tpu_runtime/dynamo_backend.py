@@ -209,6 +209,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     tensors, CPU tensors from a CPU graph, and tpu tensors a CPU graph makes on the device).
     """
     end_tracing()  # AOTAutograd traced fw and bw before compiling either: tpu ops need no tracing check now
+    refused = graph_checks.take_traced_refusals()  # calls of the traced function the CPU refuses: each call raises
     writes = input_writes(gm)  # inputs an inference graph writes in place: extra outputs, written back here
     check_supported(gm, "tpu")
     device = jax.devices()[0]
@@ -251,6 +252,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     orders: dict = {}  # signature with donated inputs → the order its executable returns the outputs in
 
     def run(args: list) -> list:
+        if refused:
+            graph_checks.report(None, graph_checks.Refusal(refused[0]), True)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         statics = tuple(a if not isinstance(a, torch.Tensor) else _TENSOR for a in args)
         sig = ("dynamo", graph_id, statics, tuple((tuple(t.shape), t.dtype) for t in tensors))
@@ -432,6 +435,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -
     from tpu_runtime.device import rescued_engine_errors
 
     _late_decompositions()
+    graph_checks.take_traced_refusals()  # (left by a trace that failed before its graph was compiled)
     rewrite(gm)
     custom = _custom_op_decompositions(gm)
     resolve_outputs(gm)

@@ -13,7 +13,9 @@ node's argument values) and read after the run (:func:`report`):
 
 The checks are asked with the concrete shapes of each compiled signature, so a graph with dynamic sizes
 (``dynamic=True``) checks against this call's sizes. A python argument the CPU refuses (``uniform_(from > to)``)
-raises on every call of the graph.
+raises on every call of the graph; so does a call whose input dtypes the CPU refuses (``softmax`` of ints: eager
+mode's probe, :func:`tpu_runtime.plans.dtype_refusal`), asked of each graph node (:func:`_refused_dtypes`) and,
+for tpu tensors, of each call AOTAutograd traces before torch's decompositions (:func:`note_traced_call`).
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ from __future__ import annotations
 import contextlib
 import functools
 from operator import itemgetter
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_leaves, tree_map
 
 from converter.errors import SourceLocation, source_location
 from tpu_runtime import bounds, plans
+from tpu_runtime.tensor import TpuTensor
 
 
 class Check(NamedTuple):
@@ -131,6 +137,68 @@ def _probed(node: torch.fx.Node) -> bool:
     return any(d in plans._PROBED for d in dtypes)
 
 
+def meta_templates(args: tuple, kwargs: dict) -> tuple:
+    """:func:`tpu_runtime.plans._templates`'s form for a call whose device tensors are meta stand-ins (a compiled
+    graph's node, or a traced call, at the shapes of the signature being compiled), for
+    :func:`~tpu_runtime.plans.dtype_refusal`."""
+    ins: list = []
+    _tensors_in((*args, *kwargs.values()), ins)
+    counter = [0, False]
+    return plans._template(tuple(args), counter), plans._template(dict(kwargs), counter), ins
+
+
+def _tensors_in(args: Any, ins: list) -> None:
+    """Append the tensors of ``args`` to ``ins`` in the order :func:`tpu_runtime.plans._template` gives them
+    slots."""
+    if isinstance(args, torch.Tensor):
+        ins.append(args)
+    elif type(args) in (list, tuple):
+        for a in args:
+            _tensors_in(a, ins)
+    elif type(args) is dict:
+        _tensors_in(tuple(args.values()), ins)
+
+
+#: The CPU's refusals of calls seen while AOTAutograd traced tpu tensors (:func:`note_traced_call`), for the graph
+#: compiled next (:func:`take_traced_refusals`).
+_TRACED_REFUSALS: list = []
+
+
+def note_traced_call(func: Any, args: tuple, kwargs: dict) -> None:
+    """While ``torch.compile`` traces tpu tensors: ask the CPU about a call's dtypes as eager mode does
+    (:func:`tpu_runtime.plans.dtype_refusal`), before torch's decompositions turn the call into ops the CPU takes
+    (``logaddexp`` or ``softplus`` of ints, ``xlogy`` of complex numbers: the graph's nodes pass the check of
+    :func:`_refused_dtypes`). A refusal is kept, with a note naming the op and the user's line, for the graph
+    being compiled. Calls with symbolic sizes are not asked."""
+    if not isinstance(func, torch._ops.OpOverload) or func in plans._ACCELERATOR_DTYPES:
+        return
+    tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    if not any(x.dtype in plans._PROBED for x in tensors) or \
+            any(not all(type(d) is int for d in x.shape) for x in tensors):
+        return
+    if func._schema.name.endswith("_backward") and not any(x.dtype.is_complex for x in tensors):
+        return
+    stand_in = lambda x: torch.empty(tuple(x.shape), dtype=x.dtype, device="meta") \
+        if isinstance(x, TpuTensor) else x  # noqa: E731
+    random = torch.Tag.nondeterministic_seeded in func.tags
+    # (on real CPU tensors: outside the tracer's modes, which would make them fake, and its Python dispatcher)
+    with _disable_current_modes(), torch._C._DisablePythonDispatcher(), \
+            torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():  # (the probe draws)
+        e = plans.dtype_refusal(func, meta_templates(tree_map(stand_in, args), tree_map(stand_in, kwargs)))
+    if e is not None:
+        where = source_location(SimpleNamespace(meta=torch.fx.traceback.get_current_meta() or {}))
+        e.add_note(f"(raised for {func} at {where}, in a function compiled by torch.compile(backend='tpu'): the "
+                   "CPU refuses the dtypes of its inputs)")
+        _TRACED_REFUSALS.append(e)
+
+
+def take_traced_refusals() -> list:
+    """The refusals :func:`note_traced_call` kept since the last call (and forget them)."""
+    found = _TRACED_REFUSALS[:]
+    _TRACED_REFUSALS.clear()
+    return found
+
+
 def _refused_dtypes(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
     """A :class:`Refusal` in ``ctx.checks`` when the CPU refuses the dtypes of ``node``'s inputs (``softmax`` of an
     int tensor, ``sign`` of a complex one: XLA would compute them): asked once per compiled signature, with CPU
@@ -148,7 +216,7 @@ def _refused_dtypes(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) ->
     mkwargs = {k: stand_in(v, node.kwargs.get(k)) for k, v in kwargs.items()}
     random = torch.Tag.nondeterministic_seeded in node.target.tags
     with torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():  # (the probe draws)
-        e = plans.dtype_refusal(node.target, plans.meta_templates(margs, mkwargs))
+        e = plans.dtype_refusal(node.target, meta_templates(margs, mkwargs))
     if e is not None:
         e.add_note(f"(raised for {node.target} at {source_location(node)}, in a graph compiled by "
                    "torch.compile(backend='tpu'): the CPU refuses the dtypes of its inputs)")
@@ -235,4 +303,4 @@ def run(infos: tuple, checks: list, at_once: bool) -> None:
             op(torch.from_numpy(np.array(info)), *rest, **kwargs)
 
 
-__all__ = ["Check", "Refusal", "observers", "report", "run"]
+__all__ = ["Check", "Refusal", "note_traced_call", "observers", "report", "run", "take_traced_refusals"]

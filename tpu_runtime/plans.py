@@ -295,10 +295,10 @@ def raise_unsupported_dtype(func: Any, args: tuple, kwargs: dict, dyn: bool | No
 
 def dtype_refusal(func: Any, templates: tuple) -> Exception | None:
     """The CPU's error for a call (``templates``: :func:`_templates`'s, or stand-ins of the same form whose device
-    inputs are meta tensors) whose dtypes it refuses: the call fails on CPU tensors of ones and succeeds with the
-    :data:`_PROBED` inputs (or one of them: an index stays an int) as float32; also a python number that does not
-    fit a floating input ("without overflow"). ``None`` when the CPU takes the call or refuses it for another
-    reason."""
+    inputs are meta tensors: :func:`tpu_runtime.graph_checks.meta_templates`) whose dtypes it refuses: the call
+    fails on CPU tensors of ones and succeeds with the :data:`_PROBED` inputs (or one of them: an index stays an
+    int) as float32; also a python number that does not fit a floating input ("without overflow"). ``None`` when
+    the CPU takes the call or refuses it for another reason."""
     try:
         _on_cpu(func, templates)
     except Exception as e:  # noqa: BLE001 (returned as it is when the dtypes are the cause)
@@ -312,26 +312,6 @@ def dtype_refusal(func: Any, templates: tuple) -> Exception | None:
                 continue
             return e
     return None
-
-
-def meta_templates(args: tuple, kwargs: dict) -> tuple:
-    """:func:`_templates`'s form for a call whose device tensors are meta stand-ins (a compiled graph's node, at
-    the shapes of the signature being compiled), for :func:`dtype_refusal`."""
-    ins: list = []
-    _tensors_in((*args, *kwargs.values()), ins)
-    counter = [0, False]
-    return _template(tuple(args), counter), _template(dict(kwargs), counter), ins
-
-
-def _tensors_in(args: Any, ins: list) -> None:
-    """Append the tensors of ``args`` to ``ins`` in the order :func:`_template` gives them slots."""
-    if isinstance(args, torch.Tensor):
-        ins.append(args)
-    elif type(args) in (list, tuple):
-        for a in args:
-            _tensors_in(a, ins)
-    elif type(args) is dict:
-        _tensors_in(tuple(args.values()), ins)
 
 
 def _stands_in(x: Any) -> bool:
