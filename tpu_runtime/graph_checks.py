@@ -128,13 +128,27 @@ def _probed(node: torch.fx.Node) -> bool:
     """Whether the CPU is asked about the dtypes of ``node``'s inputs, as eager mode asks about a call's
     (:func:`tpu_runtime.plans.raise_unsupported_dtype`: an integer, bool or complex input, not a backward op's
     indices)."""
-    func = node.target
+    return _asks(node.target, [v.dtype for v in (a.meta.get("val") for a in node.all_input_nodes)
+                               if isinstance(v, torch.Tensor)])
+
+
+def _asks(func: Any, dtypes: list) -> bool:
+    """Whether eager mode's dtype probe asks the CPU about a call of ``func`` with inputs of ``dtypes``."""
     if not isinstance(func, torch._ops.OpOverload) or func in plans._ACCELERATOR_DTYPES:
         return False
-    dtypes = [v.dtype for v in (a.meta.get("val") for a in node.all_input_nodes) if isinstance(v, torch.Tensor)]
     if func._schema.name.endswith("_backward") and not any(d.is_complex for d in dtypes):
         return False
     return any(d in plans._PROBED for d in dtypes)
+
+
+def _ask_cpu(func: Any, args: tuple, kwargs: dict) -> Exception | None:
+    """:func:`tpu_runtime.plans.dtype_refusal` of ``func`` on ``args`` / ``kwargs`` (device tensors as meta
+    stand-ins), on real CPU tensors: outside a tracer's modes (which would make them fake) and Python dispatcher;
+    a random op with the CPU generator's state put back (the probe draws)."""
+    random = torch.Tag.nondeterministic_seeded in func.tags
+    with _disable_current_modes(), torch._C._DisablePythonDispatcher(), \
+            torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():
+        return plans.dtype_refusal(func, meta_templates(args, kwargs))
 
 
 def meta_templates(args: tuple, kwargs: dict) -> tuple:
@@ -170,21 +184,12 @@ def note_traced_call(func: Any, args: tuple, kwargs: dict) -> None:
     (``logaddexp`` or ``softplus`` of ints, ``xlogy`` of complex numbers: the graph's nodes pass the check of
     :func:`_refused_dtypes`). A refusal is kept, with a note naming the op and the user's line, for the graph
     being compiled. Calls with symbolic sizes are not asked."""
-    if not isinstance(func, torch._ops.OpOverload) or func in plans._ACCELERATOR_DTYPES:
-        return
     tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    if not any(x.dtype in plans._PROBED for x in tensors) or \
-            any(not all(type(d) is int for d in x.shape) for x in tensors):
-        return
-    if func._schema.name.endswith("_backward") and not any(x.dtype.is_complex for x in tensors):
+    if not _asks(func, [x.dtype for x in tensors]) or any(not all(type(d) is int for d in x.shape) for x in tensors):
         return
     stand_in = lambda x: torch.empty(tuple(x.shape), dtype=x.dtype, device="meta") \
         if isinstance(x, TpuTensor) else x  # noqa: E731
-    random = torch.Tag.nondeterministic_seeded in func.tags
-    # (on real CPU tensors: outside the tracer's modes, which would make them fake, and its Python dispatcher)
-    with _disable_current_modes(), torch._C._DisablePythonDispatcher(), \
-            torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():  # (the probe draws)
-        e = plans.dtype_refusal(func, meta_templates(tree_map(stand_in, args), tree_map(stand_in, kwargs)))
+    e = _ask_cpu(func, tree_map(stand_in, args), tree_map(stand_in, kwargs))
     if e is not None:
         where = source_location(SimpleNamespace(meta=torch.fx.traceback.get_current_meta() or {}))
         e.add_note(f"(raised for {func} at {where}, in a function compiled by torch.compile(backend='tpu'): the "
@@ -212,11 +217,8 @@ def _refused_dtypes(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) ->
             return type(v)(stand_in(e, t) for e, t in zip(v, traced))
         return v
 
-    margs = tuple(stand_in(v, t) for v, t in zip(args, node.args))
-    mkwargs = {k: stand_in(v, node.kwargs.get(k)) for k, v in kwargs.items()}
-    random = torch.Tag.nondeterministic_seeded in node.target.tags
-    with torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():  # (the probe draws)
-        e = plans.dtype_refusal(node.target, meta_templates(margs, mkwargs))
+    e = _ask_cpu(node.target, tuple(stand_in(v, t) for v, t in zip(args, node.args)),
+                 {k: stand_in(v, node.kwargs.get(k)) for k, v in kwargs.items()})
     if e is not None:
         e.add_note(f"(raised for {node.target} at {source_location(node)}, in a graph compiled by "
                    "torch.compile(backend='tpu'): the CPU refuses the dtypes of its inputs)")
