@@ -8,6 +8,7 @@ import functools
 from typing import Any, Iterator
 
 import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.export import ExportedProgram
@@ -107,8 +108,22 @@ def _multilabel_margin_loss(self: Any, target: Any, reduction: int = 1) -> Any:
     return aten.multilabel_margin_loss_forward.default(self, target, reduction)[0]
 
 
-#: Decompositions of ours: into an op :data:`PRESERVED_OPS` keeps, where torch's entry goes around it.
-DECOMPOSITIONS = {aten.multilabel_margin_loss.default: _multilabel_margin_loss}
+def _addcmul(self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+    """addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor, as the CPU kernel computes
+    it: the three inputs in their common dtype (float32 for a half type), an integer result taking ``value``
+    truncated. torch's reference multiplies ``tensor1`` by ``tensor2`` in their own dtype (a uint8 product into an
+    int32 result wrapped) and scales by a float ``value`` an integer result truncates only once."""
+    compute, result = elementwise_dtypes(self, tensor1, tensor2,
+                                         type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    if not (compute.is_floating_point or compute.is_complex) and type(value) is float:
+        value = int(value)
+    s, a, b = (t.to(compute) for t in (self, tensor1, tensor2))
+    return (s + value * a * b).to(result)
+
+
+#: Decompositions of ours: into an op :data:`PRESERVED_OPS` keeps, where torch's entry goes around it, or in place
+#: of torch's where its reference computes another value than the CPU kernel.
+DECOMPOSITIONS = {aten.multilabel_margin_loss.default: _multilabel_margin_loss, aten.addcmul.default: _addcmul}
 
 
 @functools.lru_cache(maxsize=1)

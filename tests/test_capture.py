@@ -66,6 +66,19 @@ def test_multilabel_margin_loss_exports_with_padded_targets():
     assert_parity(Loss(), (x, target), targets=["tpu", "onnx", "litert"], num_random_inputs=0)
 
 
+def test_addcmul_of_mixed_integer_dtypes_converts_as_the_cpu_computes_it():
+    # torch's reference multiplied the uint8 tensors in uint8 (16 * 16 wrapped to 0) and scaled an integer result
+    # by a float value; the CPU kernel computes in the common dtype and truncates the value
+    from validators import assert_parity
+
+    class Addcmul(torch.nn.Module):
+        def forward(self, a, b, c):
+            return torch.addcmul(a, b, b, value=2), torch.addcmul(a, c, c, value=1.5)
+
+    a, b, c = torch.tensor([5, 3, -7]), torch.tensor([16, 13, 0], dtype=torch.uint8), torch.tensor([5, 9, -2])
+    assert_parity(Addcmul(), (a, b, c), targets=["tpu", "onnx", "litert"], num_random_inputs=0)
+
+
 def test_a_program_with_torch_linalg_error_checks_converts_and_runs():
     # inv/cholesky decompose into *_ex plus an effectful error check: the program takes an effect token first,
     # which took the place of the first user input (StopIteration)

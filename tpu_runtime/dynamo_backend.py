@@ -32,7 +32,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._prims_common import make_contiguous_strides_for
 
-from converter.capture import PRESERVED_OPS
+from converter.capture import DECOMPOSITIONS as CAPTURE_DECOMPOSITIONS, PRESERVED_OPS
 from converter.lowering import rng_ops
 from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
@@ -76,6 +76,7 @@ def _decompositions() -> dict:
         table.pop(op, None)
     for op in _NON_CORE:
         table[op] = torch._decomp.decomposition_table[op]
+    table.update(CAPTURE_DECOMPOSITIONS)  # (convert's: torch.export and torch.compile decompose alike)
     table.update(foreach.decompositions())
     table.update(fastpath.decompositions())
     return table
