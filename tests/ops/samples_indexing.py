@@ -79,7 +79,15 @@ def _index_put_samples(dt):
                    name="mask-rows-broadcast"),
             # no values for a mask that selects nothing (``x[mask] += 1`` where ``x[mask]`` was empty)
             Sample((x, torch.zeros(3, dtype=b8), make((0, 4), dt, seed=9)), {"how": "mask-values-accumulate"},
-                   name="mask-none")]
+                   name="mask-none"),
+            # a mask among integer indices: the k-th selected row pairs with the k-th index, or one selected row
+            # with each index, or (one index) every selected row with it
+            Sample((x, torch.tensor([True, False, True]), torch.tensor([3, -4]), make((2,), dt, seed=10)),
+                   {"how": "mask-int"}, name="mask-int"),
+            Sample((x, torch.tensor([False, True, False]), torch.tensor([0, 2, 2]), make((), dt, seed=11)),
+                   {"how": "mask-int"}, name="mask-int-one-selected"),
+            Sample((x, torch.tensor([True, True, False]), torch.tensor([1]), make((), dt, seed=12)),
+                   {"how": "mask-int"}, name="mask-int-one-index")]
 
 
 def _index_select(x, dim, i, roll=False):
@@ -135,8 +143,8 @@ INDEXING = [
            errors=[ErrorSample((make((3, 4)), make((3, 4), b8)), "boolean mask has a data-dependent output shape",
                                {"how": "mask"})]),
     OpInfo("index_put", _apply(INDEX_PUT), (aten.index_put.default,), _index_put_samples, dtypes=(f32, i64),
-           errors=[ErrorSample((make((2, 2)), torch.tensor([True, True]), torch.tensor([0, 1]), make((2,))),
-                               "mixed with integer indices has a data-dependent shape", {"how": "mask-int"})]),
+           errors=[ErrorSample((make((2, 2)), torch.tensor([True, True]), torch.tensor([[0], [1]]), make((2, 2))),
+                               "beside indices of two or more dimensions", {"how": "mask-int"})]),
     OpInfo("index_select", _index_select, (aten.index_select.default,),
            lambda dt: [Sample((make((3, 4), dt), 1, idx((5,), 4))),
                        Sample((make((3, 4), dt), 0, idx((), 3)), name="0d-index"),

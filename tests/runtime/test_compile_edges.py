@@ -236,3 +236,33 @@ def test_xlogy_of_a_python_number_compiles(dtype):
     x = torch.tensor([0, 1, 2, 5]).to(dtype)
     fn = lambda t: torch.xlogy(t, 3)  # noqa: E731
     torch.testing.assert_close(torch.compile(fn, backend="tpu")(x.to("tpu")).cpu(), fn(x))
+
+
+_MIXED = {  # fn(x, idx, mask), idx, mask: a boolean mask among integer indices, written in place
+    "pairs": (lambda x, i, m: x.index_put_((i, m), torch.tensor(7.5, device=x.device)), [0, 4], [True, False]),
+    "one selected, three indices": (lambda x, i, m: x.index_put_((i, m), torch.tensor(7.5, device=x.device)),
+                                    [0, 4, 2], [False, True]),
+    "one index, accumulated": (lambda x, i, m: x.index_put_((i, m), torch.tensor(2.0, device=x.device),
+                                                            accumulate=True), [3], [True, True]),
+    "2-d mask after a slice": (lambda x, i, m: x.__setitem__((slice(None), m, i), 1.0) or x, [0, 2, 2],
+                               [[True, False, True, False], [False, False, True, False]]),
+}
+
+
+@pytest.mark.parametrize("case", list(_MIXED))
+def test_a_mask_among_integer_indices_is_written_under_compile(case):
+    # the lowering refused ``x[idx, mask] = v`` ("a data-dependent shape"); eager mode ran it through nonzero
+    torch._dynamo.reset()
+    fn, i, m = _MIXED[case]
+    f = lambda x, i, m: fn(x.clone(), i, m)  # noqa: E731
+    x, i, m = torch.randn(5, 2, 4, 3, generator=torch.Generator().manual_seed(0)), torch.tensor(i), torch.tensor(m)
+    torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu"), i.to("tpu"), m.to("tpu")).cpu(),
+                               f(x, i, m))
+
+
+def test_a_mask_selecting_another_count_than_the_indices_hold_raises_under_compile():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, i, m: x.clone().index_put_((i, m), torch.tensor(7.5, device=x.device)), backend="tpu")
+    with pytest.raises(RuntimeError, match="shape mismatch: indexing tensors could not be broadcast together"):
+        f(torch.zeros(5, 2, device="tpu"), torch.tensor([0, 4, 1], device="tpu"),
+          torch.tensor([True, True], device="tpu")).cpu()

@@ -73,8 +73,7 @@ def _mask_put(ctx, self, indices, values, accumulate):
     """
     given = [i for i in indices if i is not None]
     if len(given) != 1:
-        raise _unsupported(ctx, aten.index_put.default,
-                           "a boolean-mask write mixed with integer indices has a data-dependent shape; use torch.where")
+        return _mask_and_indices_put(ctx, self, indices, values, accumulate)
     pos = next(d for d, i in enumerate(indices) if i is not None)
     mask = given[0].astype(bool)
     rest = self.shape[pos + mask.ndim:]
@@ -98,6 +97,62 @@ def _mask_put(ctx, self, indices, values, accumulate):
     picked = jnp.take(v, order, axis=pos)
     sel = flat.reshape((1,) * pos + flat.shape + (1,) * len(rest))
     return jnp.where(sel, x + picked if accumulate else picked, x).reshape(self.shape)
+
+
+def _mask_and_indices_put(ctx, self, indices, values, accumulate):
+    """``x[idx, mask] = v``: one boolean mask among 1-D (or 0-d) integer indices, as torch computes it (the mask's
+    ``nonzero`` coordinates broadcast with the indices), with static shapes.
+
+    With indices of ``L > 1`` elements, the ``k``-th selected element pairs with the ``k``-th index (or the one
+    selected element with each of them): its coordinates come from a ``nonzero`` of size ``L``, and that the mask
+    selects ``L`` elements or one is an error check (``ctx.checks``), as torch refuses other counts. With single
+    indices, every selected element is written: a ``nonzero`` of the mask's size, its padding dropped by the
+    scatter. Values with one element per selected element in that case (a count known only at run time), several
+    masks, and indices of more dimensions are refused."""
+    reason = ("this boolean-mask write (several masks, a mask beside indices of two or more dimensions, or one value "
+              "per selected element beside single indices) has a data-dependent shape; use torch.where")
+    masks = [i for i in indices if i is not None and i.dtype in _MASK_DTYPES]
+    ints = [i for i in indices if i is not None and i.dtype not in _MASK_DTYPES]
+    if len(masks) != 1 or any(jnp.ndim(i) > 1 for i in ints):
+        raise _unsupported(ctx, aten.index_put.default, reason)
+    mask = masks[0].astype(bool)
+    length = max((i.size for i in ints), default=1)
+    selected = jnp.sum(mask)
+    coords = jnp.nonzero(mask, size=length if length > 1 else mask.size, fill_value=mask.shape)
+    if length > 1:
+        coords = tuple(jnp.where(selected == 1, c[0], c) for c in coords)
+        ctx.checks.append(((selected == length) | (selected == 1), aten._assert_async.msg,
+                           (f"shape mismatch: indexing tensors could not be broadcast together with the indices' "
+                            f"shape [{length}] (the mask selects another number of elements)",), {}))
+    parts, d = [], 0
+    for i in indices:
+        if i is None:
+            parts.append(slice(None))
+            d += 1
+        elif i.dtype in _MASK_DTYPES:
+            parts.extend(coords)
+            d += i.ndim
+        else:
+            parts.append(_wrap(i, self.shape[d]))
+            d += 1
+    at = self.at[tuple(parts)]
+    picked = jax.eval_shape(lambda x: x[tuple(parts)], self).shape  # (the indexed result's shape)
+    values = values.astype(self.dtype)
+    while values.ndim > len(picked) and values.shape[0] == 1:
+        values = values[0]
+    if length == 1 and values.size > 1 and not _broadcasts(values.shape, picked):
+        raise _unsupported(ctx, aten.index_put.default, reason)
+    if accumulate:
+        return getattr(at, _how(self.dtype, "add"))(values, mode="drop")
+    return at.set(values, mode="drop")
+
+
+def _broadcasts(shape, to):
+    """Whether ``shape`` broadcasts to ``to``."""
+    try:
+        return jnp.broadcast_shapes(shape, to) == tuple(to)
+    except ValueError:
+        return False
 
 
 @lowering(aten.index_put.default)
