@@ -87,7 +87,10 @@ def _index_put_samples(dt):
             Sample((x, torch.tensor([False, True, False]), torch.tensor([0, 2, 2]), make((), dt, seed=11)),
                    {"how": "mask-int"}, name="mask-int-one-selected"),
             Sample((x, torch.tensor([True, True, False]), torch.tensor([1]), make((), dt, seed=12)),
-                   {"how": "mask-int"}, name="mask-int-one-index")]
+                   {"how": "mask-int"}, name="mask-int-one-index"),
+            # two masks: their k-th selected elements pair up
+            Sample((x, torch.tensor([True, False, True]), torch.tensor([False, True, False, True]),
+                    make((), dt, seed=13)), {"how": "mask-int"}, name="mask-mask")]
 
 
 def _index_select(x, dim, i, roll=False):

@@ -246,6 +246,10 @@ _MIXED = {  # fn(x, idx, mask), idx, mask: a boolean mask among integer indices,
                                                             accumulate=True), [3], [True, True]),
     "2-d mask after a slice": (lambda x, i, m: x.__setitem__((slice(None), m, i), 1.0) or x, [0, 2, 2],
                                [[True, False, True, False], [False, False, True, False]]),
+    "two masks, one selecting one": (lambda x, i, m: x.__setitem__((i, m), 1.0) or x, [False, True, True, False, True],
+                                     [False, True]),
+    "two masks, one selecting none": (lambda x, i, m: x.index_put_((i, m), torch.tensor(2.0, device=x.device),
+                                                                   accumulate=True), [False] * 5, [True, False]),
 }
 
 

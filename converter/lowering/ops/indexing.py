@@ -11,6 +11,7 @@ torch.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -100,48 +101,61 @@ def _mask_put(ctx, self, indices, values, accumulate):
 
 
 def _mask_and_indices_put(ctx, self, indices, values, accumulate):
-    """``x[idx, mask] = v``: one boolean mask among 1-D (or 0-d) integer indices, as torch computes it (the mask's
-    ``nonzero`` coordinates broadcast with the indices), with static shapes.
+    """``x[idx, mask] = v``, ``x[mask1, mask2] = v``: boolean masks among 1-D (or 0-d) integer indices, as torch
+    computes them (each mask's ``nonzero`` coordinates, broadcast together with the indices), with static shapes.
 
-    With indices of ``L > 1`` elements, the ``k``-th selected element pairs with the ``k``-th index (or the one
-    selected element with each of them): its coordinates come from a ``nonzero`` of size ``L``, and that the mask
-    selects ``L`` elements or one is an error check (``ctx.checks``), as torch refuses other counts. With single
-    indices, every selected element is written: a ``nonzero`` of the mask's size, its padding dropped by the
-    scatter. Values with one element per selected element in that case (a count known only at run time), several
-    masks, and indices of more dimensions are refused."""
-    reason = ("this boolean-mask write (several masks, a mask beside indices of two or more dimensions, or one value "
-              "per selected element beside single indices) has a data-dependent shape; use torch.where")
-    masks = [i for i in indices if i is not None and i.dtype in _MASK_DTYPES]
+    Each mask's coordinates come from a ``nonzero`` of a static size: the indices' length ``L`` when ``L > 1``, else
+    the largest mask's size. The ``k``-th selected element of each mask pairs with the ``k``-th of the others and the
+    ``k``-th index; a mask selecting one element pairs it with all of them; rows past the broadcast count are
+    dropped by the scatter. That every mask selects that count or one is an error check (``ctx.checks``), as torch
+    refuses other counts. Values with one element per selected element (a count known only at run time) beside
+    single indices, and indices of two or more dimensions, are refused."""
+    reason = ("this boolean-mask write (a mask beside indices of two or more dimensions, or one value per selected "
+              "element beside single indices) has a data-dependent shape; use torch.where")
+    masks = [i.astype(bool) if i.dtype in _MASK_DTYPES else None for i in indices if i is not None]
     ints = [i for i in indices if i is not None and i.dtype not in _MASK_DTYPES]
-    if len(masks) != 1 or any(jnp.ndim(i) > 1 for i in ints):
+    if any(jnp.ndim(i) > 1 for i in ints):
         raise _unsupported(ctx, aten.index_put.default, reason)
-    mask = masks[0].astype(bool)
+    masks = [m for m in masks if m is not None]
     length = max((i.size for i in ints), default=1)
-    selected = jnp.sum(mask)
-    coords = jnp.nonzero(mask, size=length if length > 1 else mask.size, fill_value=mask.shape)
+    size = length if length > 1 else max(m.size for m in masks)
+    if size == 0:  # (an empty mask and no index to broadcast with: nothing is selected)
+        return self
+    counts = [jnp.sum(m) for m in masks]
     if length > 1:
-        coords = tuple(jnp.where(selected == 1, c[0], c) for c in coords)
-        ctx.checks.append(((selected == length) | (selected == 1), aten._assert_async.msg,
-                           (f"shape mismatch: indexing tensors could not be broadcast together with the indices' "
-                            f"shape [{length}] (the mask selects another number of elements)",), {}))
-    parts, d = [], 0
+        count = length
+    else:  # the broadcast count: the count that is not 1 (0 included), else 1
+        other = functools.reduce(jnp.maximum, [jnp.where(k != 1, k, -1) for k in counts])
+        count = jnp.where(other < 0, 1, other)
+    if length > 1 or len(masks) > 1:
+        ctx.checks.append((jnp.all(jnp.stack([(k == count) | (k == 1) for k in counts])), aten._assert_async.msg,
+                           ("shape mismatch: indexing tensors could not be broadcast together (a mask selects "
+                            "another number of elements than the other indices hold)",), {}))
+    rows = jnp.arange(size)
+    coords = []
+    for m, k in zip(masks, counts):
+        found = jnp.nonzero(m, size=size, fill_value=m.shape)
+        coords.append([jnp.where(rows < count, jnp.where(k == 1, c[0], c), n) for c, n in zip(found, m.shape)])
+    parts, d, coords = [], 0, iter(coords)
     for i in indices:
         if i is None:
             parts.append(slice(None))
             d += 1
         elif i.dtype in _MASK_DTYPES:
-            parts.extend(coords)
+            parts.extend(next(coords))
             d += i.ndim
         else:
             parts.append(_wrap(i, self.shape[d]))
             d += 1
-    at = self.at[tuple(parts)]
     picked = jax.eval_shape(lambda x: x[tuple(parts)], self).shape  # (the indexed result's shape)
     values = values.astype(self.dtype)
     while values.ndim > len(picked) and values.shape[0] == 1:
         values = values[0]
-    if length == 1 and values.size > 1 and not _broadcasts(values.shape, picked):
-        raise _unsupported(ctx, aten.index_put.default, reason)
+    if length == 1:  # values must not depend on the selected count: they broadcast to one selected row
+        one = tuple(p[:1] if hasattr(p, "shape") and p.ndim == 1 else p for p in parts)
+        if not _broadcasts(values.shape, jax.eval_shape(lambda x: x[one], self).shape):
+            raise _unsupported(ctx, aten.index_put.default, reason)
+    at = self.at[tuple(parts)]
     if accumulate:
         return getattr(at, _how(self.dtype, "add"))(values, mode="drop")
     return at.set(values, mode="drop")
