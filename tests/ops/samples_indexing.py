@@ -90,7 +90,10 @@ def _index_put_samples(dt):
                    {"how": "mask-int"}, name="mask-int-one-index"),
             # two masks: their k-th selected elements pair up
             Sample((x, torch.tensor([True, False, True]), torch.tensor([False, True, False, True]),
-                    make((), dt, seed=13)), {"how": "mask-int"}, name="mask-mask")]
+                    make((), dt, seed=13)), {"how": "mask-int"}, name="mask-mask"),
+            # a value per selected element beside a single index (their count as torch.compile traces it)
+            Sample((x, torch.tensor([True, False, True]), torch.tensor([1]), make((2,), dt, seed=14)),
+                   {"how": "mask-int"}, name="mask-int-values")]
 
 
 def _index_select(x, dim, i, roll=False):

@@ -250,6 +250,11 @@ _MIXED = {  # fn(x, idx, mask), idx, mask: a boolean mask among integer indices,
                                      [False, True]),
     "two masks, one selecting none": (lambda x, i, m: x.index_put_((i, m), torch.tensor(2.0, device=x.device),
                                                                    accumulate=True), [False] * 5, [True, False]),
+    # a value per selected element: the read graph-breaks, the write gets as many values as the masks selected
+    "two masks, incremented": (lambda x, i, m: x.__setitem__((i, m), x[i, m] + 1) or x, [True, False, True, True,
+                                                                                          False], [False, True]),
+    "one index, a row per selected": (lambda x, i, m: x.__setitem__((slice(None), i, m), torch.arange(
+        45.0, device=x.device).view(5, 3, 3)) or x, [1], [False, True, True, True]),
 }
 
 

@@ -108,10 +108,10 @@ def _mask_and_indices_put(ctx, self, indices, values, accumulate):
     the largest mask's size. The ``k``-th selected element of each mask pairs with the ``k``-th of the others and the
     ``k``-th index; a mask selecting one element pairs it with all of them; rows past the broadcast count are
     dropped by the scatter. That every mask selects that count or one is an error check (``ctx.checks``), as torch
-    refuses other counts. Values with one element per selected element (a count known only at run time) beside
-    single indices, and indices of two or more dimensions, are refused."""
-    reason = ("this boolean-mask write (a mask beside indices of two or more dimensions, or one value per selected "
-              "element beside single indices) has a data-dependent shape; use torch.where")
+    refuses other counts. Values with a row per selected element beside single indices are laid out along the
+    selection (:func:`_per_selected`). Indices of two or more dimensions are refused."""
+    reason = ("this boolean-mask write (a mask beside indices of two or more dimensions, or values that fit neither "
+              "one selected element nor the selection) has a data-dependent shape; use torch.where")
     masks = [i.astype(bool) if i.dtype in _MASK_DTYPES else None for i in indices if i is not None]
     ints = [i for i in indices if i is not None and i.dtype not in _MASK_DTYPES]
     if any(jnp.ndim(i) > 1 for i in ints):
@@ -151,14 +151,34 @@ def _mask_and_indices_put(ctx, self, indices, values, accumulate):
     values = values.astype(self.dtype)
     while values.ndim > len(picked) and values.shape[0] == 1:
         values = values[0]
-    if length == 1:  # values must not depend on the selected count: they broadcast to one selected row
+    if length == 1:  # values that do not broadcast to one selected row hold a row per selected element
         one = tuple(p[:1] if hasattr(p, "shape") and p.ndim == 1 else p for p in parts)
-        if not _broadcasts(values.shape, jax.eval_shape(lambda x: x[one], self).shape):
-            raise _unsupported(ctx, aten.index_put.default, reason)
+        row = jax.eval_shape(lambda x: x[one], self).shape
+        if not _broadcasts(values.shape, row):
+            values = _per_selected(ctx, values, picked, row, count, reason)
     at = self.at[tuple(parts)]
     if accumulate:
         return getattr(at, _how(self.dtype, "add"))(values, mode="drop")
     return at.set(values, mode="drop")
+
+
+def _per_selected(ctx, values, picked, row, count, reason):
+    """``values`` with a row per selected element (their count ``C`` static as traced, the mask's ``count`` known at
+    run time) laid out along the indexed result's selection axis of ``size`` rows (``picked``; ``row``: its shape
+    with one row): cut or zero-padded to ``size`` (rows past ``count`` are dropped by the scatter), with the check
+    that ``count`` is ``C``, as torch refuses other counts."""
+    axis = next((a for a, (p, r) in enumerate(zip(picked, row)) if p != r), None)
+    at = None if axis is None else axis - (len(picked) - values.ndim)
+    if at is None or at < 0 or not _broadcasts(values.shape[:at] + (1,) + values.shape[at + 1:], row):
+        raise _unsupported(ctx, aten.index_put.default, reason)
+    rows, size = values.shape[at], picked[axis]
+    ctx.checks.append((count == rows, aten._assert_async.msg,
+                       (f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                        "indexing result (the masks select another number of elements)",), {}))
+    values = jax.lax.slice_in_dim(values, 0, min(rows, size), axis=at)
+    pad = [(0, 0)] * values.ndim
+    pad[at] = (0, size - values.shape[at])
+    return jnp.pad(values, pad)
 
 
 def _broadcasts(shape, to):
