@@ -27,8 +27,9 @@ def cast(x, dtype):
     True); float → uint8 goes through int64 and wraps (-1.0 → 255), the rule
     torch's ``c10::convert`` documents (complex → uint8 too, from the real part); → float8_e4m3fn
     saturates at ±448 (inf too), as torch's CPU conversion; bool → floating/complex is ``select(x, 1, 0)``
-    (:func:`~converter.lowering.helpers.astype`: ``y * mask.float()`` keeps ``inf * 0 = nan``). Deviation: float → signed int out of the
-    target's range is undefined in torch (x86 gives INT_MIN); XLA saturates.
+    (:func:`~converter.lowering.helpers.astype`: ``y * mask.float()`` keeps ``inf * 0 = nan``).
+    Deviation: float → signed int out of the target's range is undefined in torch (x86 gives INT_MIN); XLA
+    saturates.
     """
     dtype = np.dtype(dtype)
     if x.dtype == dtype:

@@ -112,11 +112,10 @@ def _mask_and_indices_put(ctx, self, indices, values, accumulate):
     selection (:func:`_per_selected`). Indices of two or more dimensions are refused."""
     reason = ("this boolean-mask write (a mask beside indices of two or more dimensions, or values that fit neither "
               "one selected element nor the selection) has a data-dependent shape; use torch.where")
-    masks = [i.astype(bool) if i.dtype in _MASK_DTYPES else None for i in indices if i is not None]
+    masks = [i.astype(bool) for i in indices if i is not None and i.dtype in _MASK_DTYPES]
     ints = [i for i in indices if i is not None and i.dtype not in _MASK_DTYPES]
     if any(jnp.ndim(i) > 1 for i in ints):
         raise _unsupported(ctx, aten.index_put.default, reason)
-    masks = [m for m in masks if m is not None]
     length = max((i.size for i in ints), default=1)
     size = length if length > 1 else max(m.size for m in masks)
     if size == 0:  # (an empty mask and no index to broadcast with: nothing is selected)
@@ -148,9 +147,7 @@ def _mask_and_indices_put(ctx, self, indices, values, accumulate):
             parts.append(_wrap(i, self.shape[d]))
             d += 1
     picked = jax.eval_shape(lambda x: x[tuple(parts)], self).shape  # (the indexed result's shape)
-    values = values.astype(self.dtype)
-    while values.ndim > len(picked) and values.shape[0] == 1:
-        values = values[0]
+    values = _trimmed(values.astype(self.dtype), len(picked))
     if length == 1:  # values that do not broadcast to one selected row hold a row per selected element
         one = tuple(p[:1] if hasattr(p, "shape") and p.ndim == 1 else p for p in parts)
         row = jax.eval_shape(lambda x: x[one], self).shape
@@ -181,6 +178,14 @@ def _per_selected(ctx, values, picked, row, count, reason):
     return jnp.pad(values, pad)
 
 
+def _trimmed(values, rank):
+    """``values`` without the leading size-1 dimensions past ``rank`` (the indexed result's), as the CPU's copy
+    strips them."""
+    while values.ndim > rank and values.shape[0] == 1:
+        values = values[0]
+    return values
+
+
 def _broadcasts(shape, to):
     """Whether ``shape`` broadcasts to ``to``."""
     try:
@@ -200,11 +205,9 @@ def lower_index_put_default(ctx, self, indices, values, accumulate=False):
     if any(i is not None and i.dtype in _MASK_DTYPES for i in indices):
         return _mask_put(ctx, self, indices, values, accumulate)
     parts = tuple(slice(None) if i is None else _wrap(i, self.shape[d]) for d, i in enumerate(indices))
-    values = values.astype(self.dtype)
     given = [i for i in indices if i is not None]
     rank = max((jnp.ndim(i) for i in given), default=0) + self.ndim - len(given)  # (the indexed result's)
-    while values.ndim > rank and values.shape[0] == 1:  # leading 1s, as the CPU's copy strips them
-        values = values[0]  # (index_add's 0-d index: a [1, n] source into a [n] row)
+    values = _trimmed(values.astype(self.dtype), rank)  # (index_add's 0-d index: a [1, n] source into a [n] row)
     at = self.at[parts]
     if accumulate:
         return getattr(at, _how(self.dtype, "add"))(values, mode=_IN_RANGE)
