@@ -8,6 +8,11 @@ that decomposition counts the label slots after a row's first ``-1`` as targets 
 :func:`multilabel_margin_loss`, the CPU kernel's loss in ordinary differentiable ops (the lowering table's row for
 the op, written in torch), for graphs of tpu and of CPU tensors alike. ``convert`` keeps the op whole
 (``converter.capture.DECOMPOSITIONS``) and is not affected.
+
+``Tensor.polygamma_(n)``: its schema takes ``self`` first where the functional ``polygamma(n, self)`` takes it last,
+so functionalization does not pair the two and refused the in-place op as a custom operator with an aliased output
+(``aot_eager`` and ``inductor`` fail the same way). The call becomes :func:`polygamma_`, the functional op and a
+``copy_`` back, which functionalization takes as for any in-place op (through views too).
 """
 
 from __future__ import annotations
@@ -44,21 +49,32 @@ def multilabel_margin_loss(input: Any, target: Any, size_average: Any = None, re
     return per.reshape(input.shape[:-1] if input.dim() == 2 else ())
 
 
+def polygamma_(self: Any, n: int) -> Any:
+    """``Tensor.polygamma_(n)`` as ``self.copy_(torch.polygamma(n, self))`` (see the module docstring)."""
+    return self.copy_(torch.polygamma(n, self))
+
+
 #: Torch functions dynamo records → what the graph calls instead.
 _REWRITES = {F.multilabel_margin_loss: multilabel_margin_loss,
-             torch._C._nn.multilabel_margin_loss: multilabel_margin_loss}
+             torch._C._nn.multilabel_margin_loss: multilabel_margin_loss, torch.Tensor.polygamma_: polygamma_}
+
+#: Tensor methods dynamo records (``call_method`` nodes, by name) → the function the graph calls instead.
+_METHOD_REWRITES = {"polygamma_": polygamma_}
 
 
 def rewrite(gm: torch.fx.GraphModule) -> None:
-    """Point ``gm``'s calls of the functions of :data:`_REWRITES` at their replacements (in place; each node keeps
-    its metadata, so its checks are worded and located as before)."""
+    """Point ``gm``'s calls of the functions of :data:`_REWRITES` and the methods of :data:`_METHOD_REWRITES` at
+    their replacements (in place; each node keeps its metadata, so its checks are worded and located as before)."""
     changed = False
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in _REWRITES:
             node.target = _REWRITES[node.target]
             changed = True
+        elif node.op == "call_method" and node.target in _METHOD_REWRITES:
+            node.op, node.target = "call_function", _METHOD_REWRITES[node.target]
+            changed = True
     if changed:
         gm.recompile()
 
 
-__all__ = ["multilabel_margin_loss", "rewrite"]
+__all__ = ["multilabel_margin_loss", "polygamma_", "rewrite"]
