@@ -70,23 +70,22 @@ def caller_location(internal_files: tuple | None = None) -> SourceLocation:
         if internal_files is not None:
             internal = any(s in code.co_filename for s in internal_files)
         else:
-            try:
-                internal = _INTERNAL_CODE.get(code)
-            except TypeError:  # unhashable: a slice among its constants (dynamo's bytecode for ``x[1:3] = v``)
-                internal = any(s in code.co_filename for s in _INTERNAL)
+            internal = _INTERNAL_FILE.get(code.co_filename)
             if internal is None:
-                if len(_INTERNAL_CODE) > 65536:
-                    _INTERNAL_CODE.clear()
-                internal = _INTERNAL_CODE[code] = any(s in code.co_filename for s in _INTERNAL)
+                if len(_INTERNAL_FILE) > 65536:
+                    _INTERNAL_FILE.clear()
+                internal = _INTERNAL_FILE[code.co_filename] = any(s in code.co_filename for s in _INTERNAL)
         if not internal:
             return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return SourceLocation()
 
 
-#: code object → whether its file is internal (torch, tpu-export…): eager ops look up the user's frame per
-#: checked op, so each frame's answer is worked out once.
-_INTERNAL_CODE: dict = {}
+#: file name → whether it is internal (torch, tpu-export…): eager ops look up the user's frame per checked op, so
+#: each file's answer is worked out once. Keyed by the name, not the code object: a key would keep the code alive,
+#: and dynamo removes a compiled frame's globals (its compiled graphs, their executables) only once its transformed
+#: code is freed (a code object may also be unhashable: a slice among its constants).
+_INTERNAL_FILE: dict = {}
 
 
 class ConversionError(Exception):

@@ -229,6 +229,22 @@ def test_a_runtime_op_called_from_dynamos_bytecode_with_a_slice_constant():
     torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to("tpu")).cpu(), f(x))
 
 
+def test_looking_up_the_users_line_keeps_no_code_object_alive():
+    # the lookup cached its answer per code object, which kept each one alive: dynamo's transformed code too, and
+    # dynamo frees a compiled function's globals only once that code dies
+    import gc
+    import weakref
+
+    namespace: dict = {}
+    exec("def user(x, i):\n    return x[i]\n", namespace)  # (a function made at run time, as dynamo makes code)
+    code = weakref.ref(namespace["user"].__code__)
+    with pytest.raises(IndexError, match="out of bounds"):  # (an eager op whose check looks up the user's line)
+        namespace["user"](torch.arange(4.0).to("tpu"), torch.tensor([7]).to("tpu")).cpu()
+    del namespace
+    gc.collect()
+    assert code() is None
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_xlogy_of_a_python_number_compiles(dtype):
     # torch's reference of xlogy(x, 3) makes the number a tensor with prims.scalar_tensor, which had no lowering
