@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
+import weakref
 from typing import Any, Callable, Iterator
 
 import jax
@@ -38,11 +39,10 @@ from converter.lowering.dtypes import to_torch_dtype
 from converter.lowering.fx_runner import check_supported, run_graph_module
 from tpu_runtime import fastpath, foreach, graph_checks, rng
 from tpu_runtime._x64 import restore, swap_on
-from tpu_runtime.cache import CACHE
+from tpu_runtime.cache import CACHE, donation_order
 from tpu_runtime.compile_aliases import resolve_outputs, split_shared_views
 from tpu_runtime.compile_rewrites import rewrite
 from tpu_runtime.compile_tensors import TpuPayload, end_tracing
-from tpu_runtime.cache import donation_order
 from tpu_runtime.compile_writes import donatable, input_writes, write_back
 from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.module import host_array, to_jax, to_torch
@@ -251,6 +251,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     observers = graph_checks.observers(gm)
     positions = list(itertools.accumulate((isinstance(v, torch.Tensor) for v in placeholders), initial=-1))[1:]
     orders: dict = {}  # signature with donated inputs → the order its executable returns the outputs in
+    keys: list = []  # this graph's cache entries (its graph_id makes them its own), dropped when ``run`` is freed
 
     def run(args: list) -> list:
         if refused:
@@ -285,6 +286,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
                 outs = CACHE.compile(sig, traced, (key, *arrays), describe=lambda: f"torch.compile graph {graph_id}",
                                      donate=tuple(sorted(p[0] for p in pairs)))
                 checks_of[sig] = list(checks)
+                keys.append(sig)
             else:
                 outs = fn(key, *arrays)
             if pairs:
@@ -307,6 +309,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
             restore(prev)
 
     run._boxed_call = True  # AOTAutograd's boxed calling convention: args list is consumed
+    # once dynamo lets the graph go (torch._dynamo.reset(), a recompile that replaces it, the compiled function
+    # freed), so do its executables and the graph they close over: each compiled graph had kept ~4 MB for good
+    weakref.finalize(run, CACHE.discard, keys)
     return run
 
 
