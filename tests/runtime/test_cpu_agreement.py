@@ -247,3 +247,30 @@ def test_a_value_times_a_bool_mask_keeps_ieee_nan_and_signed_zero(mode):
         torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=0, atol=0)
         g, w = (torch.view_as_real(t) if t.is_complex() else t for t in (g.cpu(), w))
         assert torch.equal(g.signbit() & ~w.isnan(), w.signbit() & ~w.isnan())  # (a NaN's sign is x86's)
+
+
+@pytest.mark.parametrize("mode", ["fused", "compile"])
+@pytest.mark.parametrize("norm", ["layer_norm", "batch_norm", "instance_norm"])
+def test_max_pool_gradient_after_a_norm_in_one_graph(mode, norm):
+    # the lowering found each window's maximum by comparing the window with reduce_window's result, and XLA
+    # computed the norm's output once for each of the two, a rounding apart: no element matched, the window's first
+    # element took the gradient (errors of 1.0 in fused eager and torch.compile; strict eager was right)
+    import torch.nn.functional as F
+
+    norms = {"layer_norm": lambda t: F.layer_norm(t, (3, 3, 3)),
+             "batch_norm": lambda t: F.batch_norm(t, None, None, training=True),
+             "instance_norm": F.instance_norm}
+
+    def f(t):
+        return F.max_pool3d(norms[norm](t), 2, ceil_mode=True).sum()
+
+    x = torch.randn(2, 4, 3, 3, 3, generator=torch.Generator().manual_seed(0))
+    xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    f(xc).backward()
+    if mode == "compile":
+        torch._dynamo.reset()
+        torch.compile(f, backend="tpu")(xt).backward()
+    else:
+        with tpu_runtime.set_eager_mode("fused"):
+            f(xt).backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)

@@ -100,9 +100,13 @@ def _max_pool(ctx, op, n, x, kernel_size, stride, padding, dilation, ceil_mode):
         at = base[..., None] + off_i
         real = real & (at >= 0) & (at < sizes[i])
         bases.append(base), steps.append(off_i)
-    # the first input element (never padding) that equals the window's maximum, or is NaN: like torch's scan
-    # (padding holds the dtype's lowest value, which an all -inf / all INT_MIN window ties with)
-    best = jnp.argmax(real & ((stacked == values[..., None]) | (stacked != stacked)), axis=-1)
+    # the window's first maximum, or first NaN, like torch's scan: an argmax of the window itself, not a search
+    # for elements equal to ``values``. XLA may compute a fused producer of ``x`` (a norm's output) once for the
+    # reduce_window and again for these slices, a rounding apart: no element then equalled the maximum, and the
+    # window's first element was reported (wrong max-pool gradients in fused eager and torch.compile). Padding
+    # holds the dtype's lowest value, which an all -inf / all INT_MIN window ties with: its first input element.
+    best = jnp.argmax(stacked, axis=-1)
+    best = jnp.where(jnp.take_along_axis(real, best[..., None], axis=-1)[..., 0], best, jnp.argmax(real, axis=-1))
     flat = jnp.zeros(idx_shape, jnp.int64)
     for i in range(n):
         mult = math.prod(sizes[i + 1:]) if i + 1 < n else 1
