@@ -1,6 +1,6 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
-ops (add_any), 3-D pooling, convolutions with kernels computed at run time. Each model is converted
+ops (add_any), 3-D and dilated pooling, convolutions with kernels computed at run time. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ class Pool3d(nn.Module):
                 F.avg_pool3d(v, 3, 2, 1, ceil_mode=True, count_include_pad=False), F.adaptive_avg_pool3d(y, (2, 3, 3)))
 
 
+class DilatedPools(nn.Module):
+    """Dilated max pooling, 1-D / 2-D (padded, ceil mode) / 3-D: TFLite's pools take no dilation, so each is
+    separable strided slices ``dilation`` apart."""
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return (F.max_pool1d(x.flatten(2), 3, 2, 1, dilation=3, ceil_mode=True), F.max_pool2d(x, 2, 1, 1, dilation=2),
+                F.max_pool2d(x, 3, 2, 0, dilation=2, ceil_mode=True), F.max_pool3d(x[:, None], 2, 1, 0, dilation=2))
+
+
 class PredictedKernels(nn.Module):
     """Convolutions with kernels computed at run time (a hypernetwork): 2-D (padded, strided and dilated, a
     1-row kernel), depthwise and 1-D."""
@@ -138,6 +147,7 @@ MODELS = {
     "predicted_kernels": (PredictedKernels, lambda: (torch.randn(2, 3, 8, 9), torch.randn(4)),
                           {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 1}),
     "pool3d": (Pool3d, lambda: (torch.randn(2, 3, 5, 6, 7),), {"CONV_3D": 1, "MAX_POOL_2D": 0, "AVERAGE_POOL_2D": 0}),
+    "dilated_pools": (DilatedPools, lambda: (torch.randn(2, 3, 7, 8),), {"MAX_POOL_2D": 0, "STRIDED_SLICE": 19}),
     "backward_ops": (BackwardOps, lambda: (torch.randn(1, 1, 8), torch.randn(1, 1, 5), torch.randn(1, 1, 4, 6)), {}),
 }
 

@@ -296,12 +296,13 @@ def _pool_layout(x: Val, window: Sequence, strides: Sequence, pads: Sequence) ->
 
 
 def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
-    """A window reduction no TFLite pooling builtin takes (three spatial dims: a 3-D pooling), one reduced dim at
-    a time (max and sum over a box are separable): PADV2 with ``fill``, then per window offset a STRIDED_SLICE
-    with the window stride, combined with ``combine`` (MAXIMUM / ADD: 3 + 3 + 3 slices for a 3×3×3 window), in
-    the value's layout. Static shapes only."""
+    """A window reduction no TFLite pooling builtin takes (three spatial dims: a 3-D pooling; a dilated window),
+    one reduced dim at a time (max and sum over a box are separable): PADV2 with ``fill``, then per window offset
+    a STRIDED_SLICE with the window stride, starting ``dilation`` elements after the last, combined with
+    ``combine`` (MAXIMUM / ADD: 3 + 3 + 3 slices for a 3×3×3 window), in the value's layout. Static shapes only."""
     p = eqn.params
     window, strides, pads = list(p["window_dimensions"]), list(p["window_strides"]), list(p["padding"])
+    dilations = [int(v) for v in (p.get("window_dilation") or [1] * len(window))]
     aval = out_aval(eqn)
     dtype, perm, rank = np.dtype(aval.dtype), x.perm, x.rank
     dims = [x.shape[i] for i in perm]
@@ -310,7 +311,7 @@ def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
     dims = [int(d) for d in dims]
     t = em.tensor_of(x, perm, expand=True)
     for d in range(rank):
-        k, s, (lo, hi) = int(window[d]), int(strides[d]), (int(pads[d][0]), int(pads[d][1]))
+        k, s, (lo, hi), dil = int(window[d]), int(strides[d]), (int(pads[d][0]), int(pads[d][1])), dilations[d]
         if (k, s, lo, hi) == (1, 1, 0, 0):
             continue
         ax = perm.index(d)
@@ -320,11 +321,11 @@ def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
             dims[ax] += lo + hi
             t = em.emit("PADV2", [t, em.const(i32(table)), em.const(np.asarray([fill], dtype))], list(dims), dtype)
         out_dims = list(dims)
-        out_dims[ax] = (dims[ax] - k) // s + 1
+        out_dims[ax] = (dims[ax] - dil * (k - 1) - 1) // s + 1
         step = [1] * rank
         step[ax] = s
         acc = None
-        for off in range(k):
+        for off in range(0, k * dil, dil):
             begin, end = [0] * rank, list(dims)
             begin[ax], end[ax] = off, off + (out_dims[ax] - 1) * s + 1
             part = em.emit("STRIDED_SLICE", [t, em.const(i32(begin)), em.const(i32(end)), em.const(i32(step))],
@@ -337,16 +338,19 @@ def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
 def _pool(em: Emitter, eqn: Any, x: Val, code: str, fill: float | None = None) -> Val:
     p = eqn.params
     window, strides, pads = list(p["window_dimensions"]), list(p["window_strides"]), list(p["padding"])
-    if any(d != 1 for d in p["base_dilation"]) or any(d != 1 for d in p["window_dilation"]):
-        raise Unsupported("dilated window reduction")
+    if any(d != 1 for d in p["base_dilation"]):
+        raise Unsupported("window reduction with base dilation")
     aval = out_aval(eqn)
     dtype = np.dtype(aval.dtype)
     if tfl_dtype(dtype).kind != "f":
         raise Unsupported(f"pooling on {dtype.name}")
+    dilated = any(d != 1 for d in p["window_dilation"])  # (TFLite's pools take no dilation)
     try:
+        if dilated:
+            raise Unsupported("dilated window reduction")
         batch, feature, spatial = _pool_layout(x, window, strides, pads)
     except Unsupported:
-        if x.rank < 5:
+        if x.rank < 5 and not dilated:
             raise
         if code == "MAX_POOL_2D":
             low = float(np.finfo(dtype).min)
