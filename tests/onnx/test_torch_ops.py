@@ -2,7 +2,7 @@
 ONNX Runtime: out-of-range scatter indices (dropped), zero-size reshapes, 64-bit constants
 folded at export time, integer matmul and max pooling, complex operands (refused), and bfloat16/float8
 inputs and outputs (run through OrtValues), integer shifts, Tensor.repeat,
-cumulative products, logcumsumexp, cummax/cummin and mode."""
+cumulative products, logcumsumexp, cummax/cummin and mode, transposed convolutions padded past their kernel."""
 
 from __future__ import annotations
 
@@ -45,6 +45,13 @@ CASES = {
                                        *torch.cummin(i, 1)),
                          torch.tensor([[0.5, -2.0, 1.0, 4.0, -0.25, 2.0, 1.0], [1.0, 0.5, 0.5, -1.0, 8.0, 0.0, 2.0]]),
                          torch.tensor([[2, -1, 3, 3, 0], [1, 1, -2, 4, 4]])),
+    # stride-1 transposed convolutions padded past their kernel's reach: a Conv with negative padding (a crop)
+    "conv_transpose_cropping": (lambda x, w, g: (F.conv_transpose2d(x, w, padding=3),
+                                                 F.conv_transpose2d(x, g, padding=(1, 2), dilation=2, groups=2),
+                                                 F.conv_transpose1d(x[:, :, 0], w[:, :, 1], padding=3)),
+                                torch.randn(1, 4, 7, 6, generator=torch.Generator().manual_seed(0)),
+                                torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(1)),
+                                torch.randn(4, 2, 1, 1, generator=torch.Generator().manual_seed(2))),
 }
 
 

@@ -81,8 +81,8 @@ def _inverse(perm: list[int]) -> list[int]:
 
 @rule(lax.conv_general_dilated_p)
 def lower_conv(g: OnnxGraph, eqn: Any, x: Val, w: Val) -> Val:
-    """conv_general_dilated → Conv (strides, pads, dilations, group) in NC… layout, with
-    Transposes for other dimension numbers; lhs dilation (a transposed convolution) →
+    """conv_general_dilated → Conv (strides, pads, dilations, group) in NC… layout (a negative pad: a Slice of the
+    input first), with Transposes for other dimension numbers; lhs dilation (a transposed convolution) →
     ConvTranspose with the kernel flipped and regrouped at export time (constant kernels)."""
     aval = out_aval(eqn)
     p = eqn.params
@@ -97,8 +97,12 @@ def lower_conv(g: OnnxGraph, eqn: Any, x: Val, w: Val) -> Val:
     rhs_dil = [int(d) for d in (p.get("rhs_dilation") or [1] * len(strides))]
     xt = permuted(g, x, lhs_spec)
     if all(d == 1 for d in lhs_dil):
-        if any(v < 0 for pad in pads for v in pad):
-            raise Unsupported("conv_general_dilated with negative padding")
+        crop = [i for i, (lo, hi) in enumerate(pads) if lo < 0 or hi < 0]
+        if crop:  # a negative pad crops the input (a stride-1 transposed convolution padded past its kernel)
+            xt = g.op("Slice", [xt, g.i64([max(-pads[i][0], 0) for i in crop]),
+                                g.i64([pads[i][1] if pads[i][1] < 0 else 2 ** 62 for i in crop]),
+                                g.i64([2 + i for i in crop])])
+            pads = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
         wt = permuted(g, w, rhs_spec)
         out = g.op("Conv", [xt, wt], strides=strides, dilations=rhs_dil, group=groups,
                    pads=[lo for lo, _ in pads] + [hi for _, hi in pads])
