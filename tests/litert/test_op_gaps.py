@@ -1,6 +1,6 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
-ops (add_any), 3-D and dilated pooling, convolutions with kernels computed at run time. Each model is converted
+ops (add_any), 3-D and dilated pooling, transposed convolutions padded past their kernel, convolutions with kernels computed at run time. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -111,6 +111,20 @@ class DilatedPools(nn.Module):
                 F.max_pool2d(x, 3, 2, 0, dilation=2, ceil_mode=True), F.max_pool3d(x[:, None], 2, 1, 0, dilation=2))
 
 
+class CroppedTransposedConvs(nn.Module):
+    """Stride-1 transposed convolutions padded past their kernel's reach, 1-D / 2-D (dilated, grouped) / 3-D: a
+    convolution with negative padding, a SLICE before it (TFLite's PAD takes no negative pad)."""
+
+    def __init__(self):
+        super().__init__()
+        self.t1, self.t2 = nn.ConvTranspose1d(3, 2, 3, padding=3), nn.ConvTranspose2d(3, 3, 1, padding=1, dilation=2,
+                                                                                        groups=3)
+        self.t3 = nn.ConvTranspose3d(3, 2, 3, padding=(3, 2, 3))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return self.t1(x[:, :, 0]), self.t2(x), self.t3(x[:, :, None].expand(-1, -1, 6, -1, -1))
+
+
 class PredictedKernels(nn.Module):
     """Convolutions with kernels computed at run time (a hypernetwork): 2-D (padded, strided and dilated, a
     1-row kernel), depthwise and 1-D."""
@@ -148,6 +162,7 @@ MODELS = {
                           {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 1}),
     "pool3d": (Pool3d, lambda: (torch.randn(2, 3, 5, 6, 7),), {"CONV_3D": 1, "MAX_POOL_2D": 0, "AVERAGE_POOL_2D": 0}),
     "dilated_pools": (DilatedPools, lambda: (torch.randn(2, 3, 7, 8),), {"MAX_POOL_2D": 0, "STRIDED_SLICE": 19}),
+    "cropped_transposed_convs": (CroppedTransposedConvs, lambda: (torch.randn(2, 3, 7, 8),), {"SLICE": 4, "PAD": 0}),
     "backward_ops": (BackwardOps, lambda: (torch.randn(1, 1, 8), torch.randn(1, 1, 5), torch.randn(1, 1, 4, 6)), {}),
 }
 

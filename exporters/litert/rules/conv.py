@@ -48,7 +48,8 @@ def choose_padding(sizes: Sequence, ks: Sequence, ss: Sequence, ds: Sequence,
 
 def _nhwc(em: Emitter, x: Val, batch: int, feature: int, spatial: list[int], pad_value: float = 0.0,
           pads: list | None = None) -> tuple[Any, list]:
-    """The NHWC (4-D) tensor of ``x`` and its dims, with explicit padding applied."""
+    """The NHWC (4-D) tensor of ``x`` and its dims, with explicit padding applied (a negative pad crops:
+    :func:`_cut_negative_pads`)."""
     perm = tuple([batch] + spatial + [feature])
     t = em.tensor_of(x, perm, expand=True)
     dims = [x.shape[i] for i in perm]
@@ -56,6 +57,7 @@ def _nhwc(em: Emitter, x: Val, batch: int, feature: int, spatial: list[int], pad
         dims = [dims[0], 1, dims[1], dims[2]]
         t = em.emit("RESHAPE", [t, em.shape_operand(dims)], dims, x.dtype)
         pads = None if pads is None else [(0, 0)] + list(pads)
+    t, dims, pads = _cut_negative_pads(em, t, dims, pads, x.dtype)
     if pads is not None:
         dims = [dims[0], dims[1] + sum(pads[0]), dims[2] + sum(pads[1]), dims[3]]
         table = em.const(i32([[0, 0], list(pads[0]), list(pads[1]), [0, 0]]))
@@ -64,6 +66,20 @@ def _nhwc(em: Emitter, x: Val, batch: int, feature: int, spatial: list[int], pad
         else:
             t = em.emit("PADV2", [t, table, em.const(np.asarray([pad_value], x.dtype))], dims, x.dtype)
     return t, dims
+
+
+def _cut_negative_pads(em: Emitter, t: Any, dims: list, pads: list | None,
+                       dtype: Any) -> tuple[Any, list, list | None]:
+    """``(t, dims, pads)`` with the negative ``(lo, hi)`` pads of a channels-last ``t``'s spatial dims (``dims[1:-1]``)
+    applied as a SLICE (a stride-1 transposed convolution padded past its kernel crops: TFLite's PAD takes no
+    negative pad), and the pads left to apply (``None``: none)."""
+    if pads is None or all(v >= 0 for q in pads for v in q):
+        return t, dims, pads
+    cut = [(max(-lo, 0), max(-hi, 0)) for lo, hi in pads]
+    dims = [dims[0]] + [n - lo - hi for n, (lo, hi) in zip(dims[1:-1], cut)] + [dims[-1]]
+    t = em.emit("SLICE", [t, em.const(i32([0] + [lo for lo, _ in cut] + [0])), em.const(i32(dims))], dims, dtype)
+    pads = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+    return t, dims, None if all(q == (0, 0) for q in pads) else pads
 
 
 def _result(em: Emitter, t: Any, aval: Any, batch: int, feature: int, spatial: list[int]) -> Val:
@@ -243,7 +259,8 @@ def _transpose_conv3d(em: Emitter, eqn: Any, x: Val, k: np.ndarray, ldil: list, 
 
 def _conv3d(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
     """3-D conv_general_dilated → CONV_3D on NDHWC activations, filter [d, h, w, in, out] (DHWIO);
-    explicit padding becomes a PAD first; groups split the input (one CONV_3D per group)."""
+    explicit padding becomes a PAD first (a negative pad a SLICE: :func:`_cut_negative_pads`); groups split the
+    input (one CONV_3D per group)."""
     p = eqn.params
     dn = p["dimension_numbers"]
     lhs_spec, rhs_spec, out_spec = list(dn.lhs_spec), list(dn.rhs_spec), list(dn.out_spec)
@@ -261,6 +278,7 @@ def _conv3d(em: Emitter, eqn: Any, x: Val, w: Val) -> Val:
     t = em.tensor_of(x, perm, expand=True)
     dims = [x.shape[i] for i in perm]
     padding, explicit = choose_padding(dims[1:4], k.shape[2:], strides, rdil, pads)
+    t, dims, explicit = _cut_negative_pads(em, t, dims, explicit, x.dtype)
     if explicit is not None:
         dims = [dims[0]] + [n + lo + hi for n, (lo, hi) in zip(dims[1:4], explicit)] + [dims[4]]
         t = em.emit("PAD", [t, em.const(i32([[0, 0]] + [list(q) for q in explicit] + [[0, 0]]))], dims, x.dtype)
