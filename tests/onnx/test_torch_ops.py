@@ -2,7 +2,8 @@
 ONNX Runtime: out-of-range scatter indices (dropped), zero-size reshapes, 64-bit constants
 folded at export time, integer matmul and max pooling, complex operands (refused), and bfloat16/float8
 inputs and outputs (run through OrtValues), integer shifts, Tensor.repeat,
-cumulative products, logcumsumexp, cummax/cummin and mode, transposed convolutions padded past their kernel."""
+cumulative products, logcumsumexp, cummax/cummin and mode, transposed convolutions padded past their kernel,
+pools padded past theirs."""
 
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ CASES = {
                                 torch.randn(1, 4, 7, 6, generator=torch.Generator().manual_seed(0)),
                                 torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(1)),
                                 torch.randn(4, 2, 1, 1, generator=torch.Generator().manual_seed(2))),
+    # a dilated window in ceil mode pads past the kernel's size, which ONNX Runtime's MaxPool refuses (a Pad first)
+    "max_pool_padded_past_the_kernel": (lambda x: (F.max_pool2d(x, 2, 2, 1, dilation=2, ceil_mode=True),
+                                                   F.max_pool2d(x.int(), 2, 2, 1, dilation=3, ceil_mode=True)),
+                                        torch.randn(1, 2, 6, 7, generator=torch.Generator().manual_seed(0)) * 9),
 }
 
 

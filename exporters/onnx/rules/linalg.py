@@ -150,7 +150,8 @@ def _pool_params(eqn: Any, rank: int) -> tuple[list, list, list, list]:
 
 @rule(lax.reduce_window_max_p)
 def lower_reduce_window_max(g: OnnxGraph, eqn: Any, x: Val) -> Val:
-    """reduce_window_max over the spatial dims of an NC… tensor → MaxPool (padding ignored, like -inf).
+    """reduce_window_max over the spatial dims of an NC… tensor → MaxPool (padding ignored, like -inf; a pad
+    as large as the kernel: a Pad first, :func:`_pads_past_kernel`).
     ONNX Runtime's MaxPool takes floats, int8 and uint8: bool pools as uint8, other integers of up
     to 32 bits as float64 (exact), 64-bit integers (not exact in float64) as a variadic Max of one
     strided Slice per window offset of the input (padded with the dtype's minimum)."""
@@ -163,10 +164,24 @@ def lower_reduce_window_max(g: OnnxGraph, eqn: Any, x: Val) -> Val:
         np.dtype(np.float64) if onnx_dtype(x.dtype).kind in "iu" and x.dtype not in _INT8 else x.dtype
     if pooled != x.dtype:  # a plain Cast: g.cast would narrow float64 to float32
         t = g.op("Cast", [t], to=TensorProto.DOUBLE if onnx_dtype(pooled).kind == "f" else TensorProto.UINT8)
+    low = -np.inf if onnx_dtype(pooled).kind == "f" else np.iinfo(pooled).min
+    t, pads = _pads_past_kernel(g, t, kernel, pads, np.asarray(low, pooled), narrow=pooled == x.dtype)
     out = g.op("MaxPool", [t], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil)
     if pooled != x.dtype:
         out = g.op("Cast", [out], to=elem_type(x.dtype))
     return g.val(out, aval.shape, aval.dtype)
+
+
+def _pads_past_kernel(g: OnnxGraph, t: str, kernel: list, pads: list, fill: np.ndarray,
+                      narrow: bool = True) -> tuple[str, list]:
+    """``(t, pads)`` for a pool whose pad reaches its kernel's size (a dilated window in ceil mode): ONNX Runtime's
+    pools refuse such pads ("Pad should be smaller than kernel"), so ``t`` is padded with ``fill`` first and the
+    pool takes none. Other pads are returned as they are. ``narrow``: ``fill`` is stored as the graph stores a
+    value of its dtype (False: exactly that dtype, for a value cast to float64 here)."""
+    n = len(kernel)
+    if all(p < k for p, k in zip(pads, kernel + kernel)):
+        return t, pads
+    return g.op("Pad", [t, g.i64([0, 0] + pads[:n] + [0, 0] + pads[n:]), g.const(fill, narrow=narrow)]), [0] * (2 * n)
 
 
 def _window_max(g: OnnxGraph, t: str, x: Val, aval: Any, kernel: list, strides: list, pads: list,
@@ -196,7 +211,8 @@ def lower_reduce_window_sum(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     if onnx_dtype(x.dtype).kind != "f":
         raise Unsupported(f"reduce_window_sum of {x.dtype.name}")
     kernel, strides, pads, dil = _pool_params(eqn, x.rank)
-    out = g.op("AveragePool", [g.tensor(x)], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil,
+    t, pads = _pads_past_kernel(g, g.tensor(x), kernel, pads, np.asarray(0, x.dtype))
+    out = g.op("AveragePool", [t], kernel_shape=kernel, strides=strides, pads=pads, dilations=dil,
                count_include_pad=1)
     out = g.op("Mul", [out, g.const(np.asarray(float(np.prod(kernel)), aval.dtype))])
     return g.val(out, aval.shape, aval.dtype)
