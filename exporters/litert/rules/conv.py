@@ -362,18 +362,19 @@ def _pool(em: Emitter, eqn: Any, x: Val, code: str, fill: float | None = None) -
     dtype = np.dtype(aval.dtype)
     if tfl_dtype(dtype).kind != "f":
         raise Unsupported(f"pooling on {dtype.name}")
-    dilated = any(d != 1 for d in p["window_dilation"])  # (TFLite's pools take no dilation)
-    try:
-        if dilated:
-            raise Unsupported("dilated window reduction")
-        batch, feature, spatial = _pool_layout(x, window, strides, pads)
-    except Unsupported:
-        if x.rank < 5 and not dilated:
-            raise
+    layout = None  # (a dilated window: TFLite's pools take no dilation)
+    if all(d == 1 for d in p["window_dilation"]):
+        try:
+            layout = _pool_layout(x, window, strides, pads)
+        except Unsupported:
+            if x.rank < 5:
+                raise
+    if layout is None:
         if code == "MAX_POOL_2D":
             low = float(np.finfo(dtype).min)
             return _separable(em, eqn, x, "MAXIMUM", low if fill is None else max(fill, low))
         return _separable(em, eqn, x, "ADD", 0.0)
+    batch, feature, spatial = layout
     ks, ss, ps = [window[d] for d in spatial], [strides[d] for d in spatial], [pads[d] for d in spatial]
     sizes = [x.shape[d] for d in spatial]
     if len(spatial) == 1:
