@@ -1,6 +1,7 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
-ops (add_any), 3-D and dilated pooling, transposed convolutions padded past their kernel, convolutions with kernels computed at run time. Each model is converted
+ops (add_any), 3-D and dilated pooling, transposed convolutions padded past their kernel,
+max-mode embedding bags (a scatter-max), convolutions with kernels computed at run time. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -125,6 +126,18 @@ class CroppedTransposedConvs(nn.Module):
         return self.t1(x[:, :, 0]), self.t2(x), self.t3(x[:, :, None].expand(-1, -1, 6, -1, -1))
 
 
+class MaxBags(nn.Module):
+    """``EmbeddingBag(mode="max")``, 2-D indices and 1-D indices with offsets (an empty bag: zeros): a scatter-max,
+    which TFLite has no op for (a one-hot comparison, REDUCE_MAX and MAXIMUM)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(10, 3, mode="max")
+
+    def forward(self, i: torch.Tensor, flat: torch.Tensor) -> tuple:
+        return self.bag(i), self.bag(flat, torch.tensor([0, 2, 2, 5]))
+
+
 class PredictedKernels(nn.Module):
     """Convolutions with kernels computed at run time (a hypernetwork): 2-D (padded, strided and dilated, a
     1-row kernel), depthwise and 1-D."""
@@ -163,6 +176,8 @@ MODELS = {
     "pool3d": (Pool3d, lambda: (torch.randn(2, 3, 5, 6, 7),), {"CONV_3D": 1, "MAX_POOL_2D": 0, "AVERAGE_POOL_2D": 0}),
     "dilated_pools": (DilatedPools, lambda: (torch.randn(2, 3, 7, 8),), {"MAX_POOL_2D": 0, "STRIDED_SLICE": 19}),
     "cropped_transposed_convs": (CroppedTransposedConvs, lambda: (torch.randn(2, 3, 7, 8),), {"SLICE": 4, "PAD": 0}),
+    "max_bags": (MaxBags, lambda: (torch.tensor([[1, 2, 4], [2, 2, 9]]), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])),
+                 {"REDUCE_MAX": 2, "EQUAL": 2, "SCATTER_ND": 0}),
     "backward_ops": (BackwardOps, lambda: (torch.randn(1, 1, 8), torch.randn(1, 1, 5), torch.randn(1, 1, 4, 6)), {}),
 }
 

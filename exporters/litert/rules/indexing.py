@@ -166,9 +166,10 @@ def _expand(batch_shape: list, offset_dims: Sequence) -> list:
     return [1 if pos in offset_dims else next(dims) for pos in range(rank)]
 
 
-def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Val:
+def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool, reduce: str | None = None) -> Val:
     """scatter / scatter-add of whole slices → SCATTER_ND (see the module docstring for
-    out-of-range indices); ``add``: operand + scattered, else SELECT_V2 on a hit mask."""
+    out-of-range indices); ``add``: operand + scattered, else SELECT_V2 on a hit mask. ``reduce``
+    ("MAX" / "MIN"): :func:`_scatter_extreme` instead of SCATTER_ND."""
     dn = eqn.params["dimension_numbers"]
     if any(is_static(d) and d == 0 for d in upd.shape):
         return x  # no updates
@@ -210,6 +211,9 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Va
             it = em.emit_like("SELECT_V2", [in_range, it, padding], it)
     # SCATTER_ND takes int32 indices only, with an int32 shape (the clamped values fit).
     it = em.cast(it, np.int32)
+    if reduce is not None:
+        out = _scatter_extreme(em, it, ut, xt, shape, reduce, x.dtype)
+        return Val(x.shape, x.dtype, tensor=out, perm=tuple(order))
     if not ut.shape:  # one scalar update (``x.at[i, j].set(v)``): SCATTER_ND takes updates of rank 1 or more
         ut = em.emit("RESHAPE", [ut, em.const(i32([1]))], [1], x.dtype)
         it = em.emit("RESHAPE", [it, em.const(i32([1, len(index_map)]))], [1, len(index_map)], np.int32)
@@ -237,6 +241,38 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool) -> Va
         mask = em.emit("GREATER", [hits, em.const(np.zeros((), np.float32))], shape, np.bool_)
         out = em.emit("SELECT_V2", [mask, scatter_nd(ut, x.dtype), xt], shape, x.dtype)
     return Val(x.shape, x.dtype, tensor=out, perm=tuple(order))
+
+
+#: The most elements of the (rows × slots × slice) comparison :func:`_scatter_extreme` builds.
+MAX_EXTREME_SCATTER_ELEMENTS = 1 << 24
+
+
+def _scatter_extreme(em: Emitter, it: Any, ut: Any, xt: Any, shape: list, reduce: str, dtype: Any) -> Any:
+    """scatter-max / scatter-min of whole slices along one indexed dim (``EmbeddingBag(mode="max")``): TFLite has no
+    reducing scatter, so each update row is compared with every slot (a one-hot EQUAL of its index with a RANGE of
+    the slots; a dropped row's padding index matches none), the rows that miss a slot take the reduction's identity
+    (SELECT_V2), REDUCE_MAX / REDUCE_MIN over the rows, then MAXIMUM / MINIMUM with the operand. Static shapes, at
+    most :data:`MAX_EXTREME_SCATTER_ELEMENTS` compared elements."""
+    dims = list(ut.shape)
+    if it.dynamic or ut.dynamic or not all(is_static(d) for d in [*shape, *dims]) or it.shape[-1] != 1:
+        raise Unsupported(f"scatter-{reduce.lower()} with dynamic shapes or more than one indexed dim")
+    slots, window = int(shape[0]), [int(d) for d in shape[1:]]
+    rows = int(np.prod(dims[:len(dims) - len(window)], dtype=np.int64))
+    if rows * slots * int(np.prod(window, dtype=np.int64)) > MAX_EXTREME_SCATTER_ELEMENTS:
+        raise Unsupported(f"scatter-{reduce.lower()} of {rows} rows into {slots} slots of {window} (the comparison "
+                          f"would exceed {MAX_EXTREME_SCATTER_ELEMENTS} elements)")
+    ones = [1] * len(window)
+    index = em.emit("RESHAPE", [it, em.shape_operand([rows, 1])], [rows, 1], np.int32)
+    hit = em.emit("EQUAL", [index, em.const(np.arange(slots, dtype=np.int32).reshape(1, slots))], [rows, slots],
+                  np.bool_)
+    hit = em.emit("RESHAPE", [hit, em.shape_operand([rows, slots] + ones)], [rows, slots] + ones, np.bool_)
+    values = em.emit("RESHAPE", [ut, em.shape_operand([rows, 1] + window)], [rows, 1] + window, dtype)
+    kind = np.dtype(dtype)
+    far = (-np.inf if reduce == "MAX" else np.inf) if kind.kind == "f" else \
+        (np.iinfo(kind).min if reduce == "MAX" else np.iinfo(kind).max)
+    picked = em.emit("SELECT_V2", [hit, values, em.const(np.asarray(far, kind))], [rows, slots] + window, dtype)
+    reduced = em.emit(f"REDUCE_{reduce}", [picked, em.const(i32([0]))], shape, dtype, keepDims=False)
+    return em.emit("MAXIMUM" if reduce == "MAX" else "MINIMUM", [xt, reduced], shape, dtype)
 
 
 #: Above this many runtime index rows the n×n duplicate check is not emitted (noted instead).
@@ -291,6 +327,18 @@ def lower_scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
 def lower_scatter_add(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
     """scatter-add → operand + SCATTER_ND (which sums duplicate indices, like scatter-add)."""
     return _scatter(em, eqn, x, idx, upd, add=True)
+
+
+@rule(lax.scatter_max_p)
+def lower_scatter_max(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
+    """scatter-max → a one-hot comparison, REDUCE_MAX and MAXIMUM (:func:`_scatter_extreme`)."""
+    return _scatter(em, eqn, x, idx, upd, add=False, reduce="MAX")
+
+
+@rule(lax.scatter_min_p)
+def lower_scatter_min(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val) -> Val:
+    """scatter-min → a one-hot comparison, REDUCE_MIN and MINIMUM (:func:`_scatter_extreme`)."""
+    return _scatter(em, eqn, x, idx, upd, add=False, reduce="MIN")
 
 
 def _topk(em: Emitter, x: Val, axis: int, k: Any, descending: bool) -> tuple[Any, Any, tuple, list]:
