@@ -75,11 +75,20 @@ def _cut_negative_pads(em: Emitter, t: Any, dims: list, pads: list | None,
     negative pad), and the pads left to apply (``None``: none)."""
     if pads is None or all(v >= 0 for q in pads for v in q):
         return t, dims, pads
-    cut = [(max(-lo, 0), max(-hi, 0)) for lo, hi in pads]
-    dims = [dims[0]] + [n - lo - hi for n, (lo, hi) in zip(dims[1:-1], cut)] + [dims[-1]]
-    t = em.emit("SLICE", [t, em.const(i32([0] + [lo for lo, _ in cut] + [0])), em.const(i32(dims))], dims, dtype)
+    t, dims = _cut(em, t, dims, [(max(-lo, 0), max(-hi, 0)) for lo, hi in pads], dtype)
     pads = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
     return t, dims, None if all(q == (0, 0) for q in pads) else pads
+
+
+def _cut(em: Emitter, t: Any, dims: list, cut: Sequence, dtype: Any) -> tuple[Any, list]:
+    """``(t, dims)`` with ``cut``'s ``(lo, hi)`` elements sliced off each spatial dim of a channels-last ``t``
+    (``dims``: N, spatial…, C; a dynamic batch is kept whole)."""
+    if not any(c for pair in cut for c in pair):
+        return t, dims
+    size = [dims[0]] + [n - sum(c) for n, c in zip(dims[1:-1], cut)] + [dims[-1]]
+    begin = i32([0] + [c[0] for c in cut] + [0])
+    sz = i32([-1 if not is_static(size[0]) else size[0]] + size[1:])
+    return em.emit("SLICE", [t, em.const(begin), em.const(sz)], size, dtype), size
 
 
 def _result(em: Emitter, t: Any, aval: Any, batch: int, feature: int, spatial: list[int]) -> Val:
@@ -217,12 +226,7 @@ def _crop(em: Emitter, out: Any, full: list, ks: Sequence, pads: Sequence, dtype
         full = [full[0]] + [n + sum(g) for n, g in zip(full[1:-1], grow[1:-1])] + [full[-1]]
         out = em.emit("PAD", [out, em.const(i32(grow))], full, dtype)
         crop = [(max(a, 0), max(b, 0)) for a, b in crop]
-    if any(c for pair in crop for c in pair):
-        size = [full[0]] + [n - sum(c) for n, c in zip(full[1:-1], crop)] + [full[-1]]
-        begin = i32([0] + [c[0] for c in crop] + [0])
-        sz = i32([-1 if not is_static(size[0]) else size[0]] + size[1:])
-        out = em.emit("SLICE", [out, em.const(begin), em.const(sz)], size, dtype)
-    return out
+    return _cut(em, out, full, crop, dtype)[0]
 
 
 def _transpose_conv3d(em: Emitter, eqn: Any, x: Val, k: np.ndarray, ldil: list, rdil: list, pads: list,
