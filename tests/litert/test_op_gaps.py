@@ -1,7 +1,8 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
 ops (add_any), 3-D and dilated pooling, transposed convolutions padded past their kernel,
-max-mode embedding bags (a scatter-max), convolutions with kernels computed at run time. Each model is converted
+max-mode embedding bags (a scatter-max), convolutions with kernels computed at run time; the separable window
+reductions with a dynamic batch. Each model is converted
 once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
@@ -189,6 +190,28 @@ def test_op_gap_model_matches_pytorch(name):
     art, _, _ = check_model(cls().eval(), make_args())
     for op, count in expect.items():
         assert art.ops[op] == count, f"{name}: {op} ×{art.ops[op]}, expected {count}; ops {dict(art.ops)}"
+
+
+class LocalResponse(nn.Module):
+    """``LocalResponseNorm``: an average over a window of channels of the 5-D squared input (separable slices)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.local_response_norm(x, 3)
+
+
+@pytest.mark.parametrize("cls,shape", [(Pool3d, (3, 5, 6, 7)), (DilatedPools, (3, 7, 8)), (LocalResponse, (4, 5, 6))])
+def test_separable_window_reductions_run_with_a_dynamic_batch(cls, shape):
+    torch.manual_seed(0)
+    model = cls().eval()
+    art = convert(model, (torch.randn(2, *shape),), target="litert",
+                  dynamic_shapes=({0: torch.export.Dim("batch", max=8)},))
+    assert art.ops["STRIDED_SLICE"] > 0, dict(art.ops)
+    for n in (1, 3):
+        x = torch.randn(n, *shape)
+        with torch.no_grad():
+            want = model(x)
+        for g, w in zip(*(o if isinstance(o, (tuple, list)) else (o,) for o in (art(x), want))):
+            torch.testing.assert_close(torch.as_tensor(g), w, rtol=1e-4, atol=1e-5)
 
 
 class Shift(nn.Module):

@@ -321,22 +321,22 @@ def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
     """A window reduction no TFLite pooling builtin takes (three spatial dims: a 3-D pooling; a dilated window),
     one reduced dim at a time (max and sum over a box are separable): PADV2 with ``fill``, then per window offset
     a STRIDED_SLICE with the window stride, starting ``dilation`` elements after the last, combined with
-    ``combine`` (MAXIMUM / ADD: 3 + 3 + 3 slices for a 3×3×3 window), in the value's layout. Static shapes only."""
+    ``combine`` (MAXIMUM / ADD: 3 + 3 + 3 slices for a 3×3×3 window), in the value's layout. The reduced dims must
+    be static; the others (a dynamic batch) are taken whole by each slice (its end mask)."""
     p = eqn.params
     window, strides, pads = list(p["window_dimensions"]), list(p["window_strides"]), list(p["padding"])
     dilations = [int(v) for v in (p.get("window_dilation") or [1] * len(window))]
     aval = out_aval(eqn)
     dtype, perm, rank = np.dtype(aval.dtype), x.perm, x.rank
     dims = [x.shape[i] for i in perm]
-    if not all(is_static(d) for d in dims):
-        raise Unsupported(f"window reduction over three or more dims of a dynamic shape {list(x.shape)}")
-    dims = [int(d) for d in dims]
+    reduced = [d for d in range(rank) if (window[d], strides[d], tuple(pads[d])) != (1, 1, (0, 0))]
+    if not all(is_static(x.shape[d]) for d in reduced):
+        raise Unsupported(f"window reduction over a dynamic dim of shape {list(x.shape)} (window {window})")
     t = em.tensor_of(x, perm, expand=True)
-    for d in range(rank):
+    for d in reduced:
         k, s, (lo, hi), dil = int(window[d]), int(strides[d]), (int(pads[d][0]), int(pads[d][1])), dilations[d]
-        if (k, s, lo, hi) == (1, 1, 0, 0):
-            continue
         ax = perm.index(d)
+        dims[ax] = int(dims[ax])
         if lo or hi:
             table = [[0, 0] for _ in range(rank)]
             table[ax] = [lo, hi]
@@ -347,11 +347,12 @@ def _separable(em: Emitter, eqn: Any, x: Val, combine: str, fill: float) -> Val:
         step = [1] * rank
         step[ax] = s
         acc = None
+        whole = sum(1 << i for i in range(rank) if i != ax)  # every other dim taken whole, static or not
         for off in range(0, k * dil, dil):
-            begin, end = [0] * rank, list(dims)
+            begin, end = [0] * rank, [0] * rank
             begin[ax], end[ax] = off, off + (out_dims[ax] - 1) * s + 1
             part = em.emit("STRIDED_SLICE", [t, em.const(i32(begin)), em.const(i32(end)), em.const(i32(step))],
-                           out_dims, dtype)
+                           out_dims, dtype, endMask=whole)
             acc = part if acc is None else em.emit(combine, [acc, part], out_dims, dtype)
         t, dims = acc, out_dims
     return Val(aval.shape, aval.dtype, tensor=t, perm=perm)
