@@ -214,6 +214,25 @@ def test_separable_window_reductions_run_with_a_dynamic_batch(cls, shape):
             torch.testing.assert_close(torch.as_tensor(g), w, rtol=1e-4, atol=1e-5)
 
 
+class NegativePads(nn.Module):
+    """Crops by negative padding: of a dynamic length (from both ends, from the start only), and of static dims
+    beside a dynamic batch (``Unfold``'s im2col of a padded input)."""
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple:
+        return F.pad(s, (-1, -2)), F.pad(s, (-2, 1)), F.unfold(x, 2, padding=1, stride=2)
+
+
+def test_negative_padding_runs_with_dynamic_dims():
+    model = NegativePads()
+    batch, length = torch.export.Dim("batch", max=8), torch.export.Dim("length", min=5, max=32)
+    art = convert(model, (torch.randn(2, 2, 6, 6), torch.randn(3, 9)), target="litert",
+                  dynamic_shapes=({0: batch}, {1: length}))
+    for n, m in ((1, 5), (3, 12)):
+        x, v = torch.randn(n, 2, 6, 6), torch.randn(3, m)
+        for g, w in zip(art(x, v), model(x, v)):
+            torch.testing.assert_close(torch.as_tensor(g), w, rtol=1e-5, atol=1e-6)
+
+
 class Shift(nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a << b  # no TFLite builtin shifts left

@@ -276,9 +276,13 @@ def lower_pad(em: Emitter, eqn: Any, x: Val, value: Val) -> Val:
     if any(lo < 0 or hi < 0 for lo, hi, _ in config):
         begin = [max(-config[i][0], 0) for i in p]
         size = [aval.shape[i] for i in p]
-        if not all(is_static(s) for s in size):
-            raise Unsupported("negative padding of a dynamic dim")
-        t = em.emit("SLICE", [t, em.const(i32(begin)), em.const(i32(size))], size, x.dtype)
+        if all(is_static(s) for s in size):
+            t = em.emit("SLICE", [t, em.const(i32(begin)), em.const(i32(size))], size, x.dtype)
+        else:  # a dynamic dim: its end counted from the end (TFLite's negative index), or taken whole (end mask)
+            end = [min(config[i][1], 0) for i in p]
+            whole = sum(1 << k for k, e in enumerate(end) if e == 0)
+            t = em.emit("STRIDED_SLICE", [t, em.const(i32(begin)), em.const(i32(end)), em.const(i32([1] * x.rank))],
+                        size, x.dtype, endMask=whole)
     return Val(aval.shape, aval.dtype, tensor=t, perm=p)
 
 
