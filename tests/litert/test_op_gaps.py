@@ -1,12 +1,13 @@
 """PyTorch ops that used to fall outside the LiteRT exporter: reflection / replication pads,
 3-D and grouped transposed convolutions, integer bitwise and/or, vector norms, ``Tensor.repeat``, backward
 ops (add_any), 3-D and dilated pooling, transposed convolutions padded past their kernel,
-max-mode embedding bags (a scatter-max), convolutions with kernels computed at run time; the separable window
-reductions with a dynamic batch. Each model is converted
-once, run in the LiteRT Interpreter, compared with PyTorch, and its op list checked."""
+max-mode embedding bags (a scatter-max), convolutions with kernels computed at run time; with dynamic shapes,
+the separable window reductions and negative padding (a crop). Each model is converted once, run in the LiteRT
+Interpreter, compared with PyTorch, and its op list checked."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import pytest
@@ -269,3 +270,30 @@ def test_scatter_with_duplicate_indices_keeps_the_last_write_like_torch():
     rows2 = torch.tensor([2, 2, 2, 5, 3, 5])  # other duplicates at run time, same shape
     torch.testing.assert_close(art(x, rows2, vals), model(x, rows2, vals), rtol=0, atol=0)
     assert art.ops["REDUCE_ANY"] == 1  # the runtime duplicate check; the constant one folded away
+
+
+class RenormedEmbedding(nn.Module):
+    """``Embedding(max_norm=...)`` renormalizes the looked-up rows in place: a replacing scatter whose index rows
+    (the token ids) repeat."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6, max_norm=1.0)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids).mean(1)
+
+
+def test_scatter_with_a_dynamic_number_of_duplicate_indices_keeps_the_last_write():
+    batch = torch.export.Dim("batch", max=8)
+    art = convert(DuplicateWrites(), (torch.randn(6, 5), torch.tensor([4, 1, 4]), torch.randn(3, 5)), target="litert",
+                  dynamic_shapes=(None, {0: batch}, {0: batch}))
+    for rows in (torch.tensor([2, 2, 5, 2, 0]), torch.tensor([1, 3])):
+        x, vals = torch.randn(6, 5), torch.randn(len(rows), 5)
+        torch.testing.assert_close(art(x, rows, vals), DuplicateWrites()(x, rows, vals), rtol=0, atol=0)
+    torch.manual_seed(0)
+    model = RenormedEmbedding().eval()
+    ids = torch.randint(0, 10, (4, 5), generator=torch.Generator().manual_seed(1))
+    art = convert(copy.deepcopy(model), (ids,), target="litert", dynamic_shapes=({0: batch},))
+    for n in (4, 3):
+        torch.testing.assert_close(torch.as_tensor(art(ids[:n])), copy.deepcopy(model)(ids[:n]), rtol=1e-5, atol=1e-6)

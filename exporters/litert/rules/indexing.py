@@ -14,6 +14,8 @@ nothing when they are in range.
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any, Sequence
 
 import numpy as np
@@ -233,7 +235,8 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool, reduc
             ones = em.emit("FILL", [dims, em.const(np.ones((), np.float32))], u.shape, np.float32)
         else:
             ones = em.const(np.ones(ut.shape, np.float32))
-        keep = _last_writes(em, it, len(ut.shape) - (len(it.shape) - 1))
+        rows = list(idx.shape[:-1]) if it.dynamic else list(it.shape[:-1])  # (symbolic where dynamic)
+        keep = _last_writes(em, it, rows, len(ut.shape) - (len(it.shape) - 1))
         if keep is not None:  # duplicate indices: only the last write to a position counts
             ut = em.emit("SELECT_V2", [keep, ut, em.const(np.zeros((), ut.dtype))], ut.shape, ut.dtype)
             ones = em.emit("SELECT_V2", [keep, ones, em.const(np.zeros((), np.float32))], ut.shape, np.float32)
@@ -275,35 +278,33 @@ def _scatter_extreme(em: Emitter, it: Any, ut: Any, xt: Any, shape: list, reduce
     return em.emit("MAXIMUM" if reduce == "MAX" else "MINIMUM", [xt, reduced], shape, dtype)
 
 
-#: Above this many runtime index rows the n×n duplicate check is not emitted (noted instead).
+#: Above this many runtime index rows (a static number of them) the n×n duplicate check is not emitted (noted instead).
 MAX_DYNAMIC_SCATTER_ROWS = 1024
 _DUPLICATES_NOTE = ("scatter (index_put) with {what}: assumes unique indices (SCATTER_ND sums duplicate "
                     "writes where torch keeps the last)")
 
 
-def _last_writes(em: Emitter, it: Any, window_rank: int) -> Any:
+def _last_writes(em: Emitter, it: Any, rows: list, window_rank: int) -> Any:
     """A bool mask over the update rows of a replacing scatter, True where no later row
     writes the same position (XLA and torch's CPU kernels let the last write win, while
     SCATTER_ND sums duplicates), shaped to broadcast over the updates; None when every
-    row is kept (constant, unique indices: nothing to emit) or the check cannot be
-    emitted (a dynamic number of rows, or more than :data:`MAX_DYNAMIC_SCATTER_ROWS`
-    runtime rows: the artifact's notes say that unique indices are assumed).
+    row is kept (constant, unique indices: nothing to emit) or the check is not emitted
+    (more than :data:`MAX_DYNAMIC_SCATTER_ROWS` runtime rows: the artifact's notes say that
+    unique indices are assumed). ``rows``: the index rows' shape (symbolic dims where dynamic: a
+    dynamic number of rows is compared pairwise at run time, the order of the rows from a RANGE).
     """
-    rows_shape = list(it.shape[:-1])
-    if it.dynamic or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in it.shape):
-        em.note(_DUPLICATES_NOTE.format(what="a dynamic number of index rows"))
-        return None
-    n, k = int(np.prod(rows_shape, dtype=np.int64)), int(it.shape[-1])
-    mask_shape = rows_shape + [1] * window_rank
+    k = int(it.shape[-1])
+    mask_shape = rows + [1] * window_rank
+    n = int(np.prod(rows, dtype=np.int64)) if all(is_static(d) for d in rows) else functools.reduce(operator.mul, rows, 1)
     if it.is_const:
         flat = np.asarray(it.data).reshape(n, k)
         _, last_from_end = np.unique(flat[::-1], axis=0, return_index=True)
         keep = np.zeros(n, np.bool_)
         keep[n - 1 - last_from_end] = True
         return None if keep.all() else em.const(keep.reshape(mask_shape))
-    if n <= 1:
+    if is_static(n) and n <= 1:
         return None
-    if n > MAX_DYNAMIC_SCATTER_ROWS:
+    if is_static(n) and n > MAX_DYNAMIC_SCATTER_ROWS:
         em.note(_DUPLICATES_NOTE.format(what=f"{n} runtime index rows (> {MAX_DYNAMIC_SCATTER_ROWS})"))
         return None
     flat = em.emit("RESHAPE", [it, em.shape_operand([n, k])], [n, k], it.dtype)
@@ -311,7 +312,12 @@ def _last_writes(em: Emitter, it: Any, window_rank: int) -> Any:
     b = em.emit("RESHAPE", [flat, em.shape_operand([1, n, k])], [1, n, k], it.dtype)
     same = em.emit("REDUCE_ALL", [em.emit("EQUAL", [a, b], [n, n, k], np.bool_), em.const(i32([2]))], [n, n],
                    np.bool_, keepDims=False)
-    later = em.emit("LOGICAL_AND", [same, em.const(np.triu(np.ones((n, n), np.bool_), 1))], [n, n], np.bool_)
+    if is_static(n):
+        after = em.const(np.triu(np.ones((n, n), np.bool_), 1))
+    else:
+        after = em.emit("GREATER", [dynamic_range(em, n, [1, n], np.int32), dynamic_range(em, n, [n, 1], np.int32)],
+                        [n, n], np.bool_)
+    later = em.emit("LOGICAL_AND", [same, after], [n, n], np.bool_)
     overwritten = em.emit("REDUCE_ANY", [later, em.const(i32([1]))], [n], np.bool_, keepDims=False)
     keep = em.emit("LOGICAL_NOT", [overwritten], [n], np.bool_)
     return em.emit("RESHAPE", [keep, em.shape_operand(mask_shape)], mask_shape, np.bool_)
