@@ -297,3 +297,16 @@ def test_scatter_with_a_dynamic_number_of_duplicate_indices_keeps_the_last_write
     art = convert(copy.deepcopy(model), (ids,), target="litert", dynamic_shapes=({0: batch},))
     for n in (4, 3):
         torch.testing.assert_close(torch.as_tensor(art(ids[:n])), copy.deepcopy(model)(ids[:n]), rtol=1e-5, atol=1e-6)
+
+
+def test_max_bags_run_with_a_dynamic_batch_and_number_of_indices():
+    torch.manual_seed(0)
+    model = MaxBags().eval()
+    art = convert(model, (torch.randint(0, 10, (2, 3)), torch.randint(0, 10, (8,))), target="litert",
+                  dynamic_shapes=({0: torch.export.Dim("bags", max=8)}, {0: torch.export.Dim("n", min=6, max=64)}))
+    for bags, n in ((1, 6), (5, 13)):
+        i, flat = torch.randint(0, 10, (bags, 3)), torch.randint(0, 10, (n,))
+        with torch.no_grad():
+            want = model(i, flat)
+        for g, w in zip(art(i, flat), want):
+            torch.testing.assert_close(torch.as_tensor(g), w, rtol=0, atol=0)

@@ -214,7 +214,7 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool, reduc
     # SCATTER_ND takes int32 indices only, with an int32 shape (the clamped values fit).
     it = em.cast(it, np.int32)
     if reduce is not None:
-        out = _scatter_extreme(em, it, ut, xt, shape, reduce, x.dtype)
+        out = _scatter_extreme(em, it, ut, xt, shape, list(u.shape), reduce, x.dtype)
         return Val(x.shape, x.dtype, tensor=out, perm=tuple(order))
     if not ut.shape:  # one scalar update (``x.at[i, j].set(v)``): SCATTER_ND takes updates of rank 1 or more
         ut = em.emit("RESHAPE", [ut, em.const(i32([1]))], [1], x.dtype)
@@ -250,24 +250,33 @@ def _scatter(em: Emitter, eqn: Any, x: Val, idx: Val, upd: Val, add: bool, reduc
 MAX_EXTREME_SCATTER_ELEMENTS = 1 << 24
 
 
-def _scatter_extreme(em: Emitter, it: Any, ut: Any, xt: Any, shape: list, reduce: str, dtype: Any) -> Any:
+def _scatter_extreme(em: Emitter, it: Any, ut: Any, xt: Any, shape: list, upd_shape: list, reduce: str,
+                     dtype: Any) -> Any:
     """scatter-max / scatter-min of whole slices along one indexed dim (``EmbeddingBag(mode="max")``): TFLite has no
     reducing scatter, so each update row is compared with every slot (a one-hot EQUAL of its index with a RANGE of
     the slots; a dropped row's padding index matches none), the rows that miss a slot take the reduction's identity
-    (SELECT_V2), REDUCE_MAX / REDUCE_MIN over the rows, then MAXIMUM / MINIMUM with the operand. Static shapes, at
-    most :data:`MAX_EXTREME_SCATTER_ELEMENTS` compared elements."""
-    dims = list(ut.shape)
-    if it.dynamic or ut.dynamic or not all(is_static(d) for d in [*shape, *dims]) or it.shape[-1] != 1:
-        raise Unsupported(f"scatter-{reduce.lower()} with dynamic shapes or more than one indexed dim")
-    slots, window = int(shape[0]), [int(d) for d in shape[1:]]
-    rows = int(np.prod(dims[:len(dims) - len(window)], dtype=np.int64))
-    if rows * slots * int(np.prod(window, dtype=np.int64)) > MAX_EXTREME_SCATTER_ELEMENTS:
-        raise Unsupported(f"scatter-{reduce.lower()} of {rows} rows into {slots} slots of {window} (the comparison "
-                          f"would exceed {MAX_EXTREME_SCATTER_ELEMENTS} elements)")
+    (SELECT_V2), REDUCE_MAX / REDUCE_MIN over the rows, then MAXIMUM / MINIMUM with the operand. ``upd_shape``: the
+    updates' shape, symbolic where dynamic. The rows and slots may be dynamic (a dynamic batch of bags), the slices
+    not; static sizes are held to at most :data:`MAX_EXTREME_SCATTER_ELEMENTS` compared elements."""
+    if it.shape[-1] != 1 or not all(is_static(d) for d in shape[1:]):
+        raise Unsupported(f"scatter-{reduce.lower()} of dynamic slices or along more than one indexed dim")
+    slots, window = shape[0], [int(d) for d in shape[1:]]
+    row_dims = upd_shape[:len(upd_shape) - len(window)]
+    if all(is_static(d) for d in [slots, *row_dims]):
+        slots, rows = int(slots), int(np.prod(row_dims, dtype=np.int64))
+        if rows * slots * int(np.prod(window, dtype=np.int64)) > MAX_EXTREME_SCATTER_ELEMENTS:
+            raise Unsupported(f"scatter-{reduce.lower()} of {rows} rows into {slots} slots of {window} (the "
+                              f"comparison would exceed {MAX_EXTREME_SCATTER_ELEMENTS} elements)")
+        slot_ids = em.const(np.arange(slots, dtype=np.int32).reshape(1, slots))
+    else:
+        rows = functools.reduce(operator.mul, row_dims, 1)
+        slot_ids = em.const(np.arange(int(slots), dtype=np.int32).reshape(1, -1)) if is_static(slots) else \
+            dynamic_range(em, slots, [1, slots], np.int32)
+        em.note(f"scatter-{reduce.lower()} of a dynamic number of rows or slots: its rows × slots comparison is "
+                f"sized at run time")
     ones = [1] * len(window)
     index = em.emit("RESHAPE", [it, em.shape_operand([rows, 1])], [rows, 1], np.int32)
-    hit = em.emit("EQUAL", [index, em.const(np.arange(slots, dtype=np.int32).reshape(1, slots))], [rows, slots],
-                  np.bool_)
+    hit = em.emit("EQUAL", [index, slot_ids], [rows, slots], np.bool_)
     hit = em.emit("RESHAPE", [hit, em.shape_operand([rows, slots] + ones)], [rows, slots] + ones, np.bool_)
     values = em.emit("RESHAPE", [ut, em.shape_operand([rows, 1] + window)], [rows, 1] + window, dtype)
     kind = np.dtype(dtype)
