@@ -73,6 +73,46 @@ class CallInputs:
         return flat
 
 
+def dtype_kind(dtype: Any) -> str:
+    """"bool", "integer", "complex" or "floating" for a dtype or its name (NumPy, ml_dtypes, torch, a string)."""
+    name = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
+    name = str(name or dtype).replace("torch.", "")
+    if name == "bool":
+        return "bool"
+    if name.startswith(("int", "uint", "long", "short")):
+        return "integer"
+    if name.startswith(("complex", "cfloat", "cdouble")):
+        return "complex"
+    return "floating"
+
+
+def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequence, want_dtype: Any,
+                what: str) -> None:
+    """Raise one clear :class:`InputError` when a call's input does not fit the converted model's: another rank,
+    another size of a static dim, or another kind of dtype (a float for an integer input; within a kind the
+    artifacts cast, as NumPy's float64 arrays for a float32 model).
+
+    Args:
+        name: the input's name in the artifact.
+        shape, dtype: the given input's.
+        want_shape: the model's; a dynamic dim is a ``str``, ``None`` or negative.
+        want_dtype: the model's dtype (or its name).
+        what: the artifact, for the message ("the LiteRT model").
+    """
+    def static(d: Any) -> bool:
+        return d is not None and not isinstance(d, str) and int(d) >= 0
+
+    shape = [int(d) for d in shape]
+    if len(shape) != len(want_shape) or any(static(w) and int(w) != d for w, d in zip(want_shape, shape)):
+        shown = [int(w) if static(w) else (w if isinstance(w, str) else "dynamic") for w in want_shape]
+        raise InputError(f"input '{name}' has shape {shape} but {what} takes {shown}; a dim that varies must be "
+                         f"declared dynamic when converting (dynamic_shapes=)")
+    if dtype_kind(dtype) != dtype_kind(want_dtype):
+        given = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
+        wanted = getattr(want_dtype, "name", None) or str(want_dtype).replace("torch.", "")
+        raise InputError(f"input '{name}' is {given} but {what} takes {wanted}")
+
+
 def _nested(x: Any) -> bool:
     """Whether a call argument is a structure of inputs, or ``None``, rather than one input."""
     if x is None or isinstance(x, (tuple, dict)):
@@ -92,4 +132,4 @@ def _leaves(x: Any, out: list) -> None:
             _leaves(item, out)
 
 
-__all__ = ["CallInputs"]
+__all__ = ["CallInputs", "check_input", "dtype_kind"]

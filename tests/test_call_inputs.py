@@ -96,3 +96,20 @@ def test_saved_artifacts_take_the_call_too(converted, tmp_path):
         loaded = (OnnxArtifact if target == "onnx" else LiteRTArtifact).load(art.save(tmp_path / f"m.{target}"))
         _same(loaded(x, None, cache, a, b), want)
         _same(loaded(x, k, v, a, b), want)
+
+
+def test_an_input_of_another_shape_or_kind_is_refused_by_name(converted, tmp_path):
+    target, art, model, (x, k, v, a, b) = converted
+    cache = {"k": k, "v": (v,)}
+    for bad, why in ((torch.randn(3, 3), r"has shape \[3, 3\] but .* takes \[2, 3\]; a dim that varies must be "
+                                         r"declared dynamic"),
+                     (torch.randn(2, 3, 1), r"has shape \[2, 3, 1\] but"),
+                     (torch.ones(2, 3, dtype=torch.int64), "is int64 but .* takes float32")):
+        with pytest.raises(InputError, match=why):  # (LiteRT resized the input and ran, or failed in its kernels)
+            art(x, None, cache, a=bad, b=b)
+    want = model(x, None, cache, a=a, b=b)
+    _same(art(x, None, cache, a=a.double().numpy(), b=b), want)  # NumPy's float64: cast within the kind
+    if target in ("onnx", "litert"):  # the file alone knows its input shapes too
+        loaded = (OnnxArtifact if target == "onnx" else LiteRTArtifact).load(art.save(tmp_path / f"m.{target}"))
+        with pytest.raises(InputError, match=r"has shape \[3, 3\] but"):
+            loaded(x, k, v, torch.randn(3, 3), b)

@@ -20,8 +20,7 @@ import jax
 import numpy as np
 import torch
 
-from converter.call_inputs import CallInputs
-from converter.errors import InputError
+from converter.call_inputs import CallInputs, check_input
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram
 from tpu_runtime import graph_checks
@@ -91,10 +90,7 @@ class TpuModule:
         flat = self._call.flatten(args, kwargs)
         specs = self.program.inputs
         for x, spec in zip(flat, specs):
-            shape = tuple(x.shape)
-            if len(shape) != len(spec.shape) or any(isinstance(d, int) and d != s for d, s in zip(spec.shape, shape)):
-                raise InputError(f"input '{spec.name}' has shape {list(shape)} but the model was captured with "
-                                 f"{list(spec.shape)}; declare dynamic dims with dynamic_shapes=")
+            check_input(spec.name, tuple(x.shape), x.dtype, spec.shape, spec.dtype, "the converted model")
         return flat
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

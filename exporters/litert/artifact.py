@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from converter.call_inputs import CallInputs
+from converter.call_inputs import CallInputs, check_input
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
 from exporters.litert.builder import OUTPUT_DTYPES_METADATA
@@ -110,6 +110,8 @@ class LiteRTArtifact(FileBytes):
         for name, x in zip(names, inputs):
             arr = np.asarray(x)
             want = np.dtype(details[name]["dtype"])
+            check_input(name, arr.shape, arr.dtype, details[name]["shape_signature"], want,
+                        f"signature {sig!r} of the LiteRT model")
             if arr.dtype != want:
                 arr = arr.astype(want)
             feed[name] = np.require(arr, requirements="C")

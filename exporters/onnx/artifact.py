@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from converter.call_inputs import CallInputs
+from converter.call_inputs import CallInputs, check_input
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
 
@@ -113,6 +113,7 @@ class OnnxArtifact(FileBytes):
         for spec, x in zip(specs, inputs):
             arr = np.asarray(x)
             want = _ORT_TYPES.get(spec.type)
+            check_input(spec.name, arr.shape, arr.dtype, spec.shape, want or spec.type[7:-1], "the ONNX model")
             if want is not None and arr.dtype != want:
                 arr = arr.astype(want)
             feed[spec.name] = np.require(arr, requirements="C")  # 0-d inputs stay 0-d

@@ -137,7 +137,7 @@ class StableHLOArtifact:
         from exporters.stablehlo.load import run_exported
 
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs), random=self.random,
-                            seed=seed, carried=self.carried)
+                            seed=seed, carried=self.carried, specs=[spec.to_json() for spec in self.program.inputs])
 
 
 def draws_random_numbers(jaxpr: Any) -> bool:

@@ -11,19 +11,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
-from converter.call_inputs import CallInputs
+from converter.call_inputs import CallInputs, check_input
 from converter.errors import ExportError
 
 
 def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None,
-                 carried: Sequence[str] = ()) -> Any:
+                 carried: Sequence[str] = (), specs: Sequence[dict] = ()) -> Any:
     """Call an Exported module; torch tensors in → torch tensors out, else numpy. A module that draws random
     numbers (``random``) takes a uint32 seed after the weights: ``seed``, else a fresh one from NumPy's global
     generator (``np.random.seed`` makes the draws repeat). The buffers the model writes in place (``carried``)
-    are its last outputs: written into ``state`` for the next call."""
+    are its last outputs: written into ``state`` for the next call. ``specs``: the inputs' ``name`` / ``shape`` /
+    ``dtype`` (``TensorSpec.to_json``), checked first (:func:`~converter.call_inputs.check_input`)."""
     torch_io = any(type(x).__module__.startswith("torch") for x in inputs)
     with jax.enable_x64(True):
         arrays = [_to_array(x) for x in inputs]
+        for i, (spec, arr) in enumerate(zip(specs, arrays)):
+            check_input(spec["name"], arr.shape, arr.dtype, spec["shape"], spec["dtype"], "the StableHLO module")
+            if arr.dtype != jnp.dtype(spec["dtype"]):  # (within a kind, cast: as the LiteRT and ONNX artifacts)
+                arrays[i] = arr.astype(spec["dtype"])
         if random:
             arrays.insert(0, np.uint32(np.random.randint(0, 2**32, dtype=np.uint64) if seed is None else seed))
         outs = exported.call(state, *arrays)
@@ -70,7 +75,7 @@ class LoadedStableHLO:
         """Run with numpy arrays or torch tensors, called as the model is (``seed``: see :func:`run_exported`)."""
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs),
                             random=bool(self.signature.get("random_seed")), seed=seed,
-                            carried=self.signature.get("mutated_buffers", ()))
+                            carried=self.signature.get("mutated_buffers", ()), specs=self.signature["inputs"])
 
 
 def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:
