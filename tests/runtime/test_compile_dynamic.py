@@ -202,6 +202,25 @@ def test_compile_tpu_dynamic_strides_with_floor_divisions(view):
         assert torch.equal(got.cpu(), want) and got.stride() == want.stride()
 
 
+def test_compile_tpu_gradient_of_a_view_by_a_python_int_size():
+    # a Python int argument is a symbol of its own under dynamic=True (transformers' loss takes vocab_size): the
+    # gradient of a view by it has strides with Max(1, n), which torch cannot simplify for a symbol that is not a
+    # size; the tpu gradient's stride was an UnsupportedOpError (GPT-2's loss under dynamic=True)
+    torch._dynamo.reset()
+
+    def fn(logits, n):
+        return torch.nn.functional.log_softmax(logits.view(-1, n), -1).pow(2).sum()
+
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for length in (5, 7):
+        x = torch.randn(2, length, 6)
+        got, want = x.to("tpu").requires_grad_(), x.clone().requires_grad_()
+        compiled(got, 3).backward()
+        fn(want, 3).backward()
+        torch.testing.assert_close(got.grad.cpu(), want.grad)
+        assert got.grad.stride() == want.grad.stride()
+
+
 @pytest.mark.parametrize("window", ["hamming_window", "blackman_window", "bartlett_window", "kaiser_window"])
 def test_compile_tpu_window_functions(window):
     # torch decomposes hann_window only: the others reach the backend as ops (no lowering raised)

@@ -4,7 +4,7 @@ They appear in graphs traced with symbolic shapes (``make_fx(tracing_mode="symbo
 AOTAutograd with dynamic shapes) and return SymInts: here python ints, or jax.export
 symbolic dims under shape polymorphism. JAX arrays have no strides or storage (every
 value is dense row-major), so a stride or storage offset is torch's recorded value:
-a python int when static, else its sympy expression (sums, products, floor divisions)
+a python int when static, else its sympy expression (sums, products, floor divisions, max / min)
 evaluated with the symbols read off the graph's inputs and the tensor's own dims (a dim
 ``s`` or ``s + c`` gives ``s``: :func:`~converter.lowering.context.symbols_of`). An expression over other
 symbols is an :class:`UnsupportedOpError`.
@@ -12,6 +12,9 @@ symbols is an :class:`UnsupportedOpError`.
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import torch
 
 from converter.errors import UnsupportedOpError
@@ -37,13 +40,16 @@ def _product(sizes):
     return out
 
 
-#: torch's sympy integer functions (``torch.utils._sympy.functions``) → their python operator.
+#: torch's sympy integer functions (``torch.utils._sympy.functions``, sympy's ``Max`` / ``Min``) → their python
+#: operator (``max`` / ``min`` of symbolic dims: jax's ``max_dim`` / ``min_dim``).
 _INT_FUNCTIONS = {"FloorDiv": lambda a, b: a // b, "CleanDiv": lambda a, b: a // b,
-                  "PythonMod": lambda a, b: a % b, "Mod": lambda a, b: a % b}
+                  "PythonMod": lambda a, b: a % b, "Mod": lambda a, b: a % b,
+                  "Max": jax.core.max_dim, "Min": jax.core.min_dim}
 
 
 def _evaluate(expr, values):
-    """A sympy expression of integer sums, products, powers and floor divisions / remainders, or ``None``."""
+    """A sympy expression of integer sums, products, powers, floor divisions / remainders and max / min (a
+    contiguous stride is a product of ``Max(1, size)``), or ``None``."""
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
@@ -52,9 +58,11 @@ def _evaluate(expr, values):
         base = _evaluate(expr.base, values)
         return None if base is None else _product([base] * int(expr.exp))
     fn = _INT_FUNCTIONS.get(type(expr).__name__)
-    if fn is not None and len(expr.args) == 2:
-        a, b = (_evaluate(x, values) for x in expr.args)
-        return None if a is None or b is None else fn(a, b)
+    if fn is not None and len(expr.args) >= 2:
+        args = [_evaluate(x, values) for x in expr.args]
+        if any(a is None for a in args) or (len(args) > 2 and fn not in (jax.core.max_dim, jax.core.min_dim)):
+            return None
+        return functools.reduce(fn, args)
     if expr.is_Add or expr.is_Mul:
         parts = [_evaluate(a, values) for a in expr.args]
         if any(p is None for p in parts):
