@@ -304,7 +304,8 @@ def _last_writes(em: Emitter, it: Any, rows: list, window_rank: int) -> Any:
     """
     k = int(it.shape[-1])
     mask_shape = rows + [1] * window_rank
-    n = int(np.prod(rows, dtype=np.int64)) if all(is_static(d) for d in rows) else functools.reduce(operator.mul, rows, 1)
+    n = functools.reduce(operator.mul, rows, 1)  # (a symbolic dim where a row dim is dynamic)
+    n = int(n) if is_static(n) else n
     if it.is_const:
         flat = np.asarray(it.data).reshape(n, k)
         _, last_from_end = np.unique(flat[::-1], axis=0, return_index=True)
