@@ -73,7 +73,7 @@ class CallInputs:
         return flat
 
 
-def dtype_kind(dtype: Any) -> str:
+def _dtype_kind(dtype: Any) -> str:
     """"bool", "integer", "complex" or "floating" for a dtype or its name (NumPy, ml_dtypes, torch, a string)."""
     name = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
     name = str(name or dtype).replace("torch.", "")
@@ -107,7 +107,7 @@ def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequenc
         shown = [int(w) if static(w) else (w if isinstance(w, str) else "dynamic") for w in want_shape]
         raise InputError(f"input '{name}' has shape {shape} but {what} takes {shown}; a dim that varies must be "
                          f"declared dynamic when converting (dynamic_shapes=)")
-    if dtype_kind(dtype) != dtype_kind(want_dtype):
+    if _dtype_kind(dtype) != _dtype_kind(want_dtype):
         given = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
         wanted = getattr(want_dtype, "name", None) or str(want_dtype).replace("torch.", "")
         raise InputError(f"input '{name}' is {given} but {what} takes {wanted}")
@@ -132,4 +132,4 @@ def _leaves(x: Any, out: list) -> None:
             _leaves(item, out)
 
 
-__all__ = ["CallInputs", "check_input", "dtype_kind"]
+__all__ = ["CallInputs", "check_input"]

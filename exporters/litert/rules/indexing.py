@@ -262,18 +262,16 @@ def _scatter_extreme(em: Emitter, it: Any, ut: Any, xt: Any, shape: list, upd_sh
         raise Unsupported(f"scatter-{reduce.lower()} of dynamic slices or along more than one indexed dim")
     slots, window = shape[0], [int(d) for d in shape[1:]]
     row_dims = upd_shape[:len(upd_shape) - len(window)]
-    if all(is_static(d) for d in [slots, *row_dims]):
-        slots, rows = int(slots), int(np.prod(row_dims, dtype=np.int64))
-        if rows * slots * int(np.prod(window, dtype=np.int64)) > MAX_EXTREME_SCATTER_ELEMENTS:
+    rows = functools.reduce(operator.mul, row_dims, 1)  # (a symbolic dim where a row dim is dynamic)
+    if is_static(rows) and is_static(slots):
+        if int(rows) * int(slots) * int(np.prod(window, dtype=np.int64)) > MAX_EXTREME_SCATTER_ELEMENTS:
             raise Unsupported(f"scatter-{reduce.lower()} of {rows} rows into {slots} slots of {window} (the "
                               f"comparison would exceed {MAX_EXTREME_SCATTER_ELEMENTS} elements)")
-        slot_ids = em.const(np.arange(slots, dtype=np.int32).reshape(1, slots))
     else:
-        rows = functools.reduce(operator.mul, row_dims, 1)
-        slot_ids = em.const(np.arange(int(slots), dtype=np.int32).reshape(1, -1)) if is_static(slots) else \
-            dynamic_range(em, slots, [1, slots], np.int32)
         em.note(f"scatter-{reduce.lower()} of a dynamic number of rows or slots: its rows × slots comparison is "
                 f"sized at run time")
+    slot_ids = em.const(np.arange(int(slots), dtype=np.int32).reshape(1, -1)) if is_static(slots) else \
+        dynamic_range(em, slots, [1, slots], np.int32)
     ones = [1] * len(window)
     index = em.emit("RESHAPE", [it, em.shape_operand([rows, 1])], [rows, 1], np.int32)
     hit = em.emit("EQUAL", [index, slot_ids], [rows, slots], np.bool_)
