@@ -59,16 +59,16 @@ def row_config(x: jax.Array, *, eps: float, block_rows: int | None, interpret: b
     """Derives the static row blocking of ``x`` ([..., N]) for this platform.
 
     Raises:
-        ValueError: a zero-width input or a bad ``block_rows``.
+        ValueError: a 0-d input or a bad ``block_rows``.
     """
     plat = platform(interpret)
-    n = x.shape[-1] if x.ndim else 0
-    if n == 0:
-        raise ValueError(f"cannot normalize over an empty last dim (shape {x.shape})")
+    if not x.ndim:
+        raise ValueError("cannot normalize a 0-d input: a norm is over the last dim")
+    n = x.shape[-1]
     rows = math.prod(x.shape[:-1])
     n_pad = next_pow2(n) if plat == "gpu" else n
     if block_rows is None:
-        block_rows = max(1, 1 << (max(1, _BLOCK_ELEMS[plat] // n_pad).bit_length() - 1))
+        block_rows = max(1, 1 << (max(1, _BLOCK_ELEMS[plat] // max(n_pad, 1)).bit_length() - 1))
         block_rows = min(block_rows, _MAX_ROWS[plat])
     elif block_rows <= 0 or (plat == "gpu" and block_rows & (block_rows - 1)):
         raise ValueError(f"block_rows={block_rows} must be positive (a power of two on GPU)")

@@ -220,7 +220,8 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, mask=None,
     ``enable_gqa=True``), computed blockwise with an online softmax in fp32;
     the backward pass (``jax.custom_vjp``) recomputes probabilities block by
     block in Pallas from the saved log-sum-exp. Sequences that are not a
-    multiple of the block are padded and the padding masked.
+    multiple of the block are padded and the padding masked. Empty inputs give
+    what the reference gives: an empty output, or zeros where there are no keys.
 
     Args:
         q: [B, Hq, Lq, D] queries, float32 or bfloat16.
@@ -251,13 +252,15 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, mask=None,
         raise TypeError(f"q, k, v must share one float dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     b, hq, lq, d = q.shape
     lk = k.shape[2]
-    if lq == 0 or lk == 0:
-        raise ValueError(f"empty sequence: Lq={lq}, Lk={lk}")
+    if mask is not None:
+        mask = as_4d_mask(mask, (b, hq, lq, lk))
     plat = platform(interpret)
     schedule = schedule or DEFAULT_SCHEDULE[plat]
     if schedule not in ("loop", "grid") or (plat == "gpu" and schedule == "grid"):
         raise ValueError(f"schedule {schedule!r} is not available on {plat} "
                          f"(choose from {'loop' if plat == 'gpu' else 'loop, grid'})")
+    if q.size == 0 or lk == 0:  # no block to run: no query rows, or rows that attend to no key (zeros)
+        return jnp.zeros(q.shape, q.dtype)
     default_q, default_k = DEFAULT_BLOCKS[plat]
     block_q, block_k = block_q or default_q, block_k or default_k
     check_block("block_q", block_q, plat)
@@ -274,7 +277,6 @@ def flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, *, mask=None,
 
     bias, bcast = None, None
     if mask is not None:
-        mask = as_4d_mask(mask, (b, hq, lq, lk))
         if mask.dtype == jnp.bool_:
             bias_dtype = _F32 if q.dtype == _F32 else q.dtype
             mask = jnp.where(mask, 0.0, NEG_INF).astype(bias_dtype)

@@ -90,7 +90,7 @@ def flash_attention_reference(q: jax.Array, k: jax.Array, v: jax.Array, *, mask=
         s = jnp.where(jnp.tril(jnp.ones((lq, lk), jnp.bool_)), s, -jnp.inf)
     # Softmax is shift invariant, so the row max carries no gradient; fully
     # masked rows (max = -inf) shift by 0 and give 0 / 0 -> 0, not NaN.
-    m = lax.stop_gradient(s.max(axis=-1, keepdims=True))
+    m = lax.stop_gradient(s.max(axis=-1, keepdims=True, initial=-jnp.inf))  # no keys: -inf too
     e = jnp.exp(s - jnp.where(jnp.isneginf(m), 0.0, m))
     denom = e.sum(axis=-1, keepdims=True)
     p = e / jnp.where(denom == 0.0, 1.0, denom)

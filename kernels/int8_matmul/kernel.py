@@ -164,6 +164,9 @@ def int8_matmul(x: jax.Array, w_int8: jax.Array, scales: jax.Array, *,
     k, n = w_int8.shape
     lead = x.shape[:-1]
     m = math.prod(lead)
+    out_dtype = jnp.dtype(out_dtype or x.dtype)
+    if not m * n * k:  # an empty batch, weight or contraction: no block to run (a sum over no K is 0)
+        return jnp.zeros((*lead, n), out_dtype)
     blocks = []
     for name, given, default, size, minimum in zip(
             ("block_m", "block_n", "block_k"), (block_m, block_n, block_k),
@@ -173,7 +176,7 @@ def int8_matmul(x: jax.Array, w_int8: jax.Array, scales: jax.Array, *,
         blocks.append(fit_block(block, max(size, 1), minimum=minimum))
     bm, bn, bk = blocks
     cfg = _Config(block_m=bm, block_n=bn, block_k=bk, schedule=schedule, platform=plat,
-                  out_dtype=jnp.dtype(out_dtype or x.dtype))
+                  out_dtype=out_dtype)
     # Zero padding of K adds nothing to the dot; padded rows/columns are sliced off.
     x2 = pad_axis(pad_axis(x.reshape(m, k), 0, round_up(m, bm)), 1, round_up(k, bk))
     w = pad_axis(pad_axis(w_int8, 0, round_up(k, bk)), 1, round_up(n, bn))

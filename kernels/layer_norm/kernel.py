@@ -118,15 +118,15 @@ def layer_norm(x: jax.Array, weight: jax.Array | None = None, bias: jax.Array | 
         Array of ``x``'s shape and dtype.
 
     Raises:
-        ValueError: empty last dim, bad ``block_rows`` or parameter shape.
+        ValueError: a 0-d input, bad ``block_rows`` or parameter shape.
         kernels._common.PallasUnavailableError: ``interpret=False`` on CPU.
     """
     cfg = row_config(x, eps=eps, block_rows=block_rows, interpret=interpret,
                      has_weight=weight is not None, has_bias=bias is not None)
     w2 = None if weight is None else to_vector(weight, cfg)
     b2 = None if bias is None else to_vector(bias, cfg)
-    if cfg.rows == 0:
-        return x  # an empty batch: nothing to normalize
+    if x.size == 0:
+        return jnp.asarray(x)  # an empty batch or an empty last dim: nothing to normalize
     return from_rows(_layer_norm(to_rows(x, cfg), w2, b2, cfg), cfg, x.shape)
 
 

@@ -178,6 +178,8 @@ def paged_attention(q: jax.Array, k_pages: jax.Array, v_pages: jax.Array,
                                 page_size=page)
     if reason:
         raise ValueError(f"paged_attention: {reason}")
+    if q.size == 0 or not block_tables.shape[1] * page:  # no sequence, or no cache tokens (zeros)
+        return jnp.zeros(q.shape, q.dtype)
     cfg = _Config(scale=float(1.0 / math.sqrt(d) if scale is None else scale), page_size=page,
                   schedule=schedule, platform=plat, lanes=128 if plat == "tpu" else 1)
     qg = q.reshape(b, hkv, groups, d)

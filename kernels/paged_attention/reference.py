@@ -70,7 +70,7 @@ def paged_attention_reference(q: jax.Array, k_pages: jax.Array, v_pages: jax.Arr
     s = jnp.einsum("bhgd,bhtd->bhgt", qg, gather(k_pages), precision=lax.Precision.HIGHEST)
     valid = jnp.arange(tokens)[None, :] < lengths[:, None]
     s = jnp.where(valid[:, None, None, :], s * scale, -jnp.inf)
-    m = s.max(axis=-1, keepdims=True)
+    m = s.max(axis=-1, keepdims=True, initial=-jnp.inf)  # no cache tokens: -inf too
     e = jnp.exp(s - jnp.where(jnp.isneginf(m), 0.0, m))
     denom = e.sum(axis=-1, keepdims=True)
     p = e / jnp.where(denom == 0.0, 1.0, denom)

@@ -97,15 +97,15 @@ def rms_norm(x: jax.Array, weight: jax.Array | None = None, *, eps: float | None
         Array of ``x``'s shape and dtype.
 
     Raises:
-        ValueError: empty last dim, bad ``block_rows`` or weight shape.
+        ValueError: a 0-d input, bad ``block_rows`` or weight shape.
         kernels._common.PallasUnavailableError: ``interpret=False`` on CPU.
     """
     eps = default_eps(x.dtype) if eps is None else eps
     cfg = row_config(x, eps=eps, block_rows=block_rows, interpret=interpret,
                      has_weight=weight is not None)
     w2 = None if weight is None else to_vector(weight, cfg)
-    if cfg.rows == 0:
-        return x  # an empty batch: nothing to normalize
+    if x.size == 0:
+        return jnp.asarray(x)  # an empty batch or an empty last dim: nothing to normalize
     y2 = _rms_norm(to_rows(x, cfg), w2, cfg)
     return from_rows(y2, cfg, x.shape)
 

@@ -50,12 +50,5 @@ def test_norm_matches_reference(name):
 def test_norm_rejects_bad_input(kernel):
     with pytest.raises(ValueError, match="does not match"):
         kernel(np.zeros((4, 8), np.float32), np.ones((7,), np.float32), interpret=True)
-    with pytest.raises(ValueError, match="empty last dim"):
-        kernel(np.zeros((4, 0), np.float32), interpret=True)
-
-
-@pytest.mark.parametrize("kernel", [rms_norm, layer_norm])
-def test_norm_of_empty_batch_is_empty(kernel):
-    x = np.zeros((0, 3, 8), np.float32)
-    out = kernel(x, np.ones((8,), np.float32), interpret=True)
-    assert out.shape == x.shape and out.dtype == x.dtype
+    with pytest.raises(ValueError, match="0-d input"):
+        kernel(np.float32(1.0), interpret=True)
