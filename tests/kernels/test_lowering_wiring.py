@@ -30,6 +30,20 @@ def test_sdpa_lowering_records_kernel_choice_and_matches_torch(qkv, force, impl)
     assert chosen == {impl}, dispatch.choices()
 
 
+class PlainAttn(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("force", ["reference", "pallas"])
+def test_sdpa_over_no_keys_gives_torchs_zeros_with_either_kernel(force):
+    # (an empty KV cache: the reference body's max over no keys raised, and the Pallas kernel's zero-sized blocks)
+    q, kv = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 0, 16)
+    want = PlainAttn()(q, kv, kv)
+    got = convert(PlainAttn(), (q, kv, kv), target="tpu", kernels=force)(q, kv, kv)
+    assert got.shape == want.shape and torch.equal(got, want) and not want.any()
+
+
 class Norms(torch.nn.Module):
     """LayerNorm over two trailing dims, then RMSNorm over the last one."""
 

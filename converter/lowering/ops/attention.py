@@ -84,6 +84,8 @@ def _weights(q, k, attn_mask, is_causal, scale):
     """The attention weights ``softmax(q·kᵀ * scale + mask)`` in ``q``'s dtype (fully masked rows give 0)."""
     acc = q.dtype
     s = _scores(q, k, attn_mask, is_causal, scale)
+    if s.shape[-1] == 0:
+        return s  # no keys: no weights (the output is a sum over none: zeros, as torch gives)
     m = jnp.max(s, axis=-1, keepdims=True)
     m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), acc))
     p = jnp.exp(s - m)
