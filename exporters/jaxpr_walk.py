@@ -11,6 +11,11 @@ and constant folding:
   lowered through its decomposition jaxpr.
 * An eqn whose inputs are all constants is evaluated now (constant folding), except
   the primitives in ``NO_FOLD``, whose rules handle constant inputs themselves.
+* Empty values: no kernel runs on one (TFLite's kernels and XNNPACK refuse many zero-size operands; ONNX
+  Runtime's Expand to a 0 dim kept the 1). A result whose shape is statically empty is a constant of that
+  shape, and a reduction, contraction or convolution of an empty operand into a non-empty result
+  (:data:`EMPTY_OPERAND_CONSTANT`) is its constant value (the reduction's identity, zeros for a matmul over a
+  zero-length dim), evaluated at export time; a composite with an empty operand is its decomposition.
 * A ``scan`` of a few steps (``jax.scipy.special``'s polynomial evaluations) is unrolled, a longer one is a
   loop where the target has one (``LOOPS``: a ``while``, :mod:`exporters.loops`); a ``while`` is the target's
   :meth:`JaxprTranslator.while_loop`; a ``cond`` between
@@ -54,8 +59,20 @@ MAX_UNROLLED_SCAN = 64
 #: seed a constant, folding them would silently bake one draw into the file).
 _RANDOM = frozenset({"random_seed", "random_wrap", "random_unwrap", "random_bits", "random_split", "random_fold_in",
                      "threefry2x32"})
+#: Primitives whose result, when an operand is empty and the result is not, depends on the shapes only.
+EMPTY_OPERAND_CONSTANT = frozenset({
+    "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and", "reduce_or", "reduce_xor", "reduce",
+    "dot_general", "conv_general_dilated"})
 #: Values the runtime does not need (identity at inference).
 _IDENTITY = {"copy", "copy_p", "optimization_barrier", "stop_gradient", "reduce_precision", "sharding_constraint"}
+
+
+def _static_size(aval: Any) -> int | None:
+    """The element count of an abstract value with a static shape, else ``None``."""
+    shape = getattr(aval, "shape", None)
+    if shape is None or not all(is_static(d) for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))
 
 
 def location_of(eqn: Any) -> SourceLocation:
@@ -190,6 +207,25 @@ class JaxprTranslator:
 
     def eqn(self, eqn: Any, ins: list) -> list:
         """Translate one eqn; returns its output values."""
+        sizes = [_static_size(v.aval) for v in eqn.outvars]
+        if sizes and all(n == 0 for n in sizes):
+            return [self.const(np.zeros(v.aval.shape, v.aval.dtype)) for v in eqn.outvars]
+        if any(v.static and 0 in v.shape for v in ins) and all(n is not None for n in sizes):
+            return self._empty_operand(eqn, ins)
+        return self._translate(eqn, ins)
+
+    def _empty_operand(self, eqn: Any, ins: list) -> list:
+        """An eqn with a statically empty operand and a non-empty static result (module docstring)."""
+        if eqn.primitive is lax_internal.composite_p:  # its rule would run a kernel on the empty operand
+            body = eqn.params["jaxpr"]
+            with self._inside(eqn.params["name"], eqn):
+                return self.eval_jaxpr(body.jaxpr, body.consts, ins)
+        if eqn.primitive.name in EMPTY_OPERAND_CONSTANT and all(v.static for v in ins):
+            return self.fold(eqn, [self.const(np.zeros(v.shape, v.dtype)) for v in ins])
+        return self._translate(eqn, ins)
+
+    def _translate(self, eqn: Any, ins: list) -> list:
+        """Translate one eqn whose values are not empty (or not statically so)."""
         prim = eqn.primitive
         if prim is lax_internal.composite_p:
             name = eqn.params["name"]

@@ -29,6 +29,10 @@ CASES = {
     "embedding_bag_padding_idx": (lambda i, w: F.embedding_bag(i, w, mode="mean", padding_idx=2),
                                   torch.tensor([[1, 2, 4], [2, 2, 2]]), torch.ones(10, 3)),
     "ndtri_float64_empty": (torch.special.ndtri, torch.zeros(0, 2, dtype=torch.float64)),
+    # statically empty results are constants: ONNX Runtime's Expand to a 0 dim kept the 1, and the max / argmax /
+    # median of an empty batch (a Gather of partial slices) was refused
+    "empty_results": (lambda e, x: (x.expand(0, 4) + 1, e.max(-1)[0], e.argmax(-1), e.median(-1)[0], e.sum(0)),
+                      torch.zeros(0, 4), torch.randn(1, 4)),
     "int_mm": (torch._int_mm, torch.arange(-1024, 1024).reshape(32, 64).to(torch.int8),
                torch.arange(1024).reshape(64, 16).to(torch.int8)),
     "max_pool1d_int64_with_indices": (lambda x: F.max_pool1d(x, 2, return_indices=True),
@@ -71,6 +75,20 @@ def test_torch_op_runs_in_onnx_runtime_like_torch(name):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype, f"{g.dtype}{g.shape} vs {w.dtype}{w.shape}"
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_any_and_all_over_a_dynamic_dim_of_size_zero_are_false_and_true():
+    # ONNX's ReduceMax / ReduceMin over no elements give the type's lowest / highest value: int32's lowest made
+    # "any" of nothing True (the bools are reduced as uint8 now, whose extremes are 0 and 255)
+    class AnyAll(torch.nn.Module):
+        def forward(self, x):
+            return (x > 0).any(-1), (x > 0).all(-1)
+
+    x = torch.tensor([[1.0, -1.0], [1.0, 1.0], [-1.0, -1.0]])
+    art = convert(AnyAll().eval(), (x,), target="onnx", dynamic_shapes=({1: torch.export.Dim("n", min=0, max=8)},))
+    for x in (x, torch.zeros(3, 0)):
+        assert [g.tolist() for g in art(x)] == [w.tolist() for w in AnyAll()(x)]
+    assert [w.tolist() for w in AnyAll()(torch.zeros(3, 0))] == [[False] * 3, [True] * 3]
 
 
 def test_complex_input_is_refused_naming_the_dtype():

@@ -19,9 +19,10 @@ _REDUCE = {lax.reduce_sum_p: "ReduceSum", lax.reduce_max_p: "ReduceMax", lax.red
 
 def _reduce(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     """reduce_sum / max / min / prod → ReduceSum / ReduceMax / ReduceMin / ReduceProd (keepdims=0);
-    reduce_and / reduce_or on bool → ReduceMin / ReduceMax between Casts to int32. ONNX Runtime's
-    ReduceMax / ReduceMin skip NaN, lax's propagate it: a float max / min is Where(any NaN, NaN, …)
-    (3 more nodes: IsNaN, ReduceMax, Where)."""
+    reduce_and / reduce_or on bool → ReduceMin / ReduceMax between Casts to uint8: over no elements ONNX gives the
+    type's highest / lowest value, 255 / 0, so "all" of none is True and "any" False (int32's lowest made "any"
+    True). ONNX Runtime's ReduceMax / ReduceMin skip NaN, lax's propagate it: a float max / min is
+    Where(any NaN, NaN, …) (3 more nodes: IsNaN, ReduceMax, Where)."""
     aval = out_aval(eqn)
     axes = [int(a) for a in eqn.params["axes"]]
     if not axes:
@@ -30,12 +31,12 @@ def _reduce(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     t = g.tensor(x)
     boolean = x.dtype == np.bool_
     if boolean:
-        t = g.cast(t, np.bool_, np.int32)
+        t = g.cast(t, np.bool_, np.uint8)
     elif eqn.primitive in (lax.reduce_and_p, lax.reduce_or_p):
         raise Unsupported(f"{eqn.primitive.name} of {x.dtype.name}")
     out = g.op(op, [t, g.i64(axes)], keepdims=0)
     if boolean:
-        out = g.cast(out, np.int32, np.bool_)
+        out = g.cast(out, np.uint8, np.bool_)
     elif onnx_dtype(x.dtype).kind == "f" and op in ("ReduceMax", "ReduceMin"):
         any_nan = g.op("ReduceMax", [g.op("IsNaN", [t]), g.i64(axes)], keepdims=0)
         out = g.op("Where", [any_nan, g.const(np.asarray(np.nan, x.dtype)), out])
