@@ -14,6 +14,7 @@ the executable would recompile every step.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -255,6 +256,19 @@ def _pow_scalar_meta(self: Any, exponent: Any) -> torch.Tensor:
     return out.to(torch.bool) if self.dtype == torch.bool and type(exponent) is bool else out
 
 
+def _nearest_meta(op: Any, input: Any, *args: Any) -> torch.Tensor:
+    """upsample_nearest{1,2,3}d / _upsample_nearest_exact{1,2,3}d on meta: torch's meta kernel, except an empty
+    input, whose check hands ``torch._check`` an int and raises a TypeError. The CPU resizes an empty batch (to
+    an empty output: its spatial size comes from a batch of one here) and refuses empty channels or spatial dims
+    with a RuntimeError."""
+    if input.numel():
+        return op(input, *args)
+    if not math.prod(input.shape[1:]):
+        raise RuntimeError(f"Non-empty {input.dim()}D data tensor expected but got a tensor with sizes "
+                           f"{list(input.shape)}")
+    return input.new_empty(input.shape[:2] + op(input.new_empty((1, *input.shape[1:])), *args).shape[2:])
+
+
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
@@ -291,6 +305,9 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten._histogramdd_from_bin_cts.default: _histogramdd_meta,
     aten._histogramdd_from_bin_tensors.default: _histogramdd_meta,
     aten._histogramdd_bin_edges.default: _histogramdd_edges_meta,
+    **{op: functools.partial(_nearest_meta, op) for op in (
+        getattr(getattr(aten, f"{name}{n}d"), overload) for name in ("upsample_nearest", "_upsample_nearest_exact")
+        for n in (1, 2, 3) for overload in ("default", "vec"))},
 }
 
 KERNELS.update(optim_kernels.KERNELS)

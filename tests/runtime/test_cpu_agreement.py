@@ -222,6 +222,28 @@ def test_interpolate_to_an_empty_size_raises_as_on_the_cpu(mode, shape, size):
     assert str(tpu.value).split("\n")[0] == str(cpu.value).split("\n")[0]
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_nearest_interpolation_of_an_empty_batch_runs_as_on_the_cpu(mode):
+    # torch's meta kernel of upsample_nearest* hands torch._check an int for an empty input (a TypeError): the CPU
+    # resizes an empty batch and refuses empty channels or spatial dims with its own RuntimeError
+    calls = [((0, 2, 4, 4), {"scale_factor": 2}), ((0, 2, 4), {"size": 7}),
+             ((0, 1, 2, 3, 3), {"scale_factor": 2, "mode": "nearest-exact"}), ((0, 2, 4, 4), {"size": (3, 5)})]
+    with tpu_runtime.eager_mode(mode):
+        for shape, kwargs in calls:
+            x = torch.zeros(shape, requires_grad=True)
+            xt = x.detach().to("tpu").requires_grad_()
+            want, got = torch.nn.functional.interpolate(x, **kwargs), torch.nn.functional.interpolate(xt, **kwargs)
+            want.sum().backward()
+            got.sum().backward()
+            assert got.shape == want.shape and xt.grad.shape == x.grad.shape == shape
+        for shape in ((2, 0, 3, 3), (1, 2, 0, 4)):
+            with pytest.raises(RuntimeError) as cpu:
+                torch.nn.functional.interpolate(torch.zeros(shape), scale_factor=2)
+            with pytest.raises(RuntimeError) as tpu:
+                torch.nn.functional.interpolate(torch.zeros(shape, device="tpu"), scale_factor=2)
+            assert str(tpu.value).split("\n")[0] == str(cpu.value).split("\n")[0]
+
+
 def test_a_convolution_over_zero_input_channels_gives_torchs_empty_result():
     # torch answers an empty tensor of its own shape; the lowering's non-empty one was refused as a shape mismatch
     x, w = torch.randn(2, 0, 3, 3), torch.ones(2, 0, 1, 1)
