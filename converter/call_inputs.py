@@ -9,10 +9,17 @@ target takes the model's own call; a call of exactly the flat inputs works as be
 
 It needs no PyTorch at call time (a reloaded StableHLO artifact runs without it): the keyword names are
 plain strings, saved with an artifact that is written to disk.
+
+It also knows the sizes each dynamic dim was declared for (``dynamic_shapes=``' ``Dim(min=, max=)``), which
+:func:`check_input` enforces as torch.export's program does: a size above the max, or below a min above 2 (a
+program is called at sizes 0 and 1 below a min of 2: torch's 0/1 specialization), is refused. Past the max a
+lowering that relied on the range (a gather from a table of ``max`` positions, which JAX clamps) would give
+wrong values, or a kernel an obscure error.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from converter.errors import InputError
@@ -32,20 +39,49 @@ class CallInputs:
             positional ones).
     """
 
-    def __init__(self, n_inputs: int, keywords: Sequence[str] = ()):
+    def __init__(self, n_inputs: int, keywords: Sequence[str] = (), ranges: Sequence | None = None):
         self.n_inputs = n_inputs
         self.keywords = tuple(keywords)
+        #: per input: ``None``, or per dim ``None`` or the ``(lowest, highest)`` sizes it takes (either ``None``)
+        self.ranges: tuple = tuple(ranges) if ranges is not None else (None,) * n_inputs
 
     @classmethod
     def of(cls, program: Any) -> "CallInputs":
         """The call structure of a :class:`~converter.lowering.interpreter.LoweredProgram` (its captured
-        program's input tree: ``(args, kwargs)``)."""
+        program's input tree: ``(args, kwargs)``, and the ranges of its dynamic dims)."""
         exported = getattr(program, "exported", None)
         spec = exported.call_spec.in_spec if exported is not None else None
         keywords = ()
         if spec is not None and spec.num_children == 2:
             keywords = tuple(spec.child(1).context or ())
-        return cls(len(program.inputs), keywords)
+        return cls(len(program.inputs), keywords, _input_ranges(program))
+
+    def to_json(self) -> dict:
+        """What a saved artifact keeps of it (:meth:`from_json`)."""
+        ranges = [None if r is None else [None if d is None else list(d) for d in r] for r in self.ranges]
+        return {"keywords": list(self.keywords), "dim_ranges": ranges}
+
+    @classmethod
+    def from_json(cls, data: str | dict | None, n_inputs: int) -> "CallInputs":
+        """A :meth:`to_json` dict (or its JSON text) read back (``None``, or a file written before it was
+        saved: positional inputs, no ranges).
+
+        Raises:
+            InputError: a damaged entry.
+        """
+        if not data:
+            return cls(n_inputs)
+        try:
+            data = json.loads(data) if isinstance(data, str) else data
+            ranges = data.get("dim_ranges")
+            if ranges is not None:
+                ranges = [None if r is None else tuple(None if d is None else (d[0], d[1]) for d in r)
+                          for r in ranges]
+                if len(ranges) != n_inputs:
+                    raise ValueError(f"{len(ranges)} ranges for {n_inputs} inputs")
+            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges)
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:  # (json's errors are ValueErrors)
+            raise InputError(f"the artifact's saved call inputs are damaged ({type(e).__name__}: {e})") from e
 
     def flatten(self, args: Sequence[Any], kwargs: dict | None = None) -> list[Any]:
         """The flat inputs of the call ``(*args, **kwargs)``.
@@ -86,11 +122,39 @@ def _dtype_kind(dtype: Any) -> str:
     return "floating"
 
 
+def _input_ranges(program: Any) -> tuple:
+    """Per input of ``program``, the sizes each dynamic dim takes (module docstring), from torch.export's
+    ``range_constraints``: ``None`` for an input without a bounded dynamic dim."""
+    constraints = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
+    bounds = {str(sym): (finite_bound(r.lower), finite_bound(r.upper)) for sym, r in constraints.items()}
+    out = []
+    for spec in program.inputs:
+        dims = []
+        for d in spec.shape:
+            lo, hi = bounds.get(d, (None, None)) if isinstance(d, str) else (None, None)
+            lo = lo if lo is not None and lo > 2 else None  # (0 and 1 pass below a min of 2, as in torch)
+            dims.append(None if lo is None and hi is None else (lo, hi))
+        out.append(tuple(dims) if any(d is not None for d in dims) else None)
+    return tuple(out)
+
+
+def finite_bound(v: Any) -> int | None:
+    """A bound of torch.export's ``range_constraints`` (sympy) as an int, or ``None`` for an infinite one (torch's
+    ``int_oo``)."""
+    if getattr(v, "is_infinite", False) or str(v) in ("oo", "-oo", "int_oo", "-int_oo"):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+
+
 def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequence, want_dtype: Any,
-                what: str) -> None:
+                what: str, dim_ranges: Sequence | None = None) -> None:
     """Raise one clear :class:`InputError` when a call's input does not fit the converted model's: another rank,
-    another size of a static dim, or another kind of dtype (a float for an integer input; within a kind the
-    artifacts cast, as NumPy's float64 arrays for a float32 model).
+    another size of a static dim, a dynamic dim outside the range it was converted for, or another kind of dtype
+    (a float for an integer input; within a kind the artifacts cast, as NumPy's float64 arrays for a float32
+    model).
 
     Args:
         name: the input's name in the artifact.
@@ -98,6 +162,7 @@ def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequenc
         want_shape: the model's; a dynamic dim is a ``str``, ``None`` or negative.
         want_dtype: the model's dtype (or its name).
         what: the artifact, for the message ("the LiteRT model").
+        dim_ranges: per dim, ``None`` or the ``(lowest, highest)`` sizes it takes (:attr:`CallInputs.ranges`).
     """
     def static(d: Any) -> bool:
         return d is not None and not isinstance(d, str) and int(d) >= 0
@@ -107,6 +172,14 @@ def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequenc
         shown = [int(w) if static(w) else (w if isinstance(w, str) else "dynamic") for w in want_shape]
         raise InputError(f"input '{name}' has shape {shape} but {what} takes {shown}; a dim that varies must be "
                          f"declared dynamic when converting (dynamic_shapes=)")
+    for i, (size, bounds) in enumerate(zip(shape, dim_ranges or ())):
+        lo, hi = bounds or (None, None)
+        if (lo is not None and size < lo) or (hi is not None and size > hi):
+            span = f"{lo} to {hi}" if lo is not None and hi is not None else f"up to {hi}" if lo is None \
+                else f"{lo} or more"
+            raise InputError(f"input '{name}' has shape {shape} but dim {i} of {what} takes sizes {span} (the "
+                             f"range dynamic_shapes= declared; torch.export's program refuses {size} too): convert "
+                             f"with a wider torch.export.Dim range")
     if _dtype_kind(dtype) != _dtype_kind(want_dtype):
         given = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
         wanted = getattr(want_dtype, "name", None) or str(want_dtype).replace("torch.", "")
@@ -132,4 +205,4 @@ def _leaves(x: Any, out: list) -> None:
             _leaves(item, out)
 
 
-__all__ = ["CallInputs", "check_input"]
+__all__ = ["CallInputs", "check_input", "finite_bound"]

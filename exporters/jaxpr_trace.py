@@ -14,6 +14,7 @@ from typing import Any
 import jax
 from jax import export as jax_export
 
+from converter.call_inputs import finite_bound
 from converter.errors import ConversionError, ExportError
 from kernels import dispatch
 
@@ -123,19 +124,9 @@ def range_constraints(program: Any, names: list[str]) -> tuple[str, ...]:
         name = str(sym)
         if name not in names:
             continue
-        lo, hi = _finite_int(rng.lower), _finite_int(rng.upper)
+        lo, hi = finite_bound(rng.lower), finite_bound(rng.upper)
         if lo is not None and lo > 1:
             out.append(f"{name} >= {lo}")
         if hi is not None:
             out.append(f"{name} <= {hi}")
     return tuple(out)
-
-
-def _finite_int(v: Any) -> int | None:
-    """A sympy/torch bound as an int, or ``None`` for an infinite one (torch's ``int_oo``)."""
-    if getattr(v, "is_infinite", False) or str(v) in ("oo", "-oo", "int_oo", "-int_oo"):
-        return None
-    try:
-        return int(v)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None

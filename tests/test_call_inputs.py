@@ -89,13 +89,20 @@ def test_saved_artifacts_take_the_call_too(converted, tmp_path):
     target, art, model, (x, k, v, a, b) = converted
     cache = {"k": k, "v": (v,)}
     want = model(x, None, cache, a=a, b=b)
-    if target == "stablehlo":  # signature.json keeps the keyword names
+    if target == "tpu":
+        return
+    loaded = _reloaded(target, art, tmp_path)  # (signature.json, the file's metadata keep the keyword names)
+    _same(loaded(x, None, cache, b=b, a=a), want)
+    _same(loaded(x, None, cache, a, b), want)  # positional inputs, nested or flat
+    _same(loaded(x, k, v, a, b), want)
+
+
+def _reloaded(target, art, tmp_path):
+    """``art`` saved and loaded back."""
+    if target == "stablehlo":
         art.save(tmp_path / "m")
-        _same(load(tmp_path / "m")(x, None, cache, b=b, a=a), want)
-    elif target in ("onnx", "litert"):  # the file alone: positional inputs, nested or flat
-        loaded = (OnnxArtifact if target == "onnx" else LiteRTArtifact).load(art.save(tmp_path / f"m.{target}"))
-        _same(loaded(x, None, cache, a, b), want)
-        _same(loaded(x, k, v, a, b), want)
+        return load(tmp_path / "m")
+    return (OnnxArtifact if target == "onnx" else LiteRTArtifact).load(art.save(tmp_path / f"m.{target}"))
 
 
 def test_an_input_of_another_shape_or_kind_is_refused_by_name(converted, tmp_path):
@@ -113,3 +120,46 @@ def test_an_input_of_another_shape_or_kind_is_refused_by_name(converted, tmp_pat
         loaded = (OnnxArtifact if target == "onnx" else LiteRTArtifact).load(art.save(tmp_path / f"m.{target}"))
         with pytest.raises(InputError, match=r"has shape \[3, 3\] but"):
             loaded(x, k, v, torch.randn(3, 3), b)
+
+
+class _Positions(nn.Module):
+    """A learned position per token of a length-8 table: past 8 tokens JAX's gather clamps (the tpu artifact gave
+    the last position's values for every token past it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(8, 2)
+
+    def forward(self, x):
+        return x + self.table(torch.arange(x.shape[1])).sum(-1)
+
+
+@pytest.fixture(scope="module")
+def positions():
+    """``_Positions`` captured with a length from 3 to 8."""
+    torch.manual_seed(0)
+    model = _Positions().eval()
+    length = torch.export.Dim("n", min=3, max=8)
+    return model, capture_program(model, (torch.randn(2, 5),), dynamic_shapes=({1: length},))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_dynamic_dim_outside_its_declared_range_is_refused_as_torch_export_does(target, positions, tmp_path):
+    model, program = positions
+    art = build(program, target=target)
+    with pytest.raises(AssertionError, match="<= 8"):  # (torch.export's own program)
+        program.module()(torch.zeros(2, 9))
+    for a in (art, _reloaded(target, art, tmp_path)) if target != "tpu" else (art,):
+        for n in (3, 8):
+            _same(a(torch.ones(2, n)), model(torch.ones(2, n)))
+        for n in (9, 2):
+            with pytest.raises(InputError, match=rf"has shape \[2, {n}\] but dim 1 of .* takes sizes 3 to 8"):
+                a(torch.ones(2, n))
+
+
+def test_a_size_jax_export_cannot_take_is_an_input_error_of_the_stablehlo_module():
+    # (jax.export's symbolic dims are >= 1, where torch's program and the other targets run an empty batch)
+    x = torch.randn(2, 3)
+    art = convert(nn.Linear(3, 2).eval(), (x,), target="stablehlo", dynamic_shapes=({0: torch.export.Dim("b")},))
+    with pytest.raises(InputError, match="the StableHLO module cannot take these input shapes: .*>= 1"):
+        art(torch.zeros(0, 3))

@@ -89,8 +89,8 @@ class TpuModule:
     def _flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         flat = self._call.flatten(args, kwargs)
         specs = self.program.inputs
-        for x, spec in zip(flat, specs):
-            check_input(spec.name, tuple(x.shape), x.dtype, spec.shape, spec.dtype, "the converted model")
+        for x, spec, ranges in zip(flat, specs, self._call.ranges):
+            check_input(spec.name, tuple(x.shape), x.dtype, spec.shape, spec.dtype, "the converted model", ranges)
         return flat
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ from ai_edge_litert import schema_py_generated as schema
 from converter.call_inputs import CallInputs, check_input
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
-from exporters.litert.builder import OUTPUT_DTYPES_METADATA
+from exporters.litert.builder import CALL_INPUTS_METADATA, OUTPUT_DTYPES_METADATA
 from exporters.litert.inspect import read_model
 
 
@@ -51,7 +51,9 @@ class LiteRTArtifact(FileBytes):
         self.num_threads = num_threads
         self.channels_last_io = channels_last_io
         self._model = read_model(self._bytes)
-        self._output_dtypes = _declared_output_dtypes(self._bytes)
+        self._output_dtypes = {k: [np.dtype(d) for d in v]
+                               for k, v in _metadata_json(self._bytes, OUTPUT_DTYPES_METADATA).items()}
+        self._saved_calls = _metadata_json(self._bytes, CALL_INPUTS_METADATA)  # (a loaded file's call inputs)
         self._interpreter = None
         self._runners: dict[str, Any] = {}
 
@@ -98,6 +100,15 @@ class LiteRTArtifact(FileBytes):
             self._runners[signature] = self.interpreter().get_signature_runner(signature)
         return self._runners[signature]
 
+    def _call(self, sig: str) -> CallInputs:
+        """How signature ``sig`` is called (:mod:`converter.call_inputs`); a loaded file's from its metadata (a
+        file without it takes positional inputs, nested or flat, in any sizes of its dynamic dims)."""
+        call = self._call_inputs.get(sig)
+        if call is None:
+            n = len(self._runner(sig).get_input_details())
+            call = self._call_inputs[sig] = CallInputs.from_json(self._saved_calls.get(sig), n)
+        return call
+
     def run_raw(self, *inputs: np.ndarray, signature: str | None = None) -> list[np.ndarray]:
         """Run one signature on NumPy arrays in the file's own layout; returns NumPy outputs."""
         sig = signature or self.signatures[0]
@@ -106,12 +117,15 @@ class LiteRTArtifact(FileBytes):
         names = sorted(details, key=_arg_index)
         if len(inputs) != len(names):
             raise InputError(f"signature {sig!r} takes {len(names)} inputs, got {len(inputs)}")
-        feed = {}
-        for name, x in zip(names, inputs):
+        feed, ranges = {}, self._call(sig).ranges
+        for i, (name, x) in enumerate(zip(names, inputs)):
             arr = np.asarray(x)
             want = np.dtype(details[name]["dtype"])
+            dims = ranges[i] if i < len(ranges) else None
+            if dims is not None and self.channels_last_io and len(dims) == 4:
+                dims = [dims[j] for j in (0, 2, 3, 1)]  # (the file's NHWC layout)
             check_input(name, arr.shape, arr.dtype, details[name]["shape_signature"], want,
-                        f"signature {sig!r} of the LiteRT model")
+                        f"signature {sig!r} of the LiteRT model", dims)
             if arr.dtype != want:
                 arr = arr.astype(want)
             feed[name] = np.require(arr, requirements="C")
@@ -131,10 +145,7 @@ class LiteRTArtifact(FileBytes):
         Returns a single output, or a tuple when the model has several.
         """
         sig = signature or self.signatures[0]
-        call = self._call_inputs.get(sig)
-        if call is None:  # (a loaded file: positional inputs, nested or flat)
-            call = self._call_inputs[sig] = CallInputs(len(self._runner(sig).get_input_details()))
-        inputs = call.flatten(args, kwargs)
+        inputs = self._call(sig).flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = []
         for x in inputs:
@@ -162,18 +173,21 @@ class LiteRTArtifact(FileBytes):
         return f"LiteRTArtifact({self.size} bytes, signatures={self.signatures}, ops: {top})"
 
 
-def _declared_output_dtypes(data: bytes) -> dict[str, list[np.dtype]]:
-    """``{signature key: [declared dtype of each output]}`` from the model's metadata (empty
-    when the file has none: its outputs are already in their declared dtypes)."""
+def _metadata_json(data: bytes, name: str) -> dict:
+    """The model's metadata entry ``name`` (a JSON object ``{signature key: …}``): the declared output dtypes
+    (:data:`OUTPUT_DTYPES_METADATA`; a file without it has its outputs in their declared dtypes already), the call
+    inputs (:data:`CALL_INPUTS_METADATA`); empty when the file has none."""
     try:
         m = schema.Model.GetRootAs(data, 0)
         for i in range(m.MetadataLength()):
             entry = m.Metadata(i)
-            if (entry.Name() or b"").decode() == OUTPUT_DTYPES_METADATA:
-                raw = m.Buffers(entry.Buffer()).DataAsNumpy().tobytes()
-                return {k: [np.dtype(d) for d in v] for k, v in json.loads(raw).items()}
+            if (entry.Name() or b"").decode() == name:
+                found = json.loads(m.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+                if not isinstance(found, dict):
+                    raise TypeError(f"a JSON {type(found).__name__}, not an object")
+                return found
     except (ValueError, TypeError, IndexError, AttributeError) as e:  # flatbuffers/json errors on a damaged entry
-        raise ExportError(f"the model's {OUTPUT_DTYPES_METADATA} metadata is corrupt: {type(e).__name__}") from e
+        raise ExportError(f"the model's {name} metadata is corrupt: {type(e).__name__}") from e
     return {}
 
 

@@ -31,6 +31,9 @@ from exporters.litert.loops import called_graphs
 
 #: Model metadata name of the declared output dtypes ``{signature key: [dtype name, …]}`` (JSON).
 OUTPUT_DTYPES_METADATA = "tpu_export.output_dtypes"
+#: Model metadata name of each signature's call inputs ``{signature key: CallInputs.to_json()}`` (JSON): its keyword
+#: arguments and the sizes its dynamic dims were declared for (:mod:`converter.call_inputs`), for a reloaded file.
+CALL_INPUTS_METADATA = "tpu_export.call_inputs"
 #: Flatbuffers cannot address more than 2 GiB; leave room for the graph itself.
 DEFAULT_EXTERNAL_THRESHOLD = 2**31 - 2**26
 _ALIGN = 16
@@ -135,7 +138,7 @@ def _options(op: Op, number: dict):
 
 
 def serialize(graphs: list[Graph], *, description: str = "tpu-export",
-              external_buffer_threshold_bytes: int | None = None) -> bytes:
+              external_buffer_threshold_bytes: int | None = None, metadata: dict[str, bytes] | None = None) -> bytes:
     """Write ``graphs`` (one per signature) as one TFLite model.
 
     Args:
@@ -144,6 +147,7 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
         description: the model description string.
         external_buffer_threshold_bytes: put constants after the flatbuffer when
             their total size exceeds this (default: just under 2 GiB).
+        metadata: more metadata entries ``{name: bytes}`` (the call inputs: :data:`CALL_INPUTS_METADATA`).
 
     Returns:
         The model file's bytes.
@@ -198,7 +202,7 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
         model.operatorCodes.append(oc)
     external = sum(len(p) for p in payloads) > threshold
     # Metadata buffers come after the constants' and always stay inside the flatbuffer.
-    meta = _metadata(graphs)
+    meta = _metadata(graphs) + sorted((metadata or {}).items())
     model.metadata = [_metadata_entry(name, len(payloads) + 1 + i) for i, (name, _) in enumerate(meta)] or None
     meta_buffers = [_AlignedBufferT(data=data) for _, data in meta]
     if not external:

@@ -16,7 +16,8 @@ Dynamic dims: ``str`` dims of ``program.inputs`` (from torch.export
 ``dynamic_shapes``) are traced as ``jax.export`` symbolic dims, appear as
 ``dim_param`` names in the input shapes, and shapes computed from them (Reshape,
 Expand, Range) read them with ``Shape`` at run time, so the model runs at other
-sizes in ONNX Runtime.
+sizes in ONNX Runtime; the sizes each was declared for, and the model's keyword arguments, are kept in the
+``metadata_props`` entry ``tpu_export.call_inputs`` (:mod:`converter.call_inputs`), which a reloaded file checks.
 
 Dtypes: int64 stays int64; float64 computes as float32 (the artifact casts outputs
 back to the program's dtypes); complex values are refused (``UnsupportedOpError``).
@@ -24,13 +25,14 @@ back to the program's dtypes); complex values are refused (``UnsupportedOpError`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from converter.call_inputs import CallInputs
 from converter.errors import InputError
 from converter.lowering.stateful import StateCarrier, stateful_program
 from converter.lowering.stateful import note as state_note
-from exporters.onnx.artifact import OnnxArtifact
+from exporters.onnx.artifact import CALL_INPUTS_METADATA, OnnxArtifact
 from exporters.onnx.export import OPSET, build_model
 
 __all__ = ["OPSET", "OnnxArtifact", "build"]
@@ -66,6 +68,8 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
         notes.append(state_note(program.carried))
         carried = (program.carried, StateCarrier(program.initial))
     model, out_dtypes = build_model(program, notes, description=options.get("description", "tpu-export"))
+    if call_inputs.keywords or any(r is not None for r in call_inputs.ranges):  # (for a reloaded file)
+        model.metadata_props.add(key=CALL_INPUTS_METADATA, value=json.dumps(call_inputs.to_json(), sort_keys=True))
     data = model.SerializeToString(deterministic=True)
     return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes,
                         call_inputs=call_inputs, carried=carried)

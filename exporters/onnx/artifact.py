@@ -12,6 +12,9 @@ from converter.call_inputs import CallInputs, check_input
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
 
+#: ``metadata_props`` key of the model's call inputs (keyword names, dynamic dims' ranges: ``CallInputs.to_json``).
+CALL_INPUTS_METADATA = "tpu_export.call_inputs"
+
 
 class OnnxArtifact(FileBytes):
     """A converted model (``target="onnx"``).
@@ -103,17 +106,26 @@ class OnnxArtifact(FileBytes):
                 raise ExportError(f"ONNX Runtime refused the model: {str(e).strip().splitlines()[0]}") from e
         return self._session
 
+    def call_inputs(self) -> CallInputs:
+        """How the model is called (:mod:`converter.call_inputs`); a loaded file's from its metadata (a file
+        without it takes positional inputs, nested or flat, in any sizes of its dynamic dims)."""
+        if self._call_inputs is None:
+            saved = next((p.value for p in self.model().metadata_props if p.key == CALL_INPUTS_METADATA), None)
+            self._call_inputs = CallInputs.from_json(saved, len(self.session().get_inputs()))
+        return self._call_inputs
+
     def run_raw(self, *inputs: Any) -> list[np.ndarray]:
         """Run on NumPy arrays (cast to the model's input dtypes); returns NumPy outputs."""
         sess = self.session()
         specs = sess.get_inputs()
         if len(inputs) != len(specs):
             raise InputError(f"the ONNX model takes {len(specs)} inputs, got {len(inputs)}")
-        feed = {}
-        for spec, x in zip(specs, inputs):
+        feed, ranges = {}, self.call_inputs().ranges
+        for i, (spec, x) in enumerate(zip(specs, inputs)):
             arr = np.asarray(x)
             want = _ORT_TYPES.get(spec.type)
-            check_input(spec.name, arr.shape, arr.dtype, spec.shape, want or spec.type[7:-1], "the ONNX model")
+            check_input(spec.name, arr.shape, arr.dtype, spec.shape, want or spec.type[7:-1], "the ONNX model",
+                        ranges[i] if i < len(ranges) else None)
             if want is not None and arr.dtype != want:
                 arr = arr.astype(want)
             feed[spec.name] = np.require(arr, requirements="C")  # 0-d inputs stay 0-d
@@ -133,9 +145,7 @@ class OnnxArtifact(FileBytes):
 
         Returns a single output, or a tuple when the model has several.
         """
-        if self._call_inputs is None:  # (a loaded file: positional inputs, nested or flat)
-            self._call_inputs = CallInputs(len(self.session().get_inputs()))
-        inputs = self._call_inputs.flatten(args, kwargs)
+        inputs = self.call_inputs().flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = [to_numpy(x) for x in inputs]
         if self._carried is None:

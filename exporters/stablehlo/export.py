@@ -106,6 +106,7 @@ class StableHLOArtifact:
             "jax_version": jax.__version__,
             "inputs": [s.to_json() for s in self.program.inputs],
             "keyword_inputs": list(self.call_inputs.keywords),
+            "dim_ranges": self.call_inputs.to_json()["dim_ranges"],
             "outputs": [s.to_json() for s in self.program.outputs],
             "dynamic_dims": sorted({d for s in self.program.inputs for d in s.shape if isinstance(d, str)}),
             "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in sorted(self.state.items())],
@@ -137,7 +138,8 @@ class StableHLOArtifact:
         from exporters.stablehlo.load import run_exported
 
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs), random=self.random,
-                            seed=seed, carried=self.carried, specs=[spec.to_json() for spec in self.program.inputs])
+                            seed=seed, carried=self.carried, specs=[spec.to_json() for spec in self.program.inputs],
+                            ranges=self.call_inputs.ranges)
 
 
 def draws_random_numbers(jaxpr: Any) -> bool:

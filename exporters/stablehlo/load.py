@@ -12,26 +12,35 @@ import numpy as np
 from jax import export as jax_export
 
 from converter.call_inputs import CallInputs, check_input
-from converter.errors import ExportError
+from converter.errors import ExportError, InputError
 
 
 def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None,
-                 carried: Sequence[str] = (), specs: Sequence[dict] = ()) -> Any:
+                 carried: Sequence[str] = (), specs: Sequence[dict] = (), ranges: Sequence = ()) -> Any:
     """Call an Exported module; torch tensors in → torch tensors out, else numpy. A module that draws random
     numbers (``random``) takes a uint32 seed after the weights: ``seed``, else a fresh one from NumPy's global
     generator (``np.random.seed`` makes the draws repeat). The buffers the model writes in place (``carried``)
     are its last outputs: written into ``state`` for the next call. ``specs``: the inputs' ``name`` / ``shape`` /
-    ``dtype`` (``TensorSpec.to_json``), checked first (:func:`~converter.call_inputs.check_input`)."""
+    ``dtype`` (``TensorSpec.to_json``), checked first (:func:`~converter.call_inputs.check_input`), with the
+    ``ranges`` of their dynamic dims (:attr:`~converter.call_inputs.CallInputs.ranges`); a size jax.export's
+    symbolic shapes refuse besides (0 for a dynamic dim) is an :class:`InputError` too."""
     torch_io = any(type(x).__module__.startswith("torch") for x in inputs)
     with jax.enable_x64(True):
         arrays = [_to_array(x) for x in inputs]
         for i, (spec, arr) in enumerate(zip(specs, arrays)):
-            check_input(spec["name"], arr.shape, arr.dtype, spec["shape"], spec["dtype"], "the StableHLO module")
+            check_input(spec["name"], arr.shape, arr.dtype, spec["shape"], spec["dtype"], "the StableHLO module",
+                        ranges[i] if i < len(ranges) else None)
             if arr.dtype != jnp.dtype(spec["dtype"]):  # (within a kind, cast: as the LiteRT and ONNX artifacts)
                 arrays[i] = arr.astype(spec["dtype"])
         if random:
             arrays.insert(0, np.uint32(np.random.randint(0, 2**32, dtype=np.uint64) if seed is None else seed))
-        outs = exported.call(state, *arrays)
+        try:
+            outs = exported.call(state, *arrays)
+        except ValueError as e:
+            if "polymorphic shape" not in str(e) and "symbolic shape constraint" not in str(e):
+                raise
+            raise InputError(f"the StableHLO module cannot take these input shapes: {str(e).splitlines()[0]}") \
+                from None
     if carried:
         n = len(outs) - len(carried)
         state.update((name, np.asarray(v)) for name, v in zip(carried, outs[n:]))  # (host arrays, as loaded)
@@ -69,13 +78,16 @@ class LoadedStableHLO:
         except (ValueError, KeyError, json.JSONDecodeError) as e:
             raise ExportError(f"{path}: corrupt StableHLO artifact ({type(e).__name__}: {e})") from e
         self.mlir_text = (path / "model.mlir").read_text() if (path / "model.mlir").exists() else None
-        self.call_inputs = CallInputs(len(self.signature["inputs"]), self.signature.get("keyword_inputs", ()))
+        self.call_inputs = CallInputs.from_json({"keywords": self.signature.get("keyword_inputs", ()),
+                                                 "dim_ranges": self.signature.get("dim_ranges")},
+                                                len(self.signature["inputs"]))
 
     def __call__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
         """Run with numpy arrays or torch tensors, called as the model is (``seed``: see :func:`run_exported`)."""
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs),
                             random=bool(self.signature.get("random_seed")), seed=seed,
-                            carried=self.signature.get("mutated_buffers", ()), specs=self.signature["inputs"])
+                            carried=self.signature.get("mutated_buffers", ()), specs=self.signature["inputs"],
+                            ranges=self.call_inputs.ranges)
 
 
 def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:
