@@ -178,8 +178,8 @@ def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequenc
             span = f"{lo} to {hi}" if lo is not None and hi is not None else f"up to {hi}" if lo is None \
                 else f"{lo} or more"
             raise InputError(f"input '{name}' has shape {shape} but dim {i} of {what} takes sizes {span} (the "
-                             f"range dynamic_shapes= declared; torch.export's program refuses {size} too): convert "
-                             f"with a wider torch.export.Dim range")
+                             f"range declared when converting, by dynamic_shapes= or --dynamic; torch.export's "
+                             f"program refuses {size} too): convert with a wider range")
     if _dtype_kind(dtype) != _dtype_kind(want_dtype):
         given = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
         wanted = getattr(want_dtype, "name", None) or str(want_dtype).replace("torch.", "")

@@ -60,23 +60,52 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
 
 
 def parse_dynamic(text: str | None, args: tuple) -> Any:
-    """``"0:0=batch,1:1"`` → torch.export ``dynamic_shapes`` for positional ``args``.
+    """``"0:0=batch:1..64,1:1"`` → torch.export ``dynamic_shapes`` for positional ``args``.
 
-    Each item is ``INPUT:DIM`` with an optional ``=NAME``; equal names share a dim.
+    Each item is ``INPUT:DIM`` with an optional ``=NAME`` (equal names share a dim) and an optional range of
+    sizes ``:MIN..MAX`` (either end may be left out), which the artifact then checks its inputs against.
+
+    Raises:
+        InputError: an item of another form, an input the model does not have, or one name given two ranges.
     """
     if not text:
         return None
     spec: list[dict | None] = [None] * len(args)
     dims: dict[str, Any] = {}
+    ranges: dict[str, tuple] = {}
     for item in text.split(","):
         try:
             where, _, name = item.partition("=")
-            i, d = (int(v) for v in where.split(":"))
+            parts = where.split(":")
+            if name:
+                name, _, span = name.partition(":")
+            else:
+                parts, span = parts[:2], ":".join(parts[2:])
+            i, d = (int(v) for v in parts)
+            bounds = _span(span)
         except ValueError:
-            raise InputError(f"--dynamic item '{item}' must be INPUT:DIM or INPUT:DIM=NAME") from None
+            raise InputError(f"--dynamic item '{item}' must be INPUT:DIM[=NAME][:MIN..MAX]") from None
         if not 0 <= i < len(args):
             raise InputError(f"--dynamic names input {i}, the model has {len(args)} inputs")
         name = name or f"dim_{i}_{d}"
-        dims.setdefault(name, torch.export.Dim(name))
+        if ranges.setdefault(name, bounds) != bounds:
+            raise InputError(f"--dynamic gives dim '{name}' two ranges")
+        lo, hi = bounds
+        dims.setdefault(name, torch.export.Dim(name, **({} if lo is None else {"min": lo}),
+                                               **({} if hi is None else {"max": hi})))
         spec[i] = {**(spec[i] or {}), d: dims[name]}
     return tuple(spec)
+
+
+def _span(text: str) -> tuple[int | None, int | None]:
+    """``"MIN..MAX"`` (either end optional) → ``(min, max)``; ``""`` → no bounds.
+
+    Raises:
+        ValueError: any other text.
+    """
+    if not text:
+        return None, None
+    lo, sep, hi = text.partition("..")
+    if not sep:
+        raise ValueError(text)
+    return (int(lo) if lo else None), (int(hi) if hi else None)

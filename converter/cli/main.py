@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target", required=True, choices=["tpu", "stablehlo", "litert", "onnx"])
     c.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="output file (litert, onnx, tpu: StableHLO text) or directory (stablehlo)")
-    c.add_argument("--dynamic", metavar="I:D[=NAME],…", help="dynamic dims, e.g. 0:0=batch,1:0=batch")
+    c.add_argument("--dynamic", metavar="I:D[=NAME][:MIN..MAX],…",
+                   help="dynamic dims, e.g. 0:0=batch,1:0=batch; a range of sizes, e.g. 0:1=seq:1..512")
     c.add_argument("--channels-last-io", action="store_true", help="LiteRT: NHWC inputs and outputs")
     c.add_argument("--quantize", choices=["fp16", "int8"],
                    help="LiteRT: fp16 weights, or int8 dynamic-range (weight-only, per-channel) quantization")

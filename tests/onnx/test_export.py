@@ -16,7 +16,7 @@ from torch.export import Dim
 import examples.models as zoo
 from converter.api import convert
 from converter.cli.main import main
-from converter.errors import UnsupportedOpError
+from converter.errors import InputError, UnsupportedOpError
 from exporters.onnx import OPSET, OnnxArtifact, build
 from tests.litert.adapter import JaxProgram
 from tests.models.compare import FP32_REL_TOL, assert_outputs_close
@@ -105,6 +105,24 @@ def test_cli_convert_writes_an_onnx_file(tmp_path, capsys):
     with torch.no_grad():
         want = model(*args)
     assert_outputs_close(OnnxArtifact.load(out)(*args), want, FP32_REL_TOL, "cnn via CLI")
+
+
+def test_cli_convert_declares_dynamic_dims_and_their_ranges(tmp_path, capsys):
+    out = tmp_path / "m.onnx"
+    assert main(["convert", f"{zoo.__file__}:cnn", "--target", "onnx", "--dynamic", "0:0=batch:1..4",
+                 "-o", str(out)]) == 0
+    model, (x,) = zoo.cnn()
+    art = OnnxArtifact.load(out)
+    x4 = torch.cat([x] * 4)[:4]
+    with torch.no_grad():
+        assert_outputs_close(art(x4), model(x4), FP32_REL_TOL, "cnn at batch 4 via CLI")
+    with pytest.raises(InputError, match=r"dim 0 of the ONNX model takes sizes up to 4"):
+        art(torch.cat([x4, x4[:1]]))
+    for bad, why in (("0:0=batch:5", "must be INPUT:DIM"), ("0:0=b:1..4,0:1=b:1..5", "two ranges")):
+        assert main(["convert", f"{zoo.__file__}:cnn", "--target", "onnx", "--dynamic", bad,
+                     "-o", str(tmp_path / "bad.onnx")]) == 2
+        assert why in capsys.readouterr().err
+    assert not (tmp_path / "bad.onnx").exists()
 
 
 def test_validate_runs_the_onnx_target(mlp_onnx):
