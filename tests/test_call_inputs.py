@@ -163,3 +163,14 @@ def test_a_size_jax_export_cannot_take_is_an_input_error_of_the_stablehlo_module
     art = convert(nn.Linear(3, 2).eval(), (x,), target="stablehlo", dynamic_shapes=({0: torch.export.Dim("b")},))
     with pytest.raises(InputError, match="the StableHLO module cannot take these input shapes: .*>= 1"):
         art(torch.zeros(0, 3))
+
+
+def test_damaged_saved_call_inputs_are_one_clear_error(positions, tmp_path):
+    import onnx
+
+    model = build(positions[1], target="onnx").model()
+    for entry in model.metadata_props:
+        entry.value = '{"dim_ranges": [[null, [3]]]}'  # a range without its max
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(InputError, match="saved call inputs are damaged"):
+        OnnxArtifact.load(tmp_path / "m.onnx")(torch.ones(2, 4))

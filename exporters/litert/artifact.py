@@ -51,8 +51,7 @@ class LiteRTArtifact(FileBytes):
         self.num_threads = num_threads
         self.channels_last_io = channels_last_io
         self._model = read_model(self._bytes)
-        self._output_dtypes = {k: [np.dtype(d) for d in v]
-                               for k, v in _metadata_json(self._bytes, OUTPUT_DTYPES_METADATA).items()}
+        self._output_dtypes = _declared_output_dtypes(self._bytes)
         self._saved_calls = _metadata_json(self._bytes, CALL_INPUTS_METADATA)  # (a loaded file's call inputs)
         self._interpreter = None
         self._runners: dict[str, Any] = {}
@@ -173,10 +172,18 @@ class LiteRTArtifact(FileBytes):
         return f"LiteRTArtifact({self.size} bytes, signatures={self.signatures}, ops: {top})"
 
 
+def _declared_output_dtypes(data: bytes) -> dict[str, list[np.dtype]]:
+    """``{signature key: [declared dtype of each output]}`` from the model's metadata (empty when the file has
+    none: its outputs are already in their declared dtypes)."""
+    try:
+        return {k: [np.dtype(d) for d in v] for k, v in _metadata_json(data, OUTPUT_DTYPES_METADATA).items()}
+    except (TypeError, ValueError) as e:  # (not a list of dtype names)
+        raise ExportError(f"the model's {OUTPUT_DTYPES_METADATA} metadata is corrupt: {type(e).__name__}") from e
+
+
 def _metadata_json(data: bytes, name: str) -> dict:
-    """The model's metadata entry ``name`` (a JSON object ``{signature key: …}``): the declared output dtypes
-    (:data:`OUTPUT_DTYPES_METADATA`; a file without it has its outputs in their declared dtypes already), the call
-    inputs (:data:`CALL_INPUTS_METADATA`); empty when the file has none."""
+    """The model's metadata entry ``name``, a JSON object ``{signature key: …}`` (the declared output dtypes, the
+    call inputs); empty when the file has none."""
     try:
         m = schema.Model.GetRootAs(data, 0)
         for i in range(m.MetadataLength()):
