@@ -1,6 +1,10 @@
 """The input sets of a parity run: the sample, any given ones, and seeded random ones.
 
-Random inputs keep each sample's shape and dtype. Floating inputs are drawn from
+Random inputs keep each sample's dtype, and its shape but for the dims the capture made dynamic
+(``dynamic_shapes=``): each dynamic dim takes another size inside its declared range (at least 2, at most
+twice the sample's plus one), the same for every input that shares it, so a dynamic export is checked at sizes
+other than the one it was traced at. (A set keeps the sample's sizes when an input it must reuse, below, or a
+dim derived from another, ``2 * batch``, has a dynamic size.) Floating inputs are drawn from
 a normal distribution with the sample's mean and standard deviation; integer
 inputs stay inside the range the model can take — ``[0, num_embeddings)`` when
 they index an embedding table (or the indexed dim of ``index_select`` /
@@ -134,24 +138,36 @@ def _through_views(x: Any) -> torch.fx.Node | None:
     return x if isinstance(x, torch.fx.Node) and x.op == "placeholder" else None
 
 
-def random_like(sample: torch.Tensor, generator: torch.Generator, bound: int | None = None) -> tuple[torch.Tensor, str]:
-    """A seeded random tensor shaped like ``sample``, and how it was drawn.
+def _reused(sample: torch.Tensor) -> str | None:
+    """Why a sample input is reused as given rather than drawn (a mask), or ``None``."""
+    if sample.dtype == torch.bool:
+        return "bool: sample reused (mask)"
+    if sample.dtype.is_floating_point or sample.dtype.is_complex:
+        s = sample.detach().float()
+        if s.numel() > 2 and (not torch.isfinite(s).all() or _two_valued_with_zero(s)):
+            return "mask-like: sample reused"
+    return None
+
+
+def random_like(sample: torch.Tensor, generator: torch.Generator, bound: int | None = None,
+                shape: tuple | None = None) -> tuple[torch.Tensor, str]:
+    """A seeded random tensor like ``sample`` (of ``shape``, else the sample's), and how it was drawn.
 
     Args:
         sample: the sample input.
         generator: the seeded generator to draw from.
         bound: exclusive upper bound for an integer input that indexes a dim.
+        shape: the shape to draw (a mask is reused as given: the caller keeps its shape).
 
     Returns:
         ``(tensor, note)``.
     """
-    dtype, shape = sample.dtype, tuple(sample.shape)
-    if dtype == torch.bool:
-        return sample.clone(), "bool: sample reused (mask)"
+    dtype, shape = sample.dtype, tuple(sample.shape if shape is None else shape)
+    reused = _reused(sample)
+    if reused is not None:
+        return sample.clone(), reused
     if dtype.is_floating_point or dtype.is_complex:
         s = sample.detach().float()
-        if s.numel() > 2 and (not torch.isfinite(s).all() or _two_valued_with_zero(s)):
-            return sample.clone(), "mask-like: sample reused"
         mean = float(s.mean()) if s.numel() else 0.0
         std = float(s.std()) if s.numel() > 1 else 0.0
         std = std if std > 0 else 1.0
@@ -197,23 +213,66 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
     names = tensor_input_names(ep)
     leaves, spec = torch.utils._pytree.tree_flatten((tuple(sample_args), dict(sample_kwargs)))
     generator = torch.Generator().manual_seed(seed)
+    dims = _dynamic_dims(ep, names, structural, [x for x in leaves if isinstance(x, torch.Tensor)])
     for _ in range(num_random_inputs):
+        sizes = _other_sizes(ep, dims, generator)
         new, notes, t = [], [], 0
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 name = names[t] if t < len(names) else f"input_{t}"
+                shape = tuple(sizes.get(d, n) for d, n in zip(dims.get(name, ()), leaf.shape)) or None
                 if name in structural:
                     x, note = leaf.clone(), f"sample reused: {structural[name]}"
                 else:
-                    x, note = random_like(leaf, generator, bounds.get(name))
+                    x, note = random_like(leaf, generator, bounds.get(name), shape)
                 new.append(x)
-                notes.append(f"{name}: {note}")
+                notes.append(f"{name}: {note}" + (f", shape {list(x.shape)}" if x.shape != leaf.shape else ""))
                 t += 1
             else:
                 new.append(leaf)
         args, kwargs = torch.utils._pytree.tree_unflatten(new, spec)
         sets.append(InputSet(len(sets), "random", tuple(args), dict(kwargs), tuple(notes)))
     return sets
+
+
+def _dynamic_dims(ep: ExportedProgram, names: list[str], structural: dict, samples: list) -> dict[str, tuple]:
+    """``{input name: (the dynamic symbol of each dim, or None)}`` for the inputs a random set may resize; empty
+    when none may (no dynamic dim, a dim derived from others, or a reused input of a dynamic size)."""
+    out = {}
+    for name, sample in zip(names, samples):
+        val = _placeholder_val(ep, name)
+        syms = []
+        for d in getattr(val, "shape", ()):
+            expr = d.node.expr if isinstance(d, torch.SymInt) else None
+            if expr is not None and not expr.is_Symbol:
+                return {}  # (2 * batch: the sizes of a set are not free)
+            syms.append(str(expr) if expr is not None else None)
+        if any(syms):
+            if name in structural or _reused(sample) is not None:
+                return {}
+            out[name] = tuple(syms)
+    return out
+
+
+def _other_sizes(ep: ExportedProgram, dims: dict, generator: torch.Generator) -> dict[str, int]:
+    """A size for each dynamic symbol of ``dims``: another than the sample's where its range allows (module
+    docstring), drawn from ``generator``."""
+    from converter.call_inputs import finite_bound
+
+    ranges = {str(s): r for s, r in (ep.range_constraints or {}).items()}
+    hints = {}
+    for name, syms in dims.items():
+        for sym, size in zip(syms, _placeholder_val(ep, name).shape):
+            if sym is not None:
+                hints.setdefault(sym, int(size.node.hint))
+    out = {}
+    for sym, sample in sorted(hints.items()):
+        r = ranges.get(sym)
+        lo = max(2, (finite_bound(r.lower) or 0) if r is not None else 0)
+        hi = min(2 * sample + 1, *(() if r is None or finite_bound(r.upper) is None else (finite_bound(r.upper),)))
+        choices = [n for n in range(lo, hi + 1) if n != sample]
+        out[sym] = choices[int(torch.randint(len(choices), (), generator=generator))] if choices else sample
+    return out
 
 
 def tensor_input_names(ep: ExportedProgram) -> list[str]:

@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--targets", default="tpu,stablehlo,litert")
     v.add_argument("--report", default="tpu-export-report", metavar="DIR")
     v.add_argument("--num-random-inputs", type=int, default=2)
+    v.add_argument("--dynamic", metavar="I:D[=NAME][:MIN..MAX],…",
+                   help="dynamic dims, as for convert: every target is built with them, and the random inputs "
+                        "take other sizes of them")
     v.add_argument("--quantize", choices=["fp16", "int8"],
                    help="quantize the litert target's weights (judged by task-level agreement)")
     v.add_argument("--no-op-profile", action="store_true",
@@ -123,10 +126,11 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from converter.cli.factory import load_factory
+    from converter.cli.factory import load_factory, parse_dynamic
     from validators.parity import validate
 
     model, margs, mkwargs = load_factory(args.factory)
+    dynamic = parse_dynamic(args.dynamic, margs)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     target_options = {}
     if args.quantize:
@@ -134,7 +138,8 @@ def _validate(args: argparse.Namespace) -> int:
             raise InputError("--quantize applies to the litert target; add it to --targets")
         target_options["litert"] = {"quantize": args.quantize}
     report = validate(model, margs, targets=targets, num_random_inputs=args.num_random_inputs,
-                      sample_kwargs=mkwargs, target_options=target_options, op_profile=not args.no_op_profile)
+                      sample_kwargs=mkwargs, target_options=target_options, op_profile=not args.no_op_profile,
+                      dynamic_shapes=dynamic)
     paths = report.write(args.report)
     print(report.to_markdown())
     print(f"reports: {', '.join(str(p) for p in paths)}")

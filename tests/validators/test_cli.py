@@ -26,6 +26,16 @@ def test_validate_writes_reports_and_exits_0(tmp_path, capsys):
     assert json.loads((tmp_path / "report.json").read_text())["op_profile"] is None  # --no-op-profile: no chart
 
 
+def test_validate_checks_a_dynamic_export_at_other_sizes(tmp_path, capsys):
+    code = main(["validate", FACTORY, "--targets", "tpu,onnx", "--report", str(tmp_path), "--num-random-inputs", "2",
+                 "--dynamic", "0:0=batch:..9", "--no-op-profile"])
+    assert code == 0, capsys.readouterr().out
+    inputs = json.loads((tmp_path / "report.json").read_text())["inputs"]
+    sample, *drawn = [i["tensors"][0]["shape"] for i in inputs]
+    assert len(drawn) == 2 and all(2 <= s[0] <= 9 and s[0] != sample[0] for s in drawn), (sample, drawn)
+    assert [s[1:] for s in drawn] == [sample[1:]] * 2  # (static dims keep their size)
+
+
 def test_validate_exits_1_on_a_mismatch(tmp_path):
     with override(aten.relu.default, bad_relu):
         code = main(["validate", FACTORY, "--targets", "tpu", "--report", str(tmp_path), "--num-random-inputs", "0"])

@@ -88,6 +88,26 @@ def test_random_input_sets_are_seeded(tagger_ep):
     assert not torch.equal(a[2].flat[2], c[2].flat[2])
 
 
+class Masked(nn.Module):
+    def forward(self, x, y, mask=None):
+        out = x + y.sum(-1, keepdim=True)
+        return out if mask is None else out * mask
+
+
+def test_random_sets_take_other_sizes_of_the_dynamic_dims_within_their_range():
+    batch, seq = torch.export.Dim("batch", max=5), torch.export.Dim("seq", min=3, max=4)
+    x, y = torch.randn(2, 3), torch.randn(2, 7)
+    ep = capture(Masked(), (x, y), None, ({0: batch, 1: seq}, {0: batch}))
+    sets = build_input_sets(ep, (x, y), {}, num_random_inputs=4)
+    for s in sets[1:]:
+        (b, n), (b2, m) = s.args[0].shape, s.args[1].shape
+        assert b == b2 and 2 <= b <= 5 and b != 2 and n == 4 and m == 7, (s.args[0].shape, s.args[1].shape)
+    # a mask is reused as given, so a set whose mask has a dynamic size keeps the sample's sizes
+    mask = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    ep = capture(Masked(), (x, y, mask), None, ({0: batch}, {0: batch}, {0: batch}))
+    assert all(s.args[0].shape == x.shape for s in build_input_sets(ep, (x, y, mask), {}, num_random_inputs=2))
+
+
 def test_histogram_counts_every_element_by_decade():
     diff = np.array([0.0, 0.0, 1e-11, 5e-7, 3.0, 1e5, np.inf])
     counts = histogram(diff)
