@@ -24,6 +24,10 @@ from typing import Any, Sequence
 
 from converter.errors import InputError
 
+#: Name of the metadata entry a saved ``.onnx`` / ``.tflite`` file keeps its call inputs in (:meth:`CallInputs.to_json`;
+#: per signature in a ``.tflite``).
+METADATA_NAME = "tpu_export.call_inputs"
+
 
 def _is_array(x: Any) -> bool:
     """A tensor input: a torch tensor, NumPy array or scalar, JAX array (anything with a shape and a dtype)."""
@@ -82,6 +86,16 @@ class CallInputs:
             return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges)
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:  # (json's errors are ValueErrors)
             raise InputError(f"the artifact's saved call inputs are damaged ({type(e).__name__}: {e})") from e
+
+    def describe(self, names: Sequence[str]) -> list[str]:
+        """Lines for ``tpu-export inspect``: the keyword arguments and the declared ranges of the dynamic dims of
+        the inputs named ``names`` (none when there are neither)."""
+        lines = [f"keyword arguments: {', '.join(self.keywords)}"] if self.keywords else []
+        for name, dims in zip(names, self.ranges):
+            for i, bounds in enumerate(dims or ()):
+                if bounds is not None:
+                    lines.append(f"input {name} dim {i}: sizes {_span(*bounds)}")
+        return lines
 
     def flatten(self, args: Sequence[Any], kwargs: dict | None = None) -> list[Any]:
         """The flat inputs of the call ``(*args, **kwargs)``.
@@ -175,15 +189,18 @@ def check_input(name: str, shape: Sequence[int], dtype: Any, want_shape: Sequenc
     for i, (size, bounds) in enumerate(zip(shape, dim_ranges or ())):
         lo, hi = bounds or (None, None)
         if (lo is not None and size < lo) or (hi is not None and size > hi):
-            span = f"{lo} to {hi}" if lo is not None and hi is not None else f"up to {hi}" if lo is None \
-                else f"{lo} or more"
-            raise InputError(f"input '{name}' has shape {shape} but dim {i} of {what} takes sizes {span} (the "
-                             f"range declared when converting, by dynamic_shapes= or --dynamic; torch.export's "
+            raise InputError(f"input '{name}' has shape {shape} but dim {i} of {what} takes sizes {_span(lo, hi)} "
+                             f"(the range declared when converting, by dynamic_shapes= or --dynamic; torch.export's "
                              f"program refuses {size} too): convert with a wider range")
     if _dtype_kind(dtype) != _dtype_kind(want_dtype):
         given = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
         wanted = getattr(want_dtype, "name", None) or str(want_dtype).replace("torch.", "")
         raise InputError(f"input '{name}' is {given} but {what} takes {wanted}")
+
+
+def _span(lo: int | None, hi: int | None) -> str:
+    """A range of sizes in words: "3 to 8", "up to 8", "3 or more"."""
+    return f"{lo} to {hi}" if lo is not None and hi is not None else f"up to {hi}" if lo is None else f"{lo} or more"
 
 
 def _nested(x: Any) -> bool:
@@ -205,4 +222,4 @@ def _leaves(x: Any, out: list) -> None:
             _leaves(item, out)
 
 
-__all__ = ["CallInputs", "check_input", "finite_bound"]
+__all__ = ["METADATA_NAME", "CallInputs", "check_input", "finite_bound"]

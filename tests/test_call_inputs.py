@@ -174,3 +174,14 @@ def test_damaged_saved_call_inputs_are_one_clear_error(positions, tmp_path):
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(InputError, match="saved call inputs are damaged"):
         OnnxArtifact.load(tmp_path / "m.onnx")(torch.ones(2, 4))
+
+
+@pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
+def test_inspect_shows_the_keyword_arguments_and_the_ranges_a_file_keeps(target, positions, program, tmp_path, capsys):
+    from converter.cli.main import main
+
+    for prog, line in ((positions[1], "dim 1: sizes 3 to 8"), (program, "keyword arguments: a, b")):
+        path = tmp_path / f"m.{target}"
+        build(prog, target=target).save(path)
+        assert main(["inspect", str(path)]) == 0
+        assert line in capsys.readouterr().out

@@ -59,8 +59,9 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
     return model, tuple(args), dict(kwargs or {})
 
 
-def parse_dynamic(text: str | None, args: tuple) -> Any:
-    """``"0:0=batch:1..64,1:1"`` → torch.export ``dynamic_shapes`` for positional ``args``.
+def parse_dynamic(text: str | None, args: tuple, kwargs: dict | None = None) -> Any:
+    """``"0:0=batch:1..64,1:1"`` → torch.export ``dynamic_shapes`` for ``args`` and then ``kwargs`` (input ``I``
+    counts the positional inputs first, then the keyword ones in the factory's order).
 
     Each item is ``INPUT:DIM`` with an optional ``=NAME`` (equal names share a dim) and an optional range of
     sizes ``:MIN..MAX`` (either end may be left out), which the artifact then checks its inputs against.
@@ -70,7 +71,8 @@ def parse_dynamic(text: str | None, args: tuple) -> Any:
     """
     if not text:
         return None
-    spec: list[dict | None] = [None] * len(args)
+    n = len(args) + len(kwargs or {})
+    spec: list[dict | None] = [None] * n
     dims: dict[str, Any] = {}
     ranges: dict[str, tuple] = {}
     for item in text.split(","):
@@ -85,8 +87,8 @@ def parse_dynamic(text: str | None, args: tuple) -> Any:
             bounds = _span(span)
         except ValueError:
             raise InputError(f"--dynamic item '{item}' must be INPUT:DIM[=NAME][:MIN..MAX]") from None
-        if not 0 <= i < len(args):
-            raise InputError(f"--dynamic names input {i}, the model has {len(args)} inputs")
+        if not 0 <= i < n:
+            raise InputError(f"--dynamic names input {i}, the model has {n} inputs")
         name = name or f"dim_{i}_{d}"
         if ranges.setdefault(name, bounds) != bounds:
             raise InputError(f"--dynamic gives dim '{name}' two ranges")

@@ -81,7 +81,7 @@ def _convert(args: argparse.Namespace) -> int:
     from exporters.atomic import write_bytes
 
     model, margs, mkwargs = load_factory(args.factory)
-    dynamic = parse_dynamic(args.dynamic, margs)
+    dynamic = parse_dynamic(args.dynamic, margs, mkwargs)
     options = {"channels_last_io": True} if args.channels_last_io else {}
     if args.quantize:
         if args.target != "litert":
@@ -112,6 +112,8 @@ def _inspect(args: argparse.Namespace) -> int:
         for kind in ("inputs", "outputs"):
             for s in sig[kind]:
                 print(f"  {kind[:-1]:6} {s['name']:12} {s['dtype']:9} {s['shape']}")
+        for line in art.call_inputs.describe([s["name"] for s in sig["inputs"]]):
+            print(f"  {line}")
         print(f"  weights: {len(sig['weights'])} tensors")
         return EXIT_OK
     if path.suffix.lower() == ".onnx":
@@ -130,7 +132,7 @@ def _validate(args: argparse.Namespace) -> int:
     from validators.parity import validate
 
     model, margs, mkwargs = load_factory(args.factory)
-    dynamic = parse_dynamic(args.dynamic, margs)
+    dynamic = parse_dynamic(args.dynamic, margs, mkwargs)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     target_options = {}
     if args.quantize:

@@ -55,12 +55,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from converter.call_inputs import CallInputs
+from converter.call_inputs import METADATA_NAME, CallInputs
 from converter.errors import InputError
 from converter.lowering.stateful import StateCarrier, stateful_program
 from converter.lowering.stateful import note as state_note
 from exporters.litert.artifact import LiteRTArtifact
-from exporters.litert.builder import CALL_INPUTS_METADATA, serialize
+from exporters.litert.builder import serialize
 from exporters.litert.export import lower_program
 from exporters.litert.inspect import inspect_file
 from exporters.litert.quantize import check_mode, quantize_graphs
@@ -139,7 +139,7 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
     saved = {k: c.to_json() for k, c in call_inputs.items() if c.keywords or any(r is not None for r in c.ranges)}
     data = serialize(graphs, description=options.get("description", "tpu-export"),
                      external_buffer_threshold_bytes=options.get("external_buffer_threshold_bytes"),
-                     metadata={CALL_INPUTS_METADATA: json.dumps(saved, sort_keys=True).encode()} if saved else None)
+                     metadata={METADATA_NAME: json.dumps(saved, sort_keys=True).encode()} if saved else None)
     if len(data) > 2**31 and options.get("external_buffer_threshold_bytes") is None:
         notes.append("weights are stored after the flatbuffer (Buffer.offset/size): the model exceeds 2 GB")
     return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io,

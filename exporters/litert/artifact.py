@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 from typing import Any
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
 
-from converter.call_inputs import CallInputs, check_input
+from converter.call_inputs import METADATA_NAME, CallInputs, check_input
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
-from exporters.litert.builder import CALL_INPUTS_METADATA, OUTPUT_DTYPES_METADATA
-from exporters.litert.inspect import read_model
+from exporters.litert.builder import OUTPUT_DTYPES_METADATA
+from exporters.litert.inspect import metadata_json, read_model
 
 
 class LiteRTArtifact(FileBytes):
@@ -52,7 +50,7 @@ class LiteRTArtifact(FileBytes):
         self.channels_last_io = channels_last_io
         self._model = read_model(self._bytes)
         self._output_dtypes = _declared_output_dtypes(self._bytes)
-        self._saved_calls = _metadata_json(self._bytes, CALL_INPUTS_METADATA)  # (a loaded file's call inputs)
+        self._saved_calls = metadata_json(self._bytes, METADATA_NAME)  # (a loaded file's call inputs)
         self._interpreter = None
         self._runners: dict[str, Any] = {}
 
@@ -176,26 +174,9 @@ def _declared_output_dtypes(data: bytes) -> dict[str, list[np.dtype]]:
     """``{signature key: [declared dtype of each output]}`` from the model's metadata (empty when the file has
     none: its outputs are already in their declared dtypes)."""
     try:
-        return {k: [np.dtype(d) for d in v] for k, v in _metadata_json(data, OUTPUT_DTYPES_METADATA).items()}
+        return {k: [np.dtype(d) for d in v] for k, v in metadata_json(data, OUTPUT_DTYPES_METADATA).items()}
     except (TypeError, ValueError) as e:  # (not a list of dtype names)
         raise ExportError(f"the model's {OUTPUT_DTYPES_METADATA} metadata is corrupt: {type(e).__name__}") from e
-
-
-def _metadata_json(data: bytes, name: str) -> dict:
-    """The model's metadata entry ``name``, a JSON object ``{signature key: …}`` (the declared output dtypes, the
-    call inputs); empty when the file has none."""
-    try:
-        m = schema.Model.GetRootAs(data, 0)
-        for i in range(m.MetadataLength()):
-            entry = m.Metadata(i)
-            if (entry.Name() or b"").decode() == name:
-                found = json.loads(m.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
-                if not isinstance(found, dict):
-                    raise TypeError(f"a JSON {type(found).__name__}, not an object")
-                return found
-    except (ValueError, TypeError, IndexError, AttributeError) as e:  # flatbuffers/json errors on a damaged entry
-        raise ExportError(f"the model's {name} metadata is corrupt: {type(e).__name__}") from e
-    return {}
 
 
 def _arg_index(name: str) -> tuple:

@@ -31,9 +31,6 @@ from exporters.litert.loops import called_graphs
 
 #: Model metadata name of the declared output dtypes ``{signature key: [dtype name, …]}`` (JSON).
 OUTPUT_DTYPES_METADATA = "tpu_export.output_dtypes"
-#: Model metadata name of each signature's call inputs ``{signature key: CallInputs.to_json()}`` (JSON): its keyword
-#: arguments and the sizes its dynamic dims were declared for (:mod:`converter.call_inputs`), for a reloaded file.
-CALL_INPUTS_METADATA = "tpu_export.call_inputs"
 #: Flatbuffers cannot address more than 2 GiB; leave room for the graph itself.
 DEFAULT_EXTERNAL_THRESHOLD = 2**31 - 2**26
 _ALIGN = 16
@@ -147,7 +144,8 @@ def serialize(graphs: list[Graph], *, description: str = "tpu-export",
         description: the model description string.
         external_buffer_threshold_bytes: put constants after the flatbuffer when
             their total size exceeds this (default: just under 2 GiB).
-        metadata: more metadata entries ``{name: bytes}`` (the call inputs: :data:`CALL_INPUTS_METADATA`).
+        metadata: more metadata entries ``{name: bytes}`` (each signature's call inputs: ``{signature key:
+            CallInputs.to_json()}`` under ``converter.call_inputs.METADATA_NAME``).
 
     Returns:
         The model file's bytes.

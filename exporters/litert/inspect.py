@@ -7,12 +7,14 @@ size, and which ops the XNNPACK delegate leaves to the reference kernels.
 from __future__ import annotations
 
 import collections
+import json
 import os
 from typing import Any
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from converter.call_inputs import METADATA_NAME, CallInputs
 from converter.errors import ExportError
 
 _OP_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
@@ -81,6 +83,23 @@ def read_model(data: bytes, what: str = "model") -> dict:
     return {"version": version, "description": description, "subgraphs": subgraphs, "signatures": signatures,
             "weights_bytes": weights + external, "external_bytes": external, "size": len(data),
             "weights_by_dtype": _weights_by_dtype(m, subgraphs)}
+
+
+def metadata_json(data: bytes, name: str) -> dict:
+    """The model's metadata entry ``name``, a JSON object ``{signature key: …}`` (the declared output dtypes, the
+    call inputs); empty when the file has none."""
+    try:
+        m = schema.Model.GetRootAs(data, 0)
+        for i in range(m.MetadataLength()):
+            entry = m.Metadata(i)
+            if (entry.Name() or b"").decode() == name:
+                found = json.loads(m.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+                if not isinstance(found, dict):
+                    raise TypeError(f"a JSON {type(found).__name__}, not an object")
+                return found
+    except (ValueError, TypeError, IndexError, AttributeError) as e:  # flatbuffers/json errors on a damaged entry
+        raise ExportError(f"the model's {name} metadata is corrupt: {type(e).__name__}") from e
+    return {}
 
 
 def _weights_by_dtype(m: Any, subgraphs: list[dict]) -> dict[str, int]:
@@ -158,6 +177,7 @@ def inspect_bytes(data: bytes, label: str = "model") -> str:
     default = {"key": "(no signature)", "subgraph": 0,
                "inputs": [(f"input_{i}", t) for i, t in enumerate(first["inputs"])],
                "outputs": [(f"output_{i}", t) for i, t in enumerate(first["outputs"])]}
+    calls = metadata_json(data, METADATA_NAME)
     for sig in info["signatures"] or [default]:
         if not 0 <= sig["subgraph"] < len(info["subgraphs"]):
             raise ExportError(f"{label} is corrupt: signature {sig['key']!r} names a missing subgraph")
@@ -168,6 +188,8 @@ def inspect_bytes(data: bytes, label: str = "model") -> str:
             lines += ["  outputs:"] + [_tensor_line(n, sub["tensors"][i]) for n, i in sig["outputs"]]
         except IndexError:
             raise ExportError(f"{label} is corrupt: signature {sig['key']!r} names a missing tensor") from None
+        names = [n for n, _ in sig["inputs"]]
+        lines += [f"  {line}" for line in CallInputs.from_json(calls.get(sig["key"]), len(names)).describe(names)]
         lines.append(f"  ops: {_hist(sub['ops'])}")
     named = {sig["subgraph"] for sig in info["signatures"] or [default]}
     for index, sub in enumerate(info["subgraphs"]):

@@ -28,11 +28,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from converter.call_inputs import CallInputs
+from converter.call_inputs import METADATA_NAME, CallInputs
 from converter.errors import InputError
 from converter.lowering.stateful import StateCarrier, stateful_program
 from converter.lowering.stateful import note as state_note
-from exporters.onnx.artifact import CALL_INPUTS_METADATA, OnnxArtifact
+from exporters.onnx.artifact import OnnxArtifact
 from exporters.onnx.export import OPSET, build_model
 
 __all__ = ["OPSET", "OnnxArtifact", "build"]
@@ -69,7 +69,7 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
         carried = (program.carried, StateCarrier(program.initial))
     model, out_dtypes = build_model(program, notes, description=options.get("description", "tpu-export"))
     if call_inputs.keywords or any(r is not None for r in call_inputs.ranges):  # (for a reloaded file)
-        model.metadata_props.add(key=CALL_INPUTS_METADATA, value=json.dumps(call_inputs.to_json(), sort_keys=True))
+        model.metadata_props.add(key=METADATA_NAME, value=json.dumps(call_inputs.to_json(), sort_keys=True))
     data = model.SerializeToString(deterministic=True)
     return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes,
                         call_inputs=call_inputs, carried=carried)

@@ -8,12 +8,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from converter.call_inputs import CallInputs, check_input
+from converter.call_inputs import METADATA_NAME, CallInputs, check_input
 from converter.errors import ExportError, InputError
 from exporters.artifact_io import FileBytes, any_torch, from_numpy, read_model_file, to_numpy
-
-#: ``metadata_props`` key of the model's call inputs (keyword names, dynamic dims' ranges: ``CallInputs.to_json``).
-CALL_INPUTS_METADATA = "tpu_export.call_inputs"
 
 
 class OnnxArtifact(FileBytes):
@@ -110,7 +107,7 @@ class OnnxArtifact(FileBytes):
         """How the model is called (:mod:`converter.call_inputs`); a loaded file's from its metadata (a file
         without it takes positional inputs, nested or flat, in any sizes of its dynamic dims)."""
         if self._call_inputs is None:
-            saved = next((p.value for p in self.model().metadata_props if p.key == CALL_INPUTS_METADATA), None)
+            saved = next((p.value for p in self.model().metadata_props if p.key == METADATA_NAME), None)
             self._call_inputs = CallInputs.from_json(saved, len(self.session().get_inputs()))
         return self._call_inputs
 

@@ -10,6 +10,7 @@ import collections
 import os
 from typing import Any
 
+from converter.call_inputs import METADATA_NAME, CallInputs
 from converter.errors import ExportError
 
 
@@ -59,6 +60,7 @@ def describe_onnx(data: bytes, what: str = "model") -> dict:
         "loop_ops": collections.Counter(op for n in g.node for op in body_ops(n)),
         "weights_bytes": weights, "external_tensors": external, "initializers": len(g.initializer),
         "size": len(data),
+        "call_inputs": next((p.value for p in model.metadata_props if p.key == METADATA_NAME), None),
     }
 
 
@@ -80,6 +82,8 @@ def inspect_onnx(path: str | os.PathLike) -> str:
     for kind in ("inputs", "outputs"):
         for name, dtype, dims in info[kind]:
             lines.append(f"  {kind[:-1]:6} {name:12} {dtype:9} [{', '.join(str(d) for d in dims)}]")
+    calls = CallInputs.from_json(info["call_inputs"], len(info["inputs"]))
+    lines += [f"  {line}" for line in calls.describe([name for name, _, _ in info["inputs"]])]
     graph = info["size"] - info["weights_bytes"]
     lines.append(f"  size: weights {info['weights_bytes']} bytes in {info['initializers']} initializers, "
                  f"graph {graph} bytes" + (f" ({info['external_tensors']} tensors stored externally)"
