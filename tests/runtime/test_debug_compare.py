@@ -131,3 +131,21 @@ def test_an_ill_conditioned_float32_op_is_judged_by_its_normwise_error():
     w = torch.randn(2, 24, generator=g)
     bn = torch.nn.BatchNorm1d(24).to("tpu")
     _compare(lambda x, w: (bn(x.requires_grad_()) * w).sum().backward(), x, w)
+
+
+@pytest.mark.parametrize("first", [torch.nn.BatchNorm2d(2), torch.nn.LayerNorm(6), torch.nn.ConvTranspose2d(2, 2, 3)],
+                         ids=["batch_norm", "layer_norm", "conv_transpose"])
+def test_a_gradient_the_backward_is_not_asked_for_is_not_compared_with_another(first):
+    # a first layer's input needs no gradient: its backward's output_mask skips the input's, where the CPU returns
+    # None and the device (batch norm's meta kernel) a tensor, or the other way round; the outputs were paired by
+    # position among the tensors, so the device's weight gradient was compared with the CPU's bias gradient
+    model = torch.nn.Sequential(first, torch.nn.Flatten(), torch.nn.LazyLinear(3))
+    x = torch.randn(2, 2, 6, 6, generator=torch.Generator().manual_seed(0))
+    model(x)  # (the lazy layer's size)
+    model = model.to("tpu")
+
+    def step(x):
+        model(x).square().sum().backward()
+        return [p.grad for p in model.parameters()]
+
+    _compare(step, x)

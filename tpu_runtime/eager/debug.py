@@ -153,17 +153,18 @@ class DebugExecutor:
         cpu = [array_to_torch(v) if hasattr(v, "shape") else v for v in values]
         targs, tkwargs = _on_cpu(plan.extra["targs"]), _on_cpu(plan.extra["tkwargs"])
         try:
-            refs = _reference(plan.op, targs, tkwargs, cpu)
+            refs = _reference(plan, targs, tkwargs, cpu)
         except NotImplementedError:  # e.g. "add_stub" not implemented for 'Float8_e4m3fn'
             REPORT.uncompared += 1
             return
         REPORT.compared += 1
         name = plan.op._schema.name
         skip = _NOT_UNIQUE.get(name, {})
-        for i, (r, o) in enumerate(zip(refs, outs)):
-            got = array_to_torch(o)
-            if i in skip:
+        for i, o in enumerate(outs):
+            r = refs.get(i)
+            if i in skip or r is None:  # (the CPU computed no such output: nothing to compare it with)
                 continue
+            got = array_to_torch(o)
             if got.shape != r.shape:
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
                                            f"(shape {list(got.shape)}, the CPU's {list(r.shape)})")
@@ -179,7 +180,7 @@ class DebugExecutor:
                 atol = self.options.atol if self.options.atol is not None else atol
                 wide = torch.float32 if r.dtype.itemsize == 1 else r.dtype  # float8: no CPU allclose
                 ok = torch.allclose(got.to(wide), r.to(wide), rtol=rtol, atol=atol, equal_nan=True) or \
-                    (r.dtype in _WIDE and _as_exact(plan.op, targs, tkwargs, cpu, i, got, r))
+                    (r.dtype in _WIDE and _as_exact(plan, targs, tkwargs, cpu, i, got, r))
                 both = (got.to(wide), r.to(wide)) if r.dtype.is_complex else (got.double(), r.double())
                 err = (both[0] - both[1]).abs().nan_to_num(0).max().item() if r.numel() else 0.0
             else:
@@ -202,20 +203,29 @@ _WIDE = {torch.float16: torch.float64, torch.bfloat16: torch.float64, torch.floa
          torch.complex64: torch.complex128}
 
 
-def _reference(op: Any, targs: Any, tkwargs: Any, cpu: list) -> list:
-    """The tensor outputs of ``op`` run with PyTorch on the CPU values ``cpu`` (filling the templates ``targs``,
-    ``tkwargs``), lazy conjugates and negations resolved."""
+def _reference(plan: Any, targs: Any, tkwargs: Any, cpu: list) -> dict[int, torch.Tensor]:
+    """The outputs of ``plan``'s op run with PyTorch on the CPU values ``cpu`` (filling the templates ``targs``,
+    ``tkwargs``), lazy conjugates and negations resolved, by the index of the device output each stands beside.
+    They are matched by their place in the op's result (``plan.structure``): where the CPU returns ``None`` (a
+    gradient its ``output_mask`` does not ask for) the device may still return a tensor, or the other way round."""
     from tpu_runtime.cpu_semantics import cpu_semantics
-    from tpu_runtime.plans import _fill
+    from tpu_runtime.plans import _fill, _Slot
     from tpu_runtime.whole_ops import CPU_REFERENCES  # (imports the device: not at debug's import)
 
+    def pair(structure: Any, ref: Any, out: dict) -> dict:
+        if type(structure) is _Slot and isinstance(ref, torch.Tensor):
+            out[structure.i] = ref.resolve_conj().resolve_neg()
+        elif isinstance(structure, (list, tuple)) and isinstance(ref, (list, tuple)):
+            for s, r in zip(structure, ref):
+                pair(s, r, out)
+        return out
+
     with cpu_semantics():
-        ref = CPU_REFERENCES.get(op, op)(*_fill(targs, cpu), **_fill(tkwargs, cpu))
-        return [r.resolve_conj().resolve_neg() for r in (ref if isinstance(ref, (list, tuple)) else [ref])
-                if isinstance(r, torch.Tensor)]
+        return pair(plan.structure, CPU_REFERENCES.get(plan.op, plan.op)(*_fill(targs, cpu), **_fill(tkwargs, cpu)),
+                    {})
 
 
-def _as_exact(op: Any, targs: Any, tkwargs: Any, cpu: list, i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
+def _as_exact(plan: Any, targs: Any, tkwargs: Any, cpu: list, i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
     """Whether the device's output ``i`` (``got``) is at most twice as far as the CPU's (``want``) from the op run
     with its inputs of that precision or lower in float64 (complex128): the two round differently (in half precision
     the device keeps float32 within an op, as GPUs do; an ill-conditioned op, a batch norm's backward over two rows,
@@ -225,7 +235,7 @@ def _as_exact(op: Any, targs: Any, tkwargs: Any, cpu: list, i: int, got: torch.T
             if isinstance(c, torch.Tensor) and c.dtype in _WIDE and c.dtype.itemsize <= want.dtype.itemsize else c
             for c in cpu]
     try:
-        exact = _reference(op, targs, tkwargs, wide)[i].to(wider)
+        exact = _reference(plan, targs, tkwargs, wide)[i].to(wider)
     except Exception:  # noqa: BLE001 (no wider reference: the difference stands)
         return False
     if exact.shape != got.shape:
