@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import tpu_runtime
 
@@ -296,3 +297,20 @@ def test_max_pool_gradient_after_a_norm_in_one_graph(mode, norm):
         with tpu_runtime.set_eager_mode("fused"):
             f(xt).backward()
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_max_pool_indices_of_windows_with_nans_are_the_cpus(mode):
+    # torch's CPU kernels take an element greater than the maximum so far, or NaN: the last NaN of a window (the
+    # device reported the first, which also sent the window's gradient elsewhere)
+    nan = float("nan")
+    x = torch.tensor([[[[1.0, nan, 2.0, nan], [nan, 0.0, 5.0, 1.0], [1.0, 2.0, 3.0, 4.0], [nan, nan, nan, nan]]]])
+    calls = [lambda t: F.max_pool2d(t, 2, return_indices=True), lambda t: F.max_pool2d(t, 3, 1, 1, return_indices=True),
+             lambda t: F.adaptive_max_pool2d(t, 3, return_indices=True),
+             lambda t: F.max_pool1d(t[0], 2, return_indices=True), lambda t: F.adaptive_max_pool1d(t[0], 3, True),
+             lambda t: F.max_pool3d(t, (1, 2, 2), return_indices=True)]
+    with tpu_runtime.eager_mode(mode):
+        for call in calls:
+            (values, indices), (got_values, got_indices) = call(x), call(x.to("tpu"))
+            assert torch.equal(got_indices.cpu(), indices)
+            assert torch.equal(got_values.cpu().isnan(), values.isnan())

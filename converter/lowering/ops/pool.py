@@ -100,18 +100,30 @@ def _max_pool(ctx, op, n, x, kernel_size, stride, padding, dilation, ceil_mode):
         at = base[..., None] + off_i
         real = real & (at >= 0) & (at < sizes[i])
         bases.append(base), steps.append(off_i)
-    # the window's first maximum, or first NaN, like torch's scan: an argmax of the window itself, not a search
+    # the window's first maximum, or last NaN, like torch's scan: an argmax of the window itself, not a search
     # for elements equal to ``values``. XLA may compute a fused producer of ``x`` (a norm's output) once for the
     # reduce_window and again for these slices, a rounding apart: no element then equalled the maximum, and the
     # window's first element was reported (wrong max-pool gradients in fused eager and torch.compile). Padding
     # holds the dtype's lowest value, which an all -inf / all INT_MIN window ties with: its first input element.
-    best = jnp.argmax(stacked, axis=-1)
+    best = _torch_argmax(stacked, real)
     best = jnp.where(jnp.take_along_axis(real, best[..., None], axis=-1)[..., 0], best, jnp.argmax(real, axis=-1))
     flat = jnp.zeros(idx_shape, jnp.int64)
     for i in range(n):
         mult = math.prod(sizes[i + 1:]) if i + 1 < n else 1
         flat = flat + (bases[i] + steps[i][best]) * mult
     return values, flat
+
+
+def _torch_argmax(windows, real=True):
+    """The index along the last axis that torch's CPU max-pool kernels report: the first maximum, or the last NaN
+    (their scan takes an element that is greater than the maximum so far, or NaN). ``real`` marks the elements
+    that are input, not padding."""
+    best = jnp.argmax(windows, axis=-1)
+    if not jnp.issubdtype(windows.dtype, jnp.floating):
+        return best
+    nan = jnp.isnan(windows) & real
+    last_nan = windows.shape[-1] - 1 - jnp.argmax(jnp.flip(nan, axis=-1), axis=-1)
+    return jnp.where(jnp.any(nan, axis=-1), last_nan, best)
 
 
 @lowering(aten.max_pool2d_with_indices.default)
@@ -121,9 +133,8 @@ def lower_max_pool2d_with_indices_default(ctx, self, kernel_size, stride=(), pad
 
     Values: ``reduce_window`` max over a ``-inf``-padded input (XLA/LiteRT MAX_POOL).
     Indices, only when the graph reads them: one strided ``slice`` per kernel offset,
-    ``argmax`` over the stack (first maximum wins, like torch; a NaN counts as the
-    maximum, its first occurrence where torch reports the last), mapped back to the
-    flattened ``H*W`` input position.
+    ``argmax`` over the stack (the first maximum, or the last NaN, as torch's CPU
+    kernel reports them), mapped back to the flattened ``H*W`` input position.
     """
     return _max_pool(ctx, aten.max_pool2d_with_indices.default, 2, self, kernel_size, stride, padding, dilation,
                      ceil_mode)
@@ -249,7 +260,8 @@ def lower_adaptive_max_pool2d_default(ctx, self, output_size):
     Also adaptive_max_pool3d. Each spatial dim is ``gather``-ed into ``(out, kmax)``
     windows (shorter windows repeat their last element, which changes neither the max nor
     the first-max index); ``reduce_max`` gives the values and, when the graph reads
-    them, ``argmax`` plus a constant table gives torch's flattened-spatial indices.
+    them, ``argmax`` (the first maximum, or the last NaN, as torch's CPU kernel) plus a
+    constant table gives torch's flattened-spatial indices.
     """
     n = len(output_size)
     lead = self.ndim - n
@@ -279,7 +291,7 @@ def lower_adaptive_max_pool2d_default(ctx, self, output_size):
         shape[i], shape[n + i] = t.shape
         flat = flat + t.reshape(shape) * mult
     flat = jnp.asarray(flat.reshape(tuple(output_size) + (-1,)))
-    best = jnp.argmax(y, axis=-1)
+    best = _torch_argmax(y)  # (a repeated last element maps to itself: the last NaN stays the last)
     index = jnp.take_along_axis(jnp.broadcast_to(flat, y.shape), best[..., None], axis=-1)[..., 0]
     return values, index
 
