@@ -149,3 +149,24 @@ def test_a_gradient_the_backward_is_not_asked_for_is_not_compared_with_another(f
         return [p.grad for p in model.parameters()]
 
     _compare(step, x)
+
+
+@pytest.mark.parametrize("make, dtype, mixed", [
+    (lambda: torch.nn.LayerNorm(5), torch.bfloat16, False),
+    (lambda: torch.nn.BatchNorm1d(8), torch.float16, False),
+    (lambda: torch.nn.InstanceNorm1d(8, affine=True), torch.bfloat16, False),
+    (lambda: torch.nn.GroupNorm(2, 8), torch.bfloat16, True),
+], ids=["layer_norm bf16", "batch_norm fp16", "instance_norm bf16", "group_norm bf16 in, fp32 params"])
+def test_half_precision_norms_train_in_debug_eager_comparing_with_the_cpu(make, dtype, mixed):
+    # the saved statistics reach the backward in the dtype torch's meta kernel gives (float32 for layer and batch
+    # norms, as on CUDA; the input's for a group norm), which the CPU's backward kernels refused ("expected scalar
+    # type BFloat16 but found Float"): every half-precision norm raised in debug eager with compare_cpu
+    module = make()
+    module = (module if mixed else module.to(dtype)).to("tpu")
+    x = torch.randn(3, 8, 5, generator=torch.Generator().manual_seed(0)).to(dtype)
+
+    def step(x):
+        module(x.requires_grad_()).float().square().sum().backward()
+        return x.grad
+
+    _compare(step, x)

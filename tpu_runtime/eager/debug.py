@@ -37,6 +37,8 @@ from converter.errors import ParityError
 from converter.lowering.dtypes import FLOAT8
 from tpu_runtime.eager.strict import run_now
 
+aten = torch.ops.aten
+
 #: (rtol, atol) per dtype. Mirrors validators/tolerances.py BY_DTYPE: the runtime may
 #: not import validators (DESIGN.md dependency direction), so the numbers are repeated.
 TOLERANCES = {
@@ -174,6 +176,8 @@ class DebugExecutor:
                 continue
             if r.dtype.is_floating_point or r.dtype.is_complex:
                 part = r.real.dtype if r.dtype.is_complex else r.dtype
+                if got.dtype.is_floating_point and torch.finfo(got.dtype).eps > torch.finfo(part).eps:
+                    part = got.dtype  # (torch's meta kernel gives a coarser dtype than its CPU kernel: judged at it)
                 rtol, atol = TOLERANCES.get(torch.float32 if part is torch.float64 and name in _CPU_LESS_ACCURATE
                                             else part, (1e-4, 1e-5))
                 rtol = self.options.rtol if self.options.rtol is not None else rtol
@@ -220,9 +224,42 @@ def _reference(plan: Any, targs: Any, tkwargs: Any, cpu: list) -> dict[int, torc
                 pair(s, r, out)
         return out
 
+    call = CPU_REFERENCES.get(plan.op) or _STATS_IN_PARAMS_DTYPE.get(plan.op) or plan.op
     with cpu_semantics():
-        return pair(plan.structure, CPU_REFERENCES.get(plan.op, plan.op)(*_fill(targs, cpu), **_fill(tkwargs, cpu)),
-                    {})
+        return pair(plan.structure, call(*_fill(targs, cpu), **_fill(tkwargs, cpu)), {})
+
+
+def _stats_as(dtype: torch.dtype, *stats: Any) -> list:
+    """``stats`` (tensors or ``None``) in ``dtype``."""
+    return [s.to(dtype) if isinstance(s, torch.Tensor) and s.dtype != dtype else s for s in stats]
+
+
+def _layer_norm_backward(grad, input, shape, mean, rstd, weight, bias, mask):
+    """native_layer_norm_backward on the CPU, the statistics in the dtype its kernel takes them in."""
+    mean, rstd = _stats_as(weight.dtype if weight is not None else input.dtype, mean, rstd)
+    return aten.native_layer_norm_backward.default(grad, input, shape, mean, rstd, weight, bias, mask)
+
+
+def _batch_norm_backward(grad, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, mask):
+    """native_batch_norm_backward on the CPU, the statistics in the dtype its kernel takes them in."""
+    stats = _stats_as(weight.dtype if weight is not None else input.dtype, running_mean, running_var, save_mean,
+                      save_invstd)
+    return aten.native_batch_norm_backward.default(grad, input, weight, *stats, train, eps, mask)
+
+
+def _group_norm_backward(grad, input, mean, rstd, weight, n, c, hxw, group, mask):
+    """native_group_norm_backward on the CPU, the statistics in the dtype its kernel takes them in."""
+    mean, rstd = _stats_as(weight.dtype if weight is not None else input.dtype, mean, rstd)
+    return aten.native_group_norm_backward.default(grad, input, mean, rstd, weight, n, c, hxw, group, mask)
+
+
+#: Backward ops whose CPU kernel takes the saved statistics only in the parameters' dtype (the input's without
+#: parameters), where the device keeps them in the dtype torch's meta kernel gives (float32 for a half-precision
+#: layer or batch norm, as CUDA does; the input's for a group norm with float32 parameters): the CPU call gets
+#: them in its dtype (what its own forward would have saved) instead of refusing the device's.
+_STATS_IN_PARAMS_DTYPE = {aten.native_layer_norm_backward.default: _layer_norm_backward,
+                          aten.native_batch_norm_backward.default: _batch_norm_backward,
+                          aten.native_group_norm_backward.default: _group_norm_backward}
 
 
 def _as_exact(plan: Any, targs: Any, tkwargs: Any, cpu: list, i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
