@@ -244,8 +244,8 @@ def _dynamic_dims(ep: ExportedProgram, names: list[str], structural: dict, sampl
         syms = []
         for d in getattr(val, "shape", ()):
             expr = d.node.expr if isinstance(d, torch.SymInt) else None
-            if expr is not None and not expr.is_Symbol:
-                return {}  # (2 * batch: the sizes of a set are not free)
+            if expr is not None and (not expr.is_Symbol or d.node.hint is None):
+                return {}  # (2 * batch, or a size only known at run time: the sizes of a set are not free)
             syms.append(str(expr) if expr is not None else None)
         if any(syms):
             if name in structural or _reused(sample) is not None:
