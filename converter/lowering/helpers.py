@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import jax
@@ -191,3 +192,19 @@ def pnorm(d: Any, p: float, axis: Any = -1, keepdims: bool = False) -> Any:
     if p == 2:
         return jnp.sqrt(jnp.sum(d * d, axis=axis, keepdims=keepdims))
     return jnp.sum(d ** p, axis=axis, keepdims=keepdims) ** (1.0 / p)
+
+
+#: Means over at least this many elements take a second pass (:func:`centered_mean`).
+CORRECTED_MEAN_SIZE = 256
+
+
+def centered_mean(x: Any, axes: tuple) -> Any:
+    """The mean of ``x`` over ``axes`` (dims kept), as accurate as the CPU's. XLA sums in one running sum, whose
+    float32 error grows with the count (a batch norm's mean over 686 values of 0.92 was 1.6e-6 off, the CPU's
+    cascade sum 1e-8 off), so a mean over :data:`CORRECTED_MEAN_SIZE` or more elements (a static count) adds the
+    mean of the residuals ``x - mean``, which are small: one more pass over ``x``, fused with the subtraction."""
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    size = math.prod(x.shape[a] for a in axes)
+    if isinstance(size, int) and size >= CORRECTED_MEAN_SIZE and jnp.issubdtype(x.dtype, jnp.inexact):
+        mean = mean + jnp.mean(x - mean, axis=axes, keepdims=True)
+    return mean

@@ -31,14 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from converter.lowering.helpers import kernel_choice, opmath_dtype
+from converter.lowering.helpers import centered_mean, kernel_choice, opmath_dtype
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
 
 
 def _moments(x, axes):
-    mean = jnp.mean(x, axis=axes, keepdims=True)
+    """Mean (:func:`~converter.lowering.helpers.centered_mean`) and biased variance over ``axes``, two-pass."""
+    mean = centered_mean(x, axes)
     var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
     return mean, var
 

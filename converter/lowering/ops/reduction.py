@@ -17,7 +17,7 @@ import torch
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.helpers import dims as norm_dims
-from converter.lowering.helpers import pnorm
+from converter.lowering.helpers import centered_mean, pnorm
 from converter.lowering.ops.convert import cast
 from converter.lowering.registry import lowering
 
@@ -182,7 +182,7 @@ def _var_mean(ctx, x, dim, correction, keepdim):
     out = ctx.out_dtype or x.dtype
     xf = x.astype(_acc(x.dtype))
     axes = _axes(x, dim)
-    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    mean = centered_mean(xf, axes)
     centered = xf - mean
     sq = jnp.real(centered * jnp.conj(centered)) if jnp.iscomplexobj(xf) else centered * centered
     ss = jnp.sum(sq, axis=axes, keepdims=keepdim)
