@@ -60,6 +60,11 @@ class CallInputs:
             keywords = tuple(spec.child(1).context or ())
         return cls(len(program.inputs), keywords, _input_ranges(program))
 
+    @property
+    def worth_saving(self) -> bool:
+        """Whether a saved file needs it: keyword names or ranges (without either, positional calls of any size)."""
+        return bool(self.keywords) or any(r is not None for r in self.ranges)
+
     def to_json(self) -> dict:
         """What a saved artifact keeps of it (:meth:`from_json`)."""
         ranges = [None if r is None else [None if d is None else list(d) for d in r] for r in self.ranges]

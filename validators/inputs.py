@@ -26,6 +26,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from converter.call_inputs import finite_bound
+
 aten = torch.ops.aten
 
 #: Ops that only move or re-view data: an index stays an index through them.
@@ -213,9 +215,9 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
     names = tensor_input_names(ep)
     leaves, spec = torch.utils._pytree.tree_flatten((tuple(sample_args), dict(sample_kwargs)))
     generator = torch.Generator().manual_seed(seed)
-    dims = _dynamic_dims(ep, names, structural, [x for x in leaves if isinstance(x, torch.Tensor)])
+    dims, hints = _dynamic_dims(ep, names, structural, [x for x in leaves if isinstance(x, torch.Tensor)])
     for _ in range(num_random_inputs):
-        sizes = _other_sizes(ep, dims, generator)
+        sizes = _other_sizes(ep, hints, generator)
         new, notes, t = [], [], 0
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
@@ -235,41 +237,37 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
     return sets
 
 
-def _dynamic_dims(ep: ExportedProgram, names: list[str], structural: dict, samples: list) -> dict[str, tuple]:
-    """``{input name: (the dynamic symbol of each dim, or None)}`` for the inputs a random set may resize; empty
-    when none may (no dynamic dim, a dim derived from others, or a reused input of a dynamic size)."""
-    out = {}
+def _dynamic_dims(ep: ExportedProgram, names: list[str], structural: dict,
+                  samples: list) -> tuple[dict[str, tuple], dict[str, int]]:
+    """``({input name: (the dynamic symbol of each dim, or None)}, {symbol: its sample size})`` for the inputs a
+    random set may resize; both empty when none may (no dynamic dim, a dim derived from others, or a reused input
+    of a dynamic size)."""
+    dims, hints = {}, {}
     for name, sample in zip(names, samples):
-        val = _placeholder_val(ep, name)
         syms = []
-        for d in getattr(val, "shape", ()):
+        for d in getattr(_placeholder_val(ep, name), "shape", ()):
             expr = d.node.expr if isinstance(d, torch.SymInt) else None
             if expr is not None and (not expr.is_Symbol or d.node.hint is None):
-                return {}  # (2 * batch, or a size only known at run time: the sizes of a set are not free)
-            syms.append(str(expr) if expr is not None else None)
+                return {}, {}  # (2 * batch, or a size only known at run time: the sizes of a set are not free)
+            syms.append(None if expr is None else str(expr))
+            if expr is not None:
+                hints.setdefault(str(expr), int(d.node.hint))
         if any(syms):
             if name in structural or _reused(sample) is not None:
-                return {}
-            out[name] = tuple(syms)
-    return out
+                return {}, {}
+            dims[name] = tuple(syms)
+    return dims, hints
 
 
-def _other_sizes(ep: ExportedProgram, dims: dict, generator: torch.Generator) -> dict[str, int]:
-    """A size for each dynamic symbol of ``dims``: another than the sample's where its range allows (module
-    docstring), drawn from ``generator``."""
-    from converter.call_inputs import finite_bound
-
+def _other_sizes(ep: ExportedProgram, hints: dict[str, int], generator: torch.Generator) -> dict[str, int]:
+    """A size for each dynamic symbol (``hints``: its sample size): another than the sample's where its range
+    allows (module docstring), drawn from ``generator``."""
     ranges = {str(s): r for s, r in (ep.range_constraints or {}).items()}
-    hints = {}
-    for name, syms in dims.items():
-        for sym, size in zip(syms, _placeholder_val(ep, name).shape):
-            if sym is not None:
-                hints.setdefault(sym, int(size.node.hint))
     out = {}
     for sym, sample in sorted(hints.items()):
         r = ranges.get(sym)
-        lo = max(2, (finite_bound(r.lower) or 0) if r is not None else 0)
-        hi = min(2 * sample + 1, *(() if r is None or finite_bound(r.upper) is None else (finite_bound(r.upper),)))
+        lo, hi = (finite_bound(r.lower), finite_bound(r.upper)) if r is not None else (None, None)
+        lo, hi = max(2, lo or 0), 2 * sample + 1 if hi is None else min(hi, 2 * sample + 1)
         choices = [n for n in range(lo, hi + 1) if n != sample]
         out[sym] = choices[int(torch.randint(len(choices), (), generator=generator))] if choices else sample
     return out

@@ -136,7 +136,7 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
         notes.append("channels_last_io: rank-4 inputs and outputs are NHWC in the file")
     if quantize is not None:
         quantize_graphs(graphs, quantize, notes)
-    saved = {k: c.to_json() for k, c in call_inputs.items() if c.keywords or any(r is not None for r in c.ranges)}
+    saved = {k: c.to_json() for k, c in call_inputs.items() if c.worth_saving}
     data = serialize(graphs, description=options.get("description", "tpu-export"),
                      external_buffer_threshold_bytes=options.get("external_buffer_threshold_bytes"),
                      metadata={METADATA_NAME: json.dumps(saved, sort_keys=True).encode()} if saved else None)

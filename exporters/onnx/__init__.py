@@ -68,7 +68,7 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
         notes.append(state_note(program.carried))
         carried = (program.carried, StateCarrier(program.initial))
     model, out_dtypes = build_model(program, notes, description=options.get("description", "tpu-export"))
-    if call_inputs.keywords or any(r is not None for r in call_inputs.ranges):  # (for a reloaded file)
+    if call_inputs.worth_saving:  # (for a reloaded file)
         model.metadata_props.add(key=METADATA_NAME, value=json.dumps(call_inputs.to_json(), sort_keys=True))
     data = model.SerializeToString(deterministic=True)
     return OnnxArtifact(data, notes=notes, num_threads=num_threads, output_dtypes=out_dtypes,

@@ -26,6 +26,7 @@ keeps every finding (also when ``raise_on_error=False``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,37 +230,26 @@ def _reference(plan: Any, targs: Any, tkwargs: Any, cpu: list) -> dict[int, torc
         return pair(plan.structure, call(*_fill(targs, cpu), **_fill(tkwargs, cpu)), {})
 
 
-def _stats_as(dtype: torch.dtype, *stats: Any) -> list:
-    """``stats`` (tensors or ``None``) in ``dtype``."""
-    return [s.to(dtype) if isinstance(s, torch.Tensor) and s.dtype != dtype else s for s in stats]
-
-
-def _layer_norm_backward(grad, input, shape, mean, rstd, weight, bias, mask):
-    """native_layer_norm_backward on the CPU, the statistics in the dtype its kernel takes them in."""
-    mean, rstd = _stats_as(weight.dtype if weight is not None else input.dtype, mean, rstd)
-    return aten.native_layer_norm_backward.default(grad, input, shape, mean, rstd, weight, bias, mask)
-
-
-def _batch_norm_backward(grad, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, mask):
-    """native_batch_norm_backward on the CPU, the statistics in the dtype its kernel takes them in."""
-    stats = _stats_as(weight.dtype if weight is not None else input.dtype, running_mean, running_var, save_mean,
-                      save_invstd)
-    return aten.native_batch_norm_backward.default(grad, input, weight, *stats, train, eps, mask)
-
-
-def _group_norm_backward(grad, input, mean, rstd, weight, n, c, hxw, group, mask):
-    """native_group_norm_backward on the CPU, the statistics in the dtype its kernel takes them in."""
-    mean, rstd = _stats_as(weight.dtype if weight is not None else input.dtype, mean, rstd)
-    return aten.native_group_norm_backward.default(grad, input, mean, rstd, weight, n, c, hxw, group, mask)
+def _stats_in_params_dtype(op: Any, weight_at: int, stats_at: tuple, *args: Any) -> Any:
+    """``op`` on the CPU with its statistics (arguments ``stats_at``) in its weight's dtype (argument ``weight_at``),
+    or its input's (argument 1) without a weight: the dtype the CPU's own forward saves them in."""
+    args = list(args)
+    dtype = (args[weight_at] if args[weight_at] is not None else args[1]).dtype
+    for i in stats_at:
+        if isinstance(args[i], torch.Tensor):
+            args[i] = args[i].to(dtype)
+    return op(*args)
 
 
 #: Backward ops whose CPU kernel takes the saved statistics only in the parameters' dtype (the input's without
 #: parameters), where the device keeps them in the dtype torch's meta kernel gives (float32 for a half-precision
 #: layer or batch norm, as CUDA does; the input's for a group norm with float32 parameters): the CPU call gets
-#: them in its dtype (what its own forward would have saved) instead of refusing the device's.
-_STATS_IN_PARAMS_DTYPE = {aten.native_layer_norm_backward.default: _layer_norm_backward,
-                          aten.native_batch_norm_backward.default: _batch_norm_backward,
-                          aten.native_group_norm_backward.default: _group_norm_backward}
+#: them in its dtype instead of refusing the device's. op → (weight's argument, statistics' arguments).
+_STATS_IN_PARAMS_DTYPE = {op: functools.partial(_stats_in_params_dtype, op, weight_at, stats_at)
+                          for op, weight_at, stats_at in (
+                              (aten.native_layer_norm_backward.default, 5, (3, 4)),
+                              (aten.native_batch_norm_backward.default, 2, (3, 4, 5, 6)),
+                              (aten.native_group_norm_backward.default, 4, (2, 3)))}
 
 
 def _as_exact(plan: Any, targs: Any, tkwargs: Any, cpu: list, i: int, got: torch.Tensor, want: torch.Tensor) -> bool:
