@@ -46,18 +46,24 @@ def source_location(node: Any) -> SourceLocation:
         from ``nn_module_stack``.
     """
     meta = getattr(node, "meta", None) or {}
-    frames = _FRAME.findall(meta.get("stack_trace") or "")
-    user = [f for f in frames if not any(s in f[0] for s in _INTERNAL)]
-    chosen = (user or frames or [None])[-1]
+    chosen = stack_location(meta.get("stack_trace") or "")
     module_path = module_type = None
     stack = meta.get("nn_module_stack") or {}
     if stack:
         path, mtype = list(stack.values())[-1]
         module_path = path.replace("L['self']", "").lstrip(".") or "<root>"
         module_type = getattr(mtype, "__name__", None) or str(mtype).rsplit(".", 1)[-1].strip("'>")
-    if chosen is None:
-        return SourceLocation(module_path=module_path, module_type=module_type)
-    return SourceLocation(chosen[0], int(chosen[1]), chosen[2], module_path, module_type)
+    return SourceLocation(chosen.file, chosen.line, chosen.function, module_path, module_type)
+
+
+def stack_location(stack_trace: str) -> SourceLocation:
+    """The innermost frame outside torch and tpu-export of a formatted Python stack (``traceback`` text: an FX
+    node's ``stack_trace``, the forward stack anomaly detection keeps on an autograd node); the innermost frame
+    when all are internal; an empty location without frames."""
+    frames = _FRAME.findall(stack_trace)
+    user = [f for f in frames if not any(s in f[0] for s in _INTERNAL)]
+    chosen = (user or frames or [None])[-1]
+    return SourceLocation() if chosen is None else SourceLocation(chosen[0], int(chosen[1]), chosen[2])
 
 
 def caller_location(internal_files: tuple | None = None) -> SourceLocation:

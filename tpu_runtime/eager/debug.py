@@ -34,7 +34,7 @@ import jax
 import numpy as np
 import torch
 
-from converter.errors import ParityError
+from converter.errors import ParityError, caller_location, stack_location
 from converter.lowering.dtypes import FLOAT8
 from tpu_runtime.eager.strict import run_now
 
@@ -134,8 +134,10 @@ class DebugExecutor:
                 bad = (self.options.check_nan and np.isnan(arr).any()) or \
                       (self.options.check_inf and np.isinf(arr).any())
                 if bad:
-                    self._finding(NonFiniteError, f"{plan.name} produced {'NaN' if np.isnan(arr).any() else 'Inf'} "
-                                                  f"in output {i} (shape {list(arr.shape)}, dtype {arr.dtype})")
+                    what = "NaN" if np.isnan(arr).any() else "Inf"
+                    self._finding(NonFiniteError, f"{plan.name} produced {what} in output {i} (shape "
+                                                  f"{list(arr.shape)}, dtype {arr.dtype}) {where()}"
+                                                  f"{_held_before(values, what)}")
         if self.options.compare_cpu and plan.op is not None and not plan.random and "targs" in plan.extra \
                 and plan.op._schema.name not in _UNINITIALIZED:
             self._compare(plan, values, outs)
@@ -170,7 +172,7 @@ class DebugExecutor:
             got = array_to_torch(o)
             if got.shape != r.shape:
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
-                                           f"(shape {list(got.shape)}, the CPU's {list(r.shape)})")
+                                           f"(shape {list(got.shape)}, the CPU's {list(r.shape)}) {where()}")
                 return
             if i == 1 and name in _TIES and _same_picks(plan.op, _fill(targs, cpu), _fill(tkwargs, cpu), got,
                                                         refs[0]):
@@ -194,8 +196,33 @@ class DebugExecutor:
             if not ok:
                 shapes = ", ".join(f"{list(c.shape)}:{str(c.dtype)[6:]}" for c in cpu if isinstance(c, torch.Tensor))
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
-                                           f"(max abs error {err:.3g}; inputs {shapes})")
+                                           f"(max abs error {err:.3g}; inputs {shapes}) {where()}")
                 return
+
+
+def where() -> str:
+    """Where the running op came from, for a finding: the user's source line; in ``backward()``, the autograd
+    node running (``MulBackward0``) and the forward line that made it when anomaly detection recorded it
+    (``torch.autograd.set_detect_anomaly(True)``), then the ``backward()`` call's line."""
+    here = f"at {caller_location()}"
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return here
+    made = stack_location("".join(node.metadata.get("traceback_") or ()))
+    made = f"made at {made}" if made.file else "torch.autograd.set_detect_anomaly(True) names the forward line"
+    return f"in {node.name()} ({made}) during the backward() {here}"
+
+
+def _held_before(values: list, what: str) -> str:
+    """A note when an input of the op already held ``what`` (NaN or Inf): the op passed it on, it came from the
+    host or from before debug mode."""
+    test = np.isnan if what == "NaN" else np.isinf
+    for i, v in enumerate(values):
+        if hasattr(v, "dtype") and np.dtype(v.dtype).kind in "fcV" and test(np.asarray(v, np.complex128 if
+                                                                                  np.dtype(v.dtype).kind == "c"
+                                                                                  else np.float64)).any():
+            return f"; its input {i} already held {what} (copied from the host, or made before debug mode)"
+    return ""
 
 
 #: Ops whose float64 CPU kernel is less accurate than the device's: their float64 outputs are compared at float32's
