@@ -274,9 +274,13 @@ def register() -> None:
         lib.impl(name, opaque_to_dynamo(kernel), "AutogradPrivateUse1")
     _STATE["library"] = lib
     # ``csr.to("tpu")`` is built by torch's C++ from tpu components and never reaches a tpu kernel: the
-    # first op that reaches the device says why it cannot run (instead of torch's layout-check messages)
+    # first op that reaches the device says why it cannot run (instead of torch's layout-check messages); so
+    # do strided nested and quantized tensors (instead of the dispatcher's "Could not run ... 'Quantizedtpu'")
+    from tpu_runtime.fallback import NO_LAYOUT, no_layout
+
     sparse = torch.library.Library("_", "IMPL")
-    sparse.fallback(opaque_to_dynamo(_sparse_compressed), dispatch_key="SparseCsrPrivateUse1")
+    for key in NO_LAYOUT:
+        sparse.fallback(opaque_to_dynamo(functools.partial(no_layout, key)), dispatch_key=key)
     _STATE["sparse"] = sparse
     from tpu_runtime import autocast
 
@@ -296,19 +300,6 @@ def register() -> None:
     serialization.register()
     _STATE["registered"] = True
     jax.devices()  # initialize the JAX backend now, not inside the first op
-
-
-def _sparse_compressed(op: Any, *args: Any, **kwargs: Any) -> Any:
-    """Any op on a sparse compressed (CSR/CSC/BSR/BSC) tpu tensor: such tensors have no layout here.
-
-    Raises:
-        UnsupportedOpError: always, naming the op and the user's line.
-    """
-    from converter.errors import UnsupportedOpError, caller_location
-
-    raise UnsupportedOpError(str(op), "tpu", caller_location(), hint=False,
-                             reason="sparse compressed tensors (CSR, CSC, BSR, BSC) have no layout on the tpu "
-                                    "device: keep them on the CPU, or move x.to_dense() instead")
 
 
 __all__ = ["register", "FACTORIES", "HOST_FACTORIES", "aten_overload", "check_index"]

@@ -59,14 +59,33 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         nearest = [n for n in names if n.startswith(packet + ".")] or difflib.get_close_matches(str(func), names, 3)
         reason = "no lowering, runtime kernel or decomposition"
         if "_nested_" in func._schema.name:  # the strided nested layout is a C++ tensor implementation
-            reason = ("nested tensors of the strided layout need a C++ storage on the device; jagged ones "
-                      "(layout=torch.jagged) hold tpu tensors")
+            reason = NO_LAYOUT["NestedTensorPrivateUse1"]
         elif func.namespace not in ("aten", "prims"):  # a custom op registered for other devices only
             reason = ("a custom op with no kernel for the tpu device or for every device (register one with "
                       "torch.library.register_kernel(op, 'tpu', fn), or a row with @lowering)")
         raise UnsupportedOpError(str(func), "tpu", caller_location(), nearest=nearest[:5],
                                  reason=reason + "; tpu_runtime.set_cpu_fallback(True) runs it on CPU (reported)")
     return cpu_fallback(func, args, kwargs)
+
+
+#: Dispatch keys of tensor implementations the tpu device has no layout for → what to say instead.
+NO_LAYOUT = {
+    "SparseCsrPrivateUse1": "sparse compressed tensors (CSR, CSC, BSR, BSC) have no layout on the tpu device: keep "
+                            "them on the CPU, or move x.to_dense() instead",
+    "NestedTensorPrivateUse1": "nested tensors of the strided layout need a C++ storage on the device; jagged ones "
+                               "(torch.nested.nested_tensor(..., layout=torch.jagged)) hold tpu tensors",
+    "QuantizedPrivateUse1": "quantized tensors (torch.qint8, torch.quint8 ...) have no layout on the tpu device: move "
+                            "x.dequantize(), or export the model with quantize= for LiteRT",
+}
+
+
+def no_layout(key: str, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Any op reaching the device's dispatch ``key`` of a tensor implementation it has no layout for.
+
+    Raises:
+        UnsupportedOpError: always, naming the op, the user's line and what works instead.
+    """
+    raise UnsupportedOpError(str(op), "tpu", caller_location(), hint=False, reason=NO_LAYOUT[key])
 
 
 def cpu_fallback(func: Any, args: tuple, kwargs: dict) -> Any:

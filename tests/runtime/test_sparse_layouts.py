@@ -1,4 +1,5 @@
-"""Sparse compressed layouts moved to the tpu device: every use says they have no layout there."""
+"""Sparse compressed, strided nested and quantized tensors moved to the tpu device: every use says they have no
+layout there."""
 
 import warnings
 
@@ -28,3 +29,17 @@ def test_mixing_with_a_dense_tpu_tensor_names_the_layout(csr_on_tpu):
     with pytest.raises(RuntimeError, match=r"a torch\.sparse_csr tensor on the tpu device \(shape \[3, 3\]\) has no "
                                            r"layout there: keep it on the CPU, or move x\.to_dense\(\) instead"):
         csr_on_tpu @ torch.ones(3, device="tpu")
+
+
+@pytest.mark.parametrize("make, op, says", [
+    (lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+     r"aten\._to_copy", r"nested tensors of the strided layout .* \(torch\.nested\.nested_tensor\(\.\.\., "
+     r"layout=torch\.jagged\)\) hold tpu tensors"),
+    (lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),
+     r"aten\.empty_quantized", r"quantized tensors .* have no layout on the tpu device: move x\.dequantize\(\)"),
+], ids=["strided nested", "quantized"])
+def test_moving_a_tensor_of_another_implementation_names_it_and_the_line(make, op, says):
+    # (torch's dispatcher said "Could not run 'aten::_to_copy' with arguments from the 'NestedTensortpu' backend")
+    x = make()
+    with pytest.raises(UnsupportedOpError, match=rf"{op}.* at .*test_sparse_layouts\.py:\d+ .*{says}"):
+        x.to("tpu")
