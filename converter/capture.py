@@ -14,7 +14,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.export import ExportedProgram
 from torch.utils._pytree import tree_leaves, tree_map
 
-from converter.errors import CaptureError, InputError
+from converter.errors import CaptureError, InputError, traceback_location
 
 aten = torch.ops.aten
 
@@ -189,6 +189,12 @@ def decompose_program(ep: ExportedProgram) -> ExportedProgram:
                                            joint_loss_index=None, decompose_custom_triton_ops=False)
 
 
+#: What a guard on a tensor's values means in the model's code, and what exports instead.
+_DATA_DEPENDENT = (" (a Python branch, loop or size on a tensor's values: an exported program holds one path for "
+                   "every input; compute both with torch.where, branch with torch.cond, or move the test out of "
+                   "forward)")
+
+
 def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | None = None,
             dynamic_shapes: Any = None, *, strict: bool = False, decompose: bool = True) -> ExportedProgram:
     """Capture ``model`` with torch.export and decompose it to core ATen.
@@ -206,7 +212,9 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
 
     Raises:
         InputError: ``model`` is not a module or the inputs are not a tuple.
-        CaptureError: torch.export failed; the message keeps torch's explanation.
+        CaptureError: torch.export failed; the message keeps torch's explanation, names the user's line that
+            raised it (a non-strict trace runs ``forward`` in Python) and, for a guard on a tensor's values,
+            says what exports instead.
     """
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"expected a torch.nn.Module, got {type(model).__name__}")
@@ -231,7 +239,10 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
             ep = decompose_program(ep)
     except Exception as e:  # torch.export raises many types; keep its message, one line first
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CaptureError(f"torch.export failed on {type(model).__name__}: {first}") from e
+        where = traceback_location(e)
+        where = f" at {where}" if where is not None else ""
+        hint = _DATA_DEPENDENT if "data-dependent" in first else ""
+        raise CaptureError(f"torch.export failed on {type(model).__name__}{where}: {first}{hint}") from e
     return ep
 
 

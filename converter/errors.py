@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,20 @@ def caller_location(internal_files: tuple | None = None) -> SourceLocation:
             return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
         frame = frame.f_back
     return SourceLocation()
+
+
+def traceback_location(exc: BaseException) -> SourceLocation | None:
+    """The innermost frame of ``exc``'s traceback (and of the exceptions it was raised from) outside torch and
+    tpu-export: the user's line that raised it inside a traced ``forward``; ``None`` when every frame is internal."""
+    seen: set = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if not any(s in f.filename for s in _INTERNAL) and f.filename != "<string>"]  # (torch's exec'd code)
+        if frames:
+            return SourceLocation(frames[-1].filename, frames[-1].lineno, frames[-1].name)
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 #: file name → whether it is internal (torch, tpu-export…): eager ops look up the user's frame per checked op, so

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -143,3 +146,35 @@ def test_a_model_caching_tensors_in_forward_is_left_as_it_was(target):
     fresh.load_state_dict(model.state_dict())
     torch.testing.assert_close(torch.as_tensor(convert(fresh, (x,), target=target)(x)), want)  # an empty cache
     assert not fresh.cache and not fresh.history and torch.equal(fresh(x), want)
+
+
+class _BranchOnValues(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # (the line the error names)
+            return x * 2
+        return x
+
+
+class _WrongShapes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(4, 2))
+
+    def forward(self, x):
+        return x @ self.w  # (the line the error names)
+
+
+@pytest.mark.parametrize("model, says", [
+    (_BranchOnValues(), r"data-dependent expression .* \(a Python branch, loop or size on a tensor's values: .* "
+                        r"branch with torch\.cond"),
+    (_WrongShapes(), r"a and b must have same reduction dim"),
+], ids=["branch on values", "wrong shapes"])
+def test_a_capture_error_names_the_users_line_that_raised_it(model, says):
+    from converter import convert
+    from converter.errors import CaptureError
+
+    lines, first = inspect.getsourcelines(type(model).forward)
+    line = first + next(i for i, text in enumerate(lines) if "(the line the error names)" in text)
+    with pytest.raises(CaptureError, match=rf"torch\.export failed on {type(model).__name__} at "
+                                           rf"{re.escape(__file__)}:{line} in forward: .*{says}"):
+        convert(model, (torch.randn(3, 3),), target="stablehlo")
