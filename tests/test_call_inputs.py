@@ -12,6 +12,7 @@ from torch import nn
 from converter import convert
 from converter.api import build, capture_program
 from converter.errors import InputError
+from converter.lowering import lower
 from exporters.litert import LiteRTArtifact
 from exporters.onnx import OnnxArtifact
 from exporters.stablehlo import load
@@ -185,3 +186,26 @@ def test_inspect_shows_the_keyword_arguments_and_the_ranges_a_file_keeps(target,
         build(prog, target=target).save(path)
         assert main(["inspect", str(path)]) == 0
         assert line in capsys.readouterr().out
+
+
+class _NoneOutputs(nn.Module):
+    """Outputs with ``None`` among them, as transformers models return an absent cache or attention."""
+
+    def forward(self, x):
+        return x * 2, None, {"attn": None, "h": x + 1}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_none_outputs_are_no_outputs_of_the_program_and_the_tpu_target_keeps_them_in_place(target, tmp_path):
+    # (the tpu target and the StableHLO module raised TypeError on the None: a jax function drops it from its
+    # outputs, and the program listed a float32 output for it)
+    x = torch.randn(2, 3)
+    program = capture_program(_NoneOutputs(), (x,))
+    assert [s.name for s in lower(program, target=target).outputs] == ["output_0", "output_1"]
+    got = build(program, target=target)(x)
+    if target == "tpu":  # the model's own structure
+        assert got[1] is None and got[2]["attn"] is None
+        got = [got[0], got[2]["h"]]
+    else:  # the file's outputs: the tensors
+        assert isinstance(got, tuple) and len(got) == 2
+    torch.testing.assert_close(list(got), [x * 2, x + 1])

@@ -154,7 +154,9 @@ def lower(exported: ExportedProgram, target: str = "tpu", options: dict | None =
     outputs, mutated = [], []
     out_node = exported.graph.output_node()
     out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_node.args[0]]
-    for spec, val in zip(sig.output_specs, out_vals):
+    for spec, arg, val in zip(sig.output_specs, out_node.args[0], out_vals):
+        if spec.kind == OutputKind.USER_OUTPUT and arg is None:  # no value: not an output (see none_outputs)
+            continue
         if spec.kind == OutputKind.USER_OUTPUT:
             name = f"output_{len(outputs)}"
             outputs.append(_spec(name, val) if isinstance(val, torch.Tensor) else TensorSpec(name, (), torch.float32))
@@ -230,13 +232,23 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
         if node.op == "output":
             vals = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
             outs, muts = [], {}
-            for spec, v in zip(sig.output_specs, vals):
+            for spec, a, v in zip(sig.output_specs, node.args[0], vals):
                 if spec.kind == OutputKind.BUFFER_MUTATION:
                     muts[spec.target] = v
-                elif spec.kind == OutputKind.USER_OUTPUT:
+                elif spec.kind == OutputKind.USER_OUTPUT and a is not None:
                     outs.append(v)
             return tuple(outs), muts
     raise ConversionError("graph has no output node")
+
+
+def none_outputs(exported: ExportedProgram) -> tuple[int, ...]:
+    """The places among the model's outputs (its output tree's leaves, in order) that are ``None`` whatever the
+    inputs (``return logits, None``). They have no value, so no target's program outputs them (a JAX function
+    drops them from its outputs too); the tpu target puts them back in the model's output structure."""
+    sig = exported.graph_signature
+    user = [a for spec, a in zip(sig.output_specs, exported.graph.output_node().args[0])
+            if spec.kind == OutputKind.USER_OUTPUT]
+    return tuple(i for i, a in enumerate(user) if a is None)
 
 
 def attribute(gm: torch.fx.GraphModule, name: str) -> Any:
