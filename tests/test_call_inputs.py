@@ -188,23 +188,24 @@ def test_inspect_shows_the_keyword_arguments_and_the_ranges_a_file_keeps(target,
         assert line in capsys.readouterr().out
 
 
-class _NoneOutputs(nn.Module):
-    """Outputs with ``None`` among them, as transformers models return an absent cache or attention."""
+class _FixedOutputs(nn.Module):
+    """Outputs with ``None`` among them, as transformers models return an absent cache or attention, and a
+    string."""
 
     def forward(self, x):
-        return x * 2, None, {"attn": None, "h": x + 1}
+        return x * 2, None, {"attn": None, "h": x + 1, "kind": "logits"}
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_none_outputs_are_no_outputs_of_the_program_and_the_tpu_target_keeps_them_in_place(target, tmp_path):
-    # (the tpu target and the StableHLO module raised TypeError on the None: a jax function drops it from its
-    # outputs, and the program listed a float32 output for it)
+def test_none_and_string_outputs_are_no_outputs_of_the_program_and_the_tpu_target_keeps_them_in_place(target):
+    # (every target raised TypeError on the string, and the tpu target and the StableHLO module on the None: a jax
+    # function cannot return a string and drops None from its outputs; the program listed a float32 output for each)
     x = torch.randn(2, 3)
-    program = capture_program(_NoneOutputs(), (x,))
+    program = capture_program(_FixedOutputs(), (x,))
     assert [s.name for s in lower(program, target=target).outputs] == ["output_0", "output_1"]
     got = build(program, target=target)(x)
     if target == "tpu":  # the model's own structure
-        assert got[1] is None and got[2]["attn"] is None
+        assert got[1] is None and got[2]["attn"] is None and got[2]["kind"] == "logits"
         got = [got[0], got[2]["h"]]
     else:  # the file's outputs: the tensors
         assert isinstance(got, tuple) and len(got) == 2

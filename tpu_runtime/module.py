@@ -22,7 +22,7 @@ import torch
 
 from converter.call_inputs import CallInputs, check_input
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
-from converter.lowering.interpreter import LoweredProgram, none_outputs
+from converter.lowering.interpreter import LoweredProgram, fixed_outputs
 from tpu_runtime import graph_checks
 from tpu_runtime.cache import CACHE
 from tpu_runtime.tensor import TpuTensor
@@ -85,7 +85,7 @@ class TpuModule:
         self.stats = CompileStats()
         self._call = CallInputs.of(program)  # the model's own call: keywords in any order, nested inputs
         self._out_spec = program.exported.call_spec.out_spec
-        self._nones = none_outputs(program.exported)  # (``return y, None``: not outputs of the program)
+        self._fixed = fixed_outputs(program.exported)  # (``return y, None``: not outputs of the program)
 
     def _flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         flat = self._call.flatten(args, kwargs)
@@ -110,8 +110,8 @@ class TpuModule:
         self.state.update(muts)
         # tpu tensors in, tpu tensors out (no host round trip); otherwise CPU tensors
         result = [array_to_tpu(o) if on_tpu else to_torch(o) for o in outs]
-        for i in self._nones:
-            result.insert(i, None)
+        for i, value in self._fixed.items():
+            result.insert(i, value)
         return torch.utils._pytree.tree_unflatten(result, self._out_spec)
 
     def _run(self, key: Any, inputs: list[Any]) -> tuple:

@@ -155,7 +155,7 @@ def lower(exported: ExportedProgram, target: str = "tpu", options: dict | None =
     out_node = exported.graph.output_node()
     out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_node.args[0]]
     for spec, arg, val in zip(sig.output_specs, out_node.args[0], out_vals):
-        if spec.kind == OutputKind.USER_OUTPUT and arg is None:  # no value: not an output (see none_outputs)
+        if spec.kind == OutputKind.USER_OUTPUT and _fixed(arg):  # not an output (see fixed_outputs)
             continue
         if spec.kind == OutputKind.USER_OUTPUT:
             name = f"output_{len(outputs)}"
@@ -235,20 +235,26 @@ def run_graph(program: LoweredProgram, state: dict, inputs: tuple, rng: Any = No
             for spec, a, v in zip(sig.output_specs, node.args[0], vals):
                 if spec.kind == OutputKind.BUFFER_MUTATION:
                     muts[spec.target] = v
-                elif spec.kind == OutputKind.USER_OUTPUT and a is not None:
+                elif spec.kind == OutputKind.USER_OUTPUT and not _fixed(a):
                     outs.append(v)
             return tuple(outs), muts
     raise ConversionError("graph has no output node")
 
 
-def none_outputs(exported: ExportedProgram) -> tuple[int, ...]:
-    """The places among the model's outputs (its output tree's leaves, in order) that are ``None`` whatever the
-    inputs (``return logits, None``). They have no value, so no target's program outputs them (a JAX function
-    drops them from its outputs too); the tpu target puts them back in the model's output structure."""
+def fixed_outputs(exported: ExportedProgram) -> dict[int, Any]:
+    """The places among the model's outputs (its output tree's leaves, in order) that hold the same object
+    whatever the inputs and have no tensor form: ``None`` (``return logits, None``), a string. No target's program
+    outputs them (a jax function cannot return a string, and drops ``None``); the tpu target puts them back in the
+    model's output structure. (A number the model returns is an output: a 0-d tensor.)"""
     sig = exported.graph_signature
     user = [a for spec, a in zip(sig.output_specs, exported.graph.output_node().args[0])
             if spec.kind == OutputKind.USER_OUTPUT]
-    return tuple(i for i, a in enumerate(user) if a is None)
+    return {i: a for i, a in enumerate(user) if _fixed(a)}
+
+
+def _fixed(arg: Any) -> bool:
+    """Whether an output node's argument is a constant with no tensor form (see :func:`fixed_outputs`)."""
+    return not isinstance(arg, (torch.fx.Node, bool, int, float))
 
 
 def attribute(gm: torch.fx.GraphModule, name: str) -> Any:
