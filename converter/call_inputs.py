@@ -10,6 +10,11 @@ target takes the model's own call; a call of exactly the flat inputs works as be
 It needs no PyTorch at call time (a reloaded StableHLO artifact runs without it): the keyword names are
 plain strings, saved with an artifact that is written to disk.
 
+The sample call's Python numbers and strings (``art(x, 2.0, flag=True)``) are no inputs: torch.export holds them
+fixed in the program. A call that gives another value in their place is refused (:class:`InputError` naming the
+argument), where the program would compute with the sample's and say nothing; an argument the call leaves out keeps
+the sample's value (not the ``forward``'s default: the converted program knows no other).
+
 It also knows the sizes each dynamic dim was declared for (``dynamic_shapes=``' ``Dim(min=, max=)``), which
 :func:`check_input` enforces as torch.export's program does: a size above the max, or below a min above 2 (a
 program is called at sizes 0 and 1 below a min of 2: torch's 0/1 specialization), is refused. Past the max a
@@ -43,11 +48,16 @@ class CallInputs:
             positional ones).
     """
 
-    def __init__(self, n_inputs: int, keywords: Sequence[str] = (), ranges: Sequence | None = None):
+    def __init__(self, n_inputs: int, keywords: Sequence[str] = (), ranges: Sequence | None = None,
+                 constants: dict | None = None):
         self.n_inputs = n_inputs
         self.keywords = tuple(keywords)
         #: per input: ``None``, or per dim ``None`` or the ``(lowest, highest)`` sizes it takes (either ``None``)
         self.ranges: tuple = tuple(ranges) if ranges is not None else (None,) * n_inputs
+        #: the sample call's Python numbers and strings, which the converted program holds fixed, as ``[name,
+        #: value]`` pairs (the name torch.export gives the input: the argument's, ``d_a`` for ``d={"a": 3}``):
+        #: ``"args"``, those of the positional arguments in order; ``"kwargs"``, keyword → those of that argument
+        self.constants: dict = constants or {"args": [], "kwargs": {}}
 
     @classmethod
     def of(cls, program: Any) -> "CallInputs":
@@ -58,17 +68,18 @@ class CallInputs:
         keywords = ()
         if spec is not None and spec.num_children == 2:
             keywords = tuple(spec.child(1).context or ())
-        return cls(len(program.inputs), keywords, _input_ranges(program))
+        return cls(len(program.inputs), keywords, _input_ranges(program), _sample_constants(exported))
 
     @property
     def worth_saving(self) -> bool:
         """Whether a saved file needs it: keyword names or ranges (without either, positional calls of any size)."""
-        return bool(self.keywords) or any(r is not None for r in self.ranges)
+        return bool(self.keywords) or any(r is not None for r in self.ranges) or \
+            bool(self.constants["args"]) or any(self.constants["kwargs"].values())
 
     def to_json(self) -> dict:
         """What a saved artifact keeps of it (:meth:`from_json`)."""
         ranges = [None if r is None else [None if d is None else list(d) for d in r] for r in self.ranges]
-        return {"keywords": list(self.keywords), "dim_ranges": ranges}
+        return {"keywords": list(self.keywords), "dim_ranges": ranges, "constants": self.constants}
 
     @classmethod
     def from_json(cls, data: str | dict | None, n_inputs: int) -> "CallInputs":
@@ -88,14 +99,23 @@ class CallInputs:
                           for r in ranges]
                 if len(ranges) != n_inputs:
                     raise ValueError(f"{len(ranges)} ranges for {n_inputs} inputs")
-            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges)
+            constants = data.get("constants")
+            if constants is not None:
+                constants = {"args": [[str(n), v] for n, v in constants["args"]],
+                             "kwargs": {str(k): [[str(n), v] for n, v in pairs]
+                                        for k, pairs in constants["kwargs"].items()}}
+            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges, constants)
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:  # (json's errors are ValueErrors)
             raise InputError(f"the artifact's saved call inputs are damaged ({type(e).__name__}: {e})") from e
 
     def describe(self, names: Sequence[str]) -> list[str]:
-        """Lines for ``tpu-export inspect``: the keyword arguments and the declared ranges of the dynamic dims of
-        the inputs named ``names`` (none when there are neither)."""
+        """Lines for ``tpu-export inspect``: the keyword arguments, the Python numbers and strings the program holds
+        fixed, and the declared ranges of the dynamic dims of the inputs named ``names`` (none without any)."""
         lines = [f"keyword arguments: {', '.join(self.keywords)}"] if self.keywords else []
+        kwargs = self.constants["kwargs"]
+        fixed = [*self.constants["args"], *(pair for k in self.keywords for pair in kwargs.get(k, ()))]
+        if fixed:
+            lines.append(f"fixed arguments: {', '.join(f'{n}={v!r}' for n, v in fixed)}")
         for name, dims in zip(names, self.ranges):
             for i, bounds in enumerate(dims or ()):
                 if bounds is not None:
@@ -110,6 +130,7 @@ class CallInputs:
                 model's inputs.
         """
         kwargs = kwargs or {}
+        self._check_constants(args, kwargs)
         if not kwargs and len(args) == self.n_inputs and not any(_nested(a) for a in args):
             return list(args)  # the flat inputs themselves (a list of numbers may be one array-like input)
         unknown = [k for k in kwargs if k not in self.keywords]
@@ -126,6 +147,76 @@ class CallInputs:
             raise InputError(f"the model takes {self.n_inputs} tensor inputs, the call gave {len(flat)} (its "
                              "arguments' tensors, nested tuples, lists and dicts included)")
         return flat
+
+
+    def _check_constants(self, args: Sequence[Any], kwargs: dict) -> None:
+        """Raise :class:`InputError` where the call gives a Python number or string other than the sample call's
+        in its place: the converted program holds the sample's (torch.export specializes them), so it would
+        compute with that one and say nothing. Arguments the call leaves out keep the sample's."""
+        given = []
+        _constants(tuple(args), given)
+        for got, (name, want) in zip(given, self.constants["args"]):
+            if not _same(got, want):
+                raise InputError(_fixed_message(name, got, want))
+        for keyword, wanted in self.constants["kwargs"].items():
+            if keyword in kwargs:
+                given = []
+                _constants(kwargs[keyword], given)
+                for got, (name, want) in zip(given, wanted):
+                    if not _same(got, want):
+                        raise InputError(_fixed_message(name, got, want))
+
+
+def _constants(x: Any, out: list) -> None:
+    """Append the Python numbers and strings among ``x``'s leaves to ``out``, in ``torch.export``'s order."""
+    if isinstance(x, (bool, int, float, str)) and not _is_array(x):
+        out.append(x)
+    elif isinstance(x, (tuple, list)) and not _is_array(x):
+        for item in x:
+            _constants(item, out)
+    elif isinstance(x, dict):
+        for item in x.values():
+            _constants(item, out)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two Python constants are the one torch.export's guard takes (NaN is itself)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and not isinstance(a, bool)
+                                             and isinstance(b, (int, float)) and not isinstance(b, bool) and a == b)
+
+
+def _fixed_message(name: str, got: Any, want: Any) -> str:
+    return (f"argument '{name}' is {got!r} but the model was converted with {want!r}: torch.export holds a Python number or "
+            f"string fixed in the converted program, which would compute with {want!r}; pass {want!r}, convert "
+            f"again with {got!r}, or make it a tensor input")
+
+
+def _sample_constants(exported: Any) -> dict:
+    """The sample call's Python numbers and strings (:attr:`CallInputs.constants`), from ``exported``'s input specs:
+    its user inputs are the leaves of ``(args, kwargs)`` in order, a constant one a ``ConstantArgument``."""
+    out: dict = {"args": [], "kwargs": {}}
+    spec = exported.call_spec.in_spec if exported is not None else None
+    if spec is None or spec.num_children != 2:
+        return out
+    from torch.export.graph_signature import ConstantArgument, InputKind
+
+    user = [s.arg for s in exported.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    if len(user) != spec.num_leaves:
+        return out
+
+    def values(args: list) -> list:
+        return [[a.name, a.value] for a in args if isinstance(a, ConstantArgument)
+                and isinstance(a.value, (bool, int, float, str))]
+
+    n = spec.child(0).num_leaves
+    out["args"] = values(user[:n])
+    kwargs = spec.child(1)
+    for name, child in zip(kwargs.context or (), kwargs.children()):
+        out["kwargs"][str(name)] = values(user[n:n + child.num_leaves])
+        n += child.num_leaves
+    return out
 
 
 def _dtype_kind(dtype: Any) -> str:

@@ -178,10 +178,12 @@ def test_damaged_saved_call_inputs_are_one_clear_error(positions, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["stablehlo", "onnx", "litert"])
-def test_inspect_shows_the_keyword_arguments_and_the_ranges_a_file_keeps(target, positions, program, tmp_path, capsys):
+def test_inspect_shows_the_keyword_arguments_ranges_and_fixed_numbers_a_file_keeps(target, positions, program,
+                                                                                   numbers_program, tmp_path, capsys):
     from converter.cli.main import main
 
-    for prog, line in ((positions[1], "dim 1: sizes 3 to 8"), (program, "keyword arguments: a, b")):
+    for prog, line in ((positions[1], "dim 1: sizes 3 to 8"), (program, "keyword arguments: a, b"),
+                       (numbers_program, "fixed arguments: scale=2.0, shift=3, opts_negate=True, mode='add'")):
         path = tmp_path / f"m.{target}"
         build(prog, target=target).save(path)
         assert main(["inspect", str(path)]) == 0
@@ -210,3 +212,39 @@ def test_none_and_string_outputs_are_no_outputs_of_the_program_and_the_tpu_targe
     else:  # the file's outputs: the tensors
         assert isinstance(got, tuple) and len(got) == 2
     torch.testing.assert_close(list(got), [x * 2, x + 1])
+
+
+class _Numbers(nn.Module):
+    """Python numbers and a string among the arguments, positional and keyword (torch.export holds them fixed)."""
+
+    def forward(self, x, scale: float = 1.0, shift: int = 0, *, opts=None, mode: str = "add"):
+        y = x * scale + shift
+        if opts is not None and opts["negate"]:
+            y = -y
+        return y + opts["t"] if mode == "add" else y - opts["t"]
+
+
+@pytest.fixture(scope="module")
+def numbers_program():
+    x, t = _tensors()[:2]
+    return capture_program(_Numbers(), (x, 2.0, 3), {"opts": {"negate": True, "t": t}, "mode": "add"})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_python_number_other_than_the_samples_is_refused_by_name(target, numbers_program, tmp_path):
+    # (every target computed with the sample's 2.0 whatever the call gave, and said nothing)
+    x, t = _tensors()[:2]
+    art = build(numbers_program, target=target)
+    if target != "tpu":
+        art = _reloaded(target, art, tmp_path)  # (signature.json, the file's metadata keep the numbers)
+    want = _Numbers()(x, 2.0, 3, opts={"negate": True, "t": t}, mode="add")
+    torch.testing.assert_close(art(x, 2.0, 3, opts={"t": t, "negate": True}, mode="add"), want)
+    torch.testing.assert_close(art(x, 2, opts={"negate": True, "t": t}), want)  # (2 == 2.0; left out: the sample's)
+    for args, kwargs, name, got, was in [((x, 5.0, 3), {"opts": {"negate": True, "t": t}}, "scale", "5.0", "2.0"),
+                                         ((x, 2.0, 4), {"opts": {"negate": True, "t": t}}, "shift", "4", "3"),
+                                         ((x, 2.0, 3), {"opts": {"negate": False, "t": t}}, "opts_negate", "False",
+                                          "True"),
+                                         ((x, 2.0, 3), {"opts": {"negate": True, "t": t}, "mode": "sub"}, "mode",
+                                          "'sub'", "'add'")]:
+        with pytest.raises(InputError, match=rf"argument '{name}' is {got} but the model was converted with {was}"):
+            art(*args, **kwargs)

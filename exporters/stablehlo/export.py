@@ -107,6 +107,7 @@ class StableHLOArtifact:
             "inputs": [s.to_json() for s in self.program.inputs],
             "keyword_inputs": list(self.call_inputs.keywords),
             "dim_ranges": self.call_inputs.to_json()["dim_ranges"],
+            "constant_inputs": self.call_inputs.constants,
             "outputs": [s.to_json() for s in self.program.outputs],
             "dynamic_dims": sorted({d for s in self.program.inputs for d in s.shape if isinstance(d, str)}),
             "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in sorted(self.state.items())],

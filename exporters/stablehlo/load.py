@@ -79,7 +79,8 @@ class LoadedStableHLO:
             raise ExportError(f"{path}: corrupt StableHLO artifact ({type(e).__name__}: {e})") from e
         self.mlir_text = (path / "model.mlir").read_text() if (path / "model.mlir").exists() else None
         self.call_inputs = CallInputs.from_json({"keywords": self.signature.get("keyword_inputs", ()),
-                                                 "dim_ranges": self.signature.get("dim_ranges")},
+                                                 "dim_ranges": self.signature.get("dim_ranges"),
+                                                 "constants": self.signature.get("constant_inputs")},
                                                 len(self.signature["inputs"]))
 
     def __call__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
