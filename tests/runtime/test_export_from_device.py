@@ -47,6 +47,17 @@ def test_a_model_on_the_device_converts(trained, target):
     assert {t.device.type for t in (*model.parameters(), model.shift, model.scale)} == {"tpu"}  # not moved
 
 
+@pytest.mark.parametrize("target", ["tpu", "stablehlo", "onnx", "litert"])
+def test_every_artifact_takes_tpu_tensors_as_inputs(trained, target):
+    # (the StableHLO module raised "can't convert tpu:0 device type tensor to numpy": a tpu tensor's class is
+    # tpu_runtime's, not torch's, and it took the NumPy path)
+    model, x = trained
+    art = convert(model, (x,), target=target)
+    on_tpu = torch.randn(4, 5, generator=torch.Generator().manual_seed(2)).to("tpu").t()  # (a transposed view)
+    want = model(on_tpu).detach().cpu()
+    torch.testing.assert_close(torch.as_tensor(art(on_tpu)).cpu(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_validate_checks_a_model_on_the_device_against_pytorch_on_the_cpu(trained):
     model, x = trained
     report = validate(model, (x.to("tpu"),), targets=("tpu", "onnx"), inputs=[(x.to("tpu") * 2,)],
