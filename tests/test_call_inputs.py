@@ -248,3 +248,14 @@ def test_a_python_number_other_than_the_samples_is_refused_by_name(target, numbe
                                           "'sub'", "'add'")]:
         with pytest.raises(InputError, match=rf"argument '{name}' is {got} but the model was converted with {was}"):
             art(*args, **kwargs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_misspelt_option_is_refused_by_every_target(target, program):
+    # (convert() hands its options to the lowering too, and the builders took every option the lowering had been
+    # given as its own: quantise="int8" built an unquantized model and said nothing)
+    with pytest.raises(InputError, match=r"unknown .* option\(s\) \['quantise'\]; known: .*'kernels'"):
+        build(program, target=target, quantise="int8")
+    x, k, v, a, b = _tensors()
+    want = _Optional().eval()(x, None, {"k": k, "v": (v,)}, a=a, b=b)
+    _same(build(program, target=target, kernels="reference", composites=False)(x, k, v, a, b), want)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from converter.call_inputs import CallInputs, check_input
+from converter.lowering.context import check_options
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
 from converter.lowering.interpreter import LoweredProgram, fixed_outputs
 from tpu_runtime import graph_checks
@@ -166,6 +167,7 @@ class TpuModule:
 
 def build(program: LoweredProgram, **options: Any) -> TpuModule:
     """Target builder used by ``convert(..., target="tpu")``."""
+    check_options("tpu", options, ("device", "seed"))
     return TpuModule(program, **options)
 
 

@@ -10,8 +10,25 @@ import zlib
 
 import torch
 
-from converter.errors import SourceLocation, source_location
+from converter.errors import InputError, SourceLocation, source_location
 from converter.lowering.dtypes import to_jax_dtype
+
+
+#: The conversion options the lowering reads (``ctx.options``): ``composites`` (emit high-level ops as
+#: ``jax.lax.composite``, default on) and ``kernels`` (``"pallas"`` / ``"reference"``: force a kernel body).
+LOWERING_OPTIONS = frozenset({"composites", "kernels"})
+
+
+def check_options(what: str, options: Any, known: Any) -> None:
+    """Refuse a conversion option neither ``what``'s builder (``known``) nor the lowering reads: a misspelt one
+    (``quantise="int8"``) was taken and ignored, and the artifact built without it.
+
+    Raises:
+        InputError: naming the unknown options and the ones ``what`` takes.
+    """
+    unknown = sorted(set(options) - set(known) - LOWERING_OPTIONS)
+    if unknown:
+        raise InputError(f"unknown {what} option(s) {unknown}; known: {sorted(set(known) | LOWERING_OPTIONS)}")
 
 
 @dataclass

@@ -57,6 +57,7 @@ import numpy as np
 
 from converter.call_inputs import METADATA_NAME, CallInputs
 from converter.errors import InputError
+from converter.lowering.context import check_options
 from converter.lowering.stateful import StateCarrier, stateful_program
 from converter.lowering.stateful import note as state_note
 from exporters.litert.artifact import LiteRTArtifact
@@ -111,11 +112,7 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
         programs[key] = prog
     if not programs:
         raise InputError("build() needs a program or a signatures mapping")
-    # Options convert() passed for the lowering are also in program.options; others are typos.
-    lowering_options = {k for p in programs.values() for k in (getattr(p, "options", None) or {})}
-    unknown = set(options) - _OPTIONS - lowering_options
-    if unknown:
-        raise InputError(f"unknown LiteRT option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    check_options("LiteRT", options, _OPTIONS | {"signatures", "channels_last_io", "num_threads"})
     notes: list[str] = []
     call_inputs = {k: CallInputs.of(p) for k, p in programs.items()}
     carried, carrier = {}, StateCarrier({})

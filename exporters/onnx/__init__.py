@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from converter.call_inputs import METADATA_NAME, CallInputs
-from converter.errors import InputError
+from converter.lowering.context import check_options
 from converter.lowering.stateful import StateCarrier, stateful_program
 from converter.lowering.stateful import note as state_note
 from exporters.onnx.artifact import OnnxArtifact
@@ -46,8 +46,8 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
     Args:
         program: a ``converter.lowering.interpreter.LoweredProgram``.
         num_threads: ONNX Runtime intra-op threads for ``OnnxArtifact.__call__``.
-        **options: ``description`` (the model's doc string). Options ``convert()``
-            passed for the lowering are accepted and ignored here.
+        **options: ``description`` (the model's doc string); the lowering's options
+            (:data:`~converter.lowering.LOWERING_OPTIONS`) are accepted and ignored here.
 
     Returns:
         The :class:`OnnxArtifact`.
@@ -57,10 +57,7 @@ def build(program: Any, *, num_threads: int = 2, **options: Any) -> OnnxArtifact
         ExportError: the export failed for another reason.
         InputError: unknown options.
     """
-    lowering_options = set(getattr(program, "options", None) or {})
-    unknown = set(options) - _OPTIONS - lowering_options
-    if unknown:
-        raise InputError(f"unknown ONNX option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
+    check_options("ONNX", options, _OPTIONS | {"num_threads"})
     notes: list[str] = []
     call_inputs, carried = CallInputs.of(program), None
     if getattr(program, "mutated_buffers", None):  # buffers written in place: carried inputs and outputs

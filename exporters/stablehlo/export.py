@@ -20,6 +20,7 @@ from jax.extend.core import jaxprs_in_params
 
 from converter.call_inputs import CallInputs
 from converter.errors import ExportError
+from converter.lowering.context import check_options
 from converter.lowering.dtypes import to_jax_dtype
 from converter.lowering.interpreter import LoweredProgram
 from exporters.atomic import write_dir
@@ -160,4 +161,5 @@ def _storable(v: np.ndarray) -> np.ndarray:
 
 def build(program: LoweredProgram, **options: Any) -> StableHLOArtifact:
     """Target builder used by ``convert(..., target="stablehlo")``."""
+    check_options("StableHLO", options, ())
     return StableHLOArtifact(program, **options)
