@@ -7,8 +7,10 @@ FX node, the module path and the user's ``file:line`` taken from
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import sysconfig
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +90,10 @@ def caller_location(internal_files: tuple | None = None) -> SourceLocation:
     return SourceLocation()
 
 
+#: Python's own library: no user's line (inspect.py binding a call's arguments to ``forward``).
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+
+
 def traceback_location(exc: BaseException) -> SourceLocation | None:
     """The innermost frame of ``exc``'s traceback (and of the exceptions it was raised from) outside torch and
     tpu-export: the user's line that raised it inside a traced ``forward``; ``None`` when every frame is internal."""
@@ -95,7 +101,8 @@ def traceback_location(exc: BaseException) -> SourceLocation | None:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         frames = [f for f in traceback.extract_tb(exc.__traceback__)
-                  if not any(s in f.filename for s in _INTERNAL) and f.filename != "<string>"]  # (torch's exec'd code)
+                  if not any(s in f.filename for s in _INTERNAL) and f.filename != "<string>"  # (torch's exec'd code)
+                  and not f.filename.startswith(_STDLIB)]  # (inspect's binding of the model's arguments)
         if frames:
             return SourceLocation(frames[-1].filename, frames[-1].lineno, frames[-1].name)
         exc = exc.__cause__ or exc.__context__

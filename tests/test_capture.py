@@ -178,3 +178,12 @@ def test_a_capture_error_names_the_users_line_that_raised_it(model, says):
     with pytest.raises(CaptureError, match=rf"torch\.export failed on {type(model).__name__} at "
                                            rf"{re.escape(__file__)}:{line} in forward: .*{says}"):
         convert(model, (torch.randn(3, 3),), target="stablehlo")
+
+
+def test_a_capture_error_with_no_user_line_names_none():
+    # (it named inspect.py's line that binds the call's arguments to forward)
+    from converter import convert
+    from converter.errors import CaptureError
+
+    with pytest.raises(CaptureError, match=r"^torch\.export failed on _WrongShapes: missing a required argument: 'x'$"):
+        convert(_WrongShapes(), (), target="stablehlo")
