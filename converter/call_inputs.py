@@ -148,7 +148,6 @@ class CallInputs:
                              "arguments' tensors, nested tuples, lists and dicts included)")
         return flat
 
-
     def _check_constants(self, args: Sequence[Any], kwargs: dict) -> None:
         """Raise :class:`InputError` where the call gives a Python number or string other than the sample call's
         in its place: the converted program holds the sample's (torch.export specializes them), so it would
@@ -188,9 +187,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _fixed_message(name: str, got: Any, want: Any) -> str:
-    return (f"argument '{name}' is {got!r} but the model was converted with {want!r}: torch.export holds a Python number or "
-            f"string fixed in the converted program, which would compute with {want!r}; pass {want!r}, convert "
-            f"again with {got!r}, or make it a tensor input")
+    """The refusal of ``got`` where the sample call gave ``want`` (:meth:`CallInputs._check_constants`)."""
+    return (f"argument '{name}' is {got!r} but the model was converted with {want!r}: torch.export holds a Python "
+            f"number or string fixed in the converted program, which would compute with {want!r}; pass {want!r}, "
+            f"convert again with {got!r}, or make it a tensor input")
 
 
 def _sample_constants(exported: Any) -> dict:

@@ -1,7 +1,8 @@
 """Debug eager: strict, but synchronous, with optional checks after every op.
 
 * ``check_nan`` (default on): raise :class:`NonFiniteError` naming the first op whose
-  output has a NaN (an earlier op would have been named for a NaN input);
+  output has a NaN (an earlier op would have been named for a NaN input; one that came from the host or from
+  before debug mode is said to be);
   ``check_inf`` (default off: ``-inf`` attention masks are legitimate) does the
   same for infinities;
 * ``compare_cpu``: run the same ATen op with PyTorch on CPU copies of the inputs
@@ -21,7 +22,9 @@
   largest value (an ill-conditioned op magnifies each side's rounding).
 
 :data:`REPORT` counts the ops run and checked since debug mode was entered and
-keeps every finding (also when ``raise_on_error=False``).
+keeps every finding (also when ``raise_on_error=False``). A finding names where the op came from: the user's
+source line, and in ``backward()`` the autograd node running (``MulBackward0``), with the forward line that made it
+under ``torch.autograd.set_detect_anomaly(True)``.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ class DebugExecutor:
                 if bad:
                     what = "NaN" if np.isnan(arr).any() else "Inf"
                     self._finding(NonFiniteError, f"{plan.name} produced {what} in output {i} (shape "
-                                                  f"{list(arr.shape)}, dtype {arr.dtype}) {where()}"
+                                                  f"{list(arr.shape)}, dtype {arr.dtype}) {_where()}"
                                                   f"{_held_before(values, what)}")
         if self.options.compare_cpu and plan.op is not None and not plan.random and "targs" in plan.extra \
                 and plan.op._schema.name not in _UNINITIALIZED:
@@ -172,7 +175,7 @@ class DebugExecutor:
             got = array_to_torch(o)
             if got.shape != r.shape:
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
-                                           f"(shape {list(got.shape)}, the CPU's {list(r.shape)}) {where()}")
+                                           f"(shape {list(got.shape)}, the CPU's {list(r.shape)}) {_where()}")
                 return
             if i == 1 and name in _TIES and _same_picks(plan.op, _fill(targs, cpu), _fill(tkwargs, cpu), got,
                                                         refs[0]):
@@ -196,11 +199,11 @@ class DebugExecutor:
             if not ok:
                 shapes = ", ".join(f"{list(c.shape)}:{str(c.dtype)[6:]}" for c in cpu if isinstance(c, torch.Tensor))
                 self._finding(ParityError, f"first op that differs from PyTorch CPU: {plan.name} output {i} "
-                                           f"(max abs error {err:.3g}; inputs {shapes}) {where()}")
+                                           f"(max abs error {err:.3g}; inputs {shapes}) {_where()}")
                 return
 
 
-def where() -> str:
+def _where() -> str:
     """Where the running op came from, for a finding: the user's source line; in ``backward()``, the autograd
     node running (``MulBackward0``) and the forward line that made it when anomaly detection recorded it
     (``torch.autograd.set_detect_anomaly(True)``), then the ``backward()`` call's line."""
@@ -218,9 +221,8 @@ def _held_before(values: list, what: str) -> str:
     host or from before debug mode."""
     test = np.isnan if what == "NaN" else np.isinf
     for i, v in enumerate(values):
-        if hasattr(v, "dtype") and np.dtype(v.dtype).kind in "fcV" and test(np.asarray(v, np.complex128 if
-                                                                                  np.dtype(v.dtype).kind == "c"
-                                                                                  else np.float64)).any():
+        kind = np.dtype(v.dtype).kind if hasattr(v, "dtype") else None
+        if kind in ("f", "c", "V") and test(np.asarray(v, np.complex128 if kind == "c" else np.float64)).any():
             return f"; its input {i} already held {what} (copied from the host, or made before debug mode)"
     return ""
 
