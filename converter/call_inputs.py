@@ -130,9 +130,9 @@ class CallInputs:
                 model's inputs.
         """
         kwargs = kwargs or {}
-        self._check_constants(args, kwargs)
         if not kwargs and len(args) == self.n_inputs and not any(_nested(a) for a in args):
             return list(args)  # the flat inputs themselves (a list of numbers may be one array-like input)
+        self._check_constants(args, kwargs)  # (not of the flat inputs: their lists of numbers are array-likes)
         unknown = [k for k in kwargs if k not in self.keywords]
         if unknown:
             known = ", ".join(self.keywords) if self.keywords else "none"

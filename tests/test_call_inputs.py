@@ -259,3 +259,11 @@ def test_a_misspelt_option_is_refused_by_every_target(target, program):
     x, k, v, a, b = _tensors()
     want = _Optional().eval()(x, None, {"k": k, "v": (v,)}, a=a, b=b)
     _same(build(program, target=target, kernels="reference", composites=False)(x, k, v, a, b), want)
+
+
+def test_the_flat_inputs_as_nested_lists_are_not_taken_for_the_samples_numbers(numbers_program):
+    # (a list of numbers is an array-like input in the flat call: its numbers are no arguments of the model's)
+    x, t = _tensors()[:2]
+    art = build(numbers_program, target="onnx")
+    want = _Numbers()(x, 2.0, 3, opts={"negate": True, "t": t}, mode="add")
+    _same(art(x.tolist(), t.tolist()), want)
