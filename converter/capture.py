@@ -223,8 +223,8 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
     if not isinstance(sample_args, (tuple, list)):
         raise InputError(f"sample_args must be a tuple of inputs, got {type(sample_args).__name__}")
     model, sample_args, sample_kwargs = on_the_host(model, tuple(sample_args), sample_kwargs)
+    ep = None
     try:
-        ep = None
         if decompose:
             try:
                 with _tracers_kept_out(model):
@@ -243,7 +243,33 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         where = f" at {where}" if where is not None else ""
         hint = _DATA_DEPENDENT if "data-dependent" in first else ""
         raise CaptureError(f"torch.export failed on {type(model).__name__}{where}: {first}{hint}") from e
+    finally:
+        _release_traced_tensors(ep)
     return ep
+
+
+def _release_traced_tensors(ep: ExportedProgram | None) -> None:
+    """Drop what torch.export keeps of the real tensors it traced (the model's parameters, the sample inputs):
+    each fake-tensor mode's weak reference to every tensor it made a fake of, and the tracer's map of the last
+    trace's fakes (a module global torch clears only at the next trace). ``torch.utils.swap_tensors`` refuses a
+    tensor with a weak reference, so after a conversion ``model.to("tpu")`` (which swaps each parameter for a tpu
+    tensor) raised "Couldn't swap Linear.weight", as long as the artifact (its program's fake values) lived."""
+    from torch.fx.experimental import proxy_tensor
+
+    getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", {}).clear()
+    if ep is None:
+        return
+    modes = {}
+    for gm in ep.graph_module.modules():  # (control-flow branches are graphs of their own)
+        for node in getattr(getattr(gm, "graph", None), "nodes", ()):
+            for val in tree_leaves(node.meta.get("val")):
+                if isinstance(val, FakeTensor):
+                    modes[id(val.fake_mode)] = val.fake_mode
+    for mode in modes.values():
+        describer = getattr(getattr(getattr(mode, "fake_tensor_converter", None), "meta_converter", None),
+                            "describer", None)
+        if describer is not None and hasattr(describer, "lookup_tensor"):
+            describer.lookup_tensor.clear()  # (its ids stay unique: the counter goes on)
 
 
 def on_the_host(model: torch.nn.Module, args: tuple, kwargs: dict | None) -> tuple:

@@ -75,3 +75,16 @@ def test_torch_export_takes_a_model_on_the_device_as_a_cuda_one():
     program = torch.export.export(model, (x,))
     assert "aten.linear" in program.graph_module.code and "batch_norm" in program.graph_module.code
     torch.testing.assert_close(program.module()(x).detach().cpu(), model(x).detach().cpu())
+
+
+def test_a_converted_model_moves_to_the_device_while_its_artifact_lives():
+    # (torch.export's fake-tensor mode kept a weak reference to each parameter, and torch.utils.swap_tensors refuses
+    # such a tensor: model.to("tpu") raised "Couldn't swap Linear.weight" after a convert() or validate())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(3))
+    art = convert(model, (x,), target="stablehlo")
+    want = model(x).detach()
+    model.to("tpu")
+    torch.testing.assert_close(model(x.to("tpu")).detach().cpu(), want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(torch.as_tensor(art(x)), want, rtol=1e-6, atol=1e-6)
