@@ -305,6 +305,11 @@ META_FUNCTIONS: dict[Any, Callable] = {
     aten._histogramdd_from_bin_cts.default: _histogramdd_meta,
     aten._histogramdd_from_bin_tensors.default: _histogramdd_meta,
     aten._histogramdd_bin_edges.default: _histogramdd_edges_meta,
+    # fake quantization (QAT): the values in the input's shape and dtype and a bool mask (torch has no meta kernels)
+    **{op: lambda self, *args, **kwargs: (torch.empty_like(self), torch.empty_like(self, dtype=torch.bool))
+       for op in (aten.fake_quantize_per_tensor_affine_cachemask.default,
+                  aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default,
+                  aten.fake_quantize_per_channel_affine_cachemask.default)},
     **{op: functools.partial(_nearest_meta, op) for op in (
         getattr(getattr(aten, f"{name}{n}d"), overload) for name in ("upsample_nearest", "_upsample_nearest_exact")
         for n in (1, 2, 3) for overload in ("default", "vec"))},
