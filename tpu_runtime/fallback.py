@@ -60,8 +60,9 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
                                  reason="sparse tensors have no layout on the tpu device (for nn.Embedding and "
                                         "nn.EmbeddingBag, use sparse=False: dense gradients)")
-    if func._schema.name.startswith("aten::_fused_moving_avg_obs_fq_helper"):  # (nor can the fallback: it resizes
-        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False, reason=_FUSED_QAT)  # the buffers)
+    # nor can the fallback run the fused QAT observer: it resizes its buffers in place
+    if func._schema.name.startswith("aten::_fused_moving_avg_obs_fq_helper"):
+        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False, reason=_FUSED_QAT)
     if not _FALLBACK["enabled"]:
         names = sorted(str(k) for k in registry.registered())
         packet = str(func).rsplit(".", 1)[0]
