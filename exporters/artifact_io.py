@@ -47,7 +47,13 @@ def read_model_file(path: str | os.PathLike) -> bytes:
 
 def any_torch(inputs: Sequence[Any]) -> bool:
     """True when any call argument is a torch object (the results are then torch tensors)."""
-    return any(type(x).__module__.startswith("torch") for x in inputs)
+    return any(is_torch(x) for x in inputs)
+
+
+def is_torch(x: Any) -> bool:
+    """A torch object: a tensor of any device or subclass (a tpu tensor's class is ``tpu_runtime``'s), told
+    without importing torch (a reloaded artifact runs without it)."""
+    return type(x).__module__.startswith("torch") or (hasattr(x, "detach") and hasattr(x, "requires_grad"))
 
 
 def to_numpy(x: Any) -> np.ndarray:

@@ -13,6 +13,7 @@ from jax import export as jax_export
 
 from converter.call_inputs import CallInputs, check_input
 from converter.errors import ExportError, InputError
+from exporters.artifact_io import is_torch
 
 
 def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None,
@@ -24,7 +25,7 @@ def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False
     ``dtype`` (``TensorSpec.to_json``), checked first (:func:`~converter.call_inputs.check_input`), with the
     ``ranges`` of their dynamic dims (:attr:`~converter.call_inputs.CallInputs.ranges`); a size jax.export's
     symbolic shapes refuse besides (0 for a dynamic dim) is an :class:`InputError` too."""
-    torch_io = any(_is_torch(x) for x in inputs)
+    torch_io = any(is_torch(x) for x in inputs)
     with jax.enable_x64(True):
         arrays = [_to_array(x) for x in inputs]
         for i, (spec, arr) in enumerate(zip(specs, arrays)):
@@ -54,14 +55,8 @@ def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def _is_torch(x: Any) -> bool:
-    """A torch tensor, of any device or subclass (a tpu tensor's class is ``tpu_runtime``'s), without importing
-    torch (a reloaded module runs without it)."""
-    return type(x).__module__.startswith("torch") or (hasattr(x, "detach") and hasattr(x, "requires_grad"))
-
-
 def _to_array(x: Any) -> Any:
-    if _is_torch(x):
+    if is_torch(x):
         from tpu_runtime.module import to_jax
 
         return to_jax(x)
