@@ -153,37 +153,25 @@ class CallInputs:
         in its place: the converted program holds the sample's (torch.export specializes them), so it would
         compute with that one and say nothing. Arguments the call leaves out keep the sample's."""
         given = []
-        _constants(tuple(args), given)
+        _leaves(tuple(args), given, _is_constant)
         for got, (name, want) in zip(given, self.constants["args"]):
             if not _same(got, want):
                 raise InputError(_fixed_message(name, got, want))
         for keyword, wanted in self.constants["kwargs"].items():
             if keyword in kwargs:
                 given = []
-                _constants(kwargs[keyword], given)
+                _leaves(kwargs[keyword], given, _is_constant)
                 for got, (name, want) in zip(given, wanted):
                     if not _same(got, want):
                         raise InputError(_fixed_message(name, got, want))
 
 
-def _constants(x: Any, out: list) -> None:
-    """Append the Python numbers and strings among ``x``'s leaves to ``out``, in ``torch.export``'s order."""
-    if isinstance(x, (bool, int, float, str)) and not _is_array(x):
-        out.append(x)
-    elif isinstance(x, (tuple, list)) and not _is_array(x):
-        for item in x:
-            _constants(item, out)
-    elif isinstance(x, dict):
-        for item in x.values():
-            _constants(item, out)
-
-
 def _same(a: Any, b: Any) -> bool:
-    """Whether two Python constants are the one torch.export's guard takes (NaN is itself)."""
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return True
-    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and not isinstance(a, bool)
-                                             and isinstance(b, (int, float)) and not isinstance(b, bool) and a == b)
+    """Whether two Python constants are the one torch.export's guard takes (2 is 2.0, NaN is itself; a bool or a
+    string only itself)."""
+    if isinstance(a, (bool, str)) or isinstance(b, (bool, str)):
+        return type(a) is type(b) and a == b
+    return a == b or (a != a and b != b)
 
 
 def _fixed_message(name: str, got: Any, want: Any) -> str:
@@ -306,16 +294,23 @@ def _nested(x: Any) -> bool:
     return isinstance(x, list) and any(_is_array(i) or _nested(i) for i in x)
 
 
-def _leaves(x: Any, out: list) -> None:
-    """Append ``x``'s tensors to ``out`` in ``torch.export``'s order."""
-    if _is_array(x):
+def _leaves(x: Any, out: list, keep: Any = _is_array) -> None:
+    """Append ``x``'s leaves that ``keep`` takes (its tensors) to ``out`` in ``torch.export``'s order."""
+    if keep(x):
         out.append(x)
+    elif _is_array(x):
+        return
     elif isinstance(x, (tuple, list)):
         for item in x:
-            _leaves(item, out)
+            _leaves(item, out, keep)
     elif isinstance(x, dict):
         for item in x.values():
-            _leaves(item, out)
+            _leaves(item, out, keep)
+
+
+def _is_constant(x: Any) -> bool:
+    """A Python number or string (which torch.export holds fixed in the program)."""
+    return isinstance(x, (bool, int, float, str)) and not _is_array(x)
 
 
 __all__ = ["METADATA_NAME", "CallInputs", "check_input", "finite_bound"]
