@@ -43,13 +43,6 @@ def fallback_report() -> dict[str, int]:
     return dict(_FALLBACK["counts"])
 
 
-#: Why the fused observer + fake quantization of torch.ao's default QAT qconfigs does not run, and what does.
-_FUSED_QAT = ("the fused observer and fake quantization of torch.ao's default QAT qconfigs "
-              "(get_default_qat_qconfig('x86' / 'fbgemm' / 'qnnpack')) has no tpu kernel; "
-              "torch.ao.quantization.default_qat_qconfig (FakeQuantize with moving-average min / max observers) "
-              "trains on the device, as torch.fake_quantize_per_tensor_affine / _per_channel_affine run there")
-
-
 def missing(func: Any, args: tuple, kwargs: dict) -> Any:
     """An op with no way to run on the device: raise, or fall back when opted in.
 
@@ -60,9 +53,6 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
                                  reason="sparse tensors have no layout on the tpu device (for nn.Embedding and "
                                         "nn.EmbeddingBag, use sparse=False: dense gradients)")
-    # nor can the fallback run the fused QAT observer: it resizes its buffers in place
-    if func._schema.name.startswith("aten::_fused_moving_avg_obs_fq_helper"):
-        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False, reason=_FUSED_QAT)
     if not _FALLBACK["enabled"]:
         names = sorted(str(k) for k in registry.registered())
         packet = str(func).rsplit(".", 1)[0]

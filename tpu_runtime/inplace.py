@@ -169,8 +169,14 @@ def mutating(functional: Any, mutated: tuple[tuple[int, str], ...], n_returns: i
               kwargs: dict) -> Any:
     """An op that writes into arguments other than ``self`` (``rrelu_with_noise`` fills ``noise``)
     through its ``<op>_functional`` twin, which returns the op's outputs and then the new value of
-    each mutated argument."""
+    each mutated argument. An argument whose new value has another shape is resized first, as the op's kernel
+    resizes it (a fresh ``FusedMovingAvgObsFakeQuantize`` of weights grows its empty running min / max, scales
+    and zero points to one per channel)."""
     results = _dispatch._route(functional, args, kwargs)
+    for (pos, name), new in zip(mutated, results[n_returns:]):
+        target = args[pos] if pos < len(args) else kwargs[name]
+        if isinstance(target, TpuTensor) and isinstance(new, TpuTensor) and target._spec[0] != new._spec[0]:
+            resize.resize(target, new._spec[0])
     _write_back(mutated, results[n_returns:], args, kwargs)
     outs = results[:n_returns]
     return outs[0] if n_returns == 1 else tuple(outs)

@@ -269,6 +269,17 @@ def _nearest_meta(op: Any, input: Any, *args: Any) -> torch.Tensor:
     return input.new_empty(input.shape[:2] + op(input.new_empty((1, *input.shape[1:])), *args).shape[2:])
 
 
+def _fused_observer_meta(self: Any, observer_on: Any, fake_quant_on: Any, running_min: Any, running_max: Any,
+                         scale: Any, zero_point: Any, *args: Any) -> tuple:
+    """_fused_moving_avg_obs_fq_helper_functional on meta: torch's meta kernel, except that a per-row observer's
+    empty running values (a fresh ``FusedMovingAvgObsFakeQuantize`` of weights) come out one per row, as the CPU
+    kernel resizes them."""
+    per_row = (args[4] if len(args) > 4 else False) and running_min.numel() == 0
+    values = (running_min, running_max, scale, zero_point)
+    return (torch.empty_like(self), torch.empty_like(self, dtype=torch.bool),
+            *(t.new_empty(self.shape[:1]) if per_row else torch.empty_like(t) for t in values))
+
+
 #: Output shapes of ops (table rows or kernels) whose meta kernel in torch is missing or fails
 #: (torch's ``_thnn_fused_lstm_cell`` meta kernel cannot take ``None`` biases).
 META_FUNCTIONS: dict[Any, Callable] = {
@@ -310,6 +321,7 @@ META_FUNCTIONS: dict[Any, Callable] = {
        for op in (aten.fake_quantize_per_tensor_affine_cachemask.default,
                   aten._fake_quantize_per_tensor_affine_cachemask_tensor_qparams.default,
                   aten.fake_quantize_per_channel_affine_cachemask.default)},
+    aten._fused_moving_avg_obs_fq_helper_functional.default: _fused_observer_meta,
     **{op: functools.partial(_nearest_meta, op) for op in (
         getattr(getattr(aten, f"{name}{n}d"), overload) for name in ("upsample_nearest", "_upsample_nearest_exact")
         for n in (1, 2, 3) for overload in ("default", "vec"))},

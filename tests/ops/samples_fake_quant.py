@@ -1,7 +1,9 @@
 """OpInfo samples: fake quantization (quantization-aware training), per tensor and per channel, values and masks.
 
 The samples hold ties of the rounding (``x / scale`` ending in .5: round half to even), values past the grid
-(mask false), and NaN / ±inf (NaN clamps to ``quant_min``; the per-channel kernel takes ±inf there too)."""
+(mask false), and NaN / ±inf (NaN clamps to ``quant_min``; the per-channel kernel takes ±inf there too). The fused
+observer of torch.ao's default QAT qconfigs runs with its observer and fake quantization on and off, on a fresh
+observer (infinite running values) and a warm one, per tensor and per row, affine and symmetric."""
 
 import torch
 
@@ -46,6 +48,31 @@ def _per_channel(dt):
             Sample((_special(dt), scale, zp, 0, -128, 127), name="special")]
 
 
+def _fused_observer(x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point, *args):
+    """``torch.fused_moving_avg_obs_fake_quant`` (``FusedMovingAvgObsFakeQuantize.forward``) on copies of the
+    observer's state: the fake-quantized values and the state it leaves."""
+    state = [t.clone() for t in (running_min, running_max, scale, zero_point)]
+    return torch.fused_moving_avg_obs_fake_quant(x, observer_on, fake_quant_on, *state, *args), *state
+
+
+def _observer_samples(dt):
+    on, off = torch.tensor([1]), torch.tensor([0])
+    one, zero = torch.tensor([1.0]), torch.tensor([0], dtype=torch.int32)
+    fresh = (torch.tensor(INF), torch.tensor(-INF), one, zero)
+    warm = (torch.tensor(-2.5), torch.tensor(7.25), torch.tensor([0.04]), torch.tensor([60], dtype=torch.int32))
+    rows = (torch.tensor([-1.0, -3.0, 0.5, -0.25]), torch.tensor([2.0, -1.0, 4.0, 0.125]),
+            torch.tensor([0.1, 0.2, 0.3, 0.4]), torch.tensor([0, 1, 2, 3], dtype=torch.int32))
+    x = _values(dt)
+    return [Sample((x, on, on, *fresh, 0.01, 0, 127, -1)),
+            Sample((x, on, on, *warm, 0.01, 0, 255, -1), name="warm"),
+            Sample((x, on, on, *warm, 0.1, -128, 127, -1, False, True), name="symmetric"),
+            Sample((x, off, on, *warm, 0.01, 0, 255, -1), name="observer_off"),
+            Sample((x, on, off, *warm, 0.01, 0, 255, -1), name="fake_quant_off"),
+            Sample((x, on, on, *rows, 0.01, -128, 127, 0, True, True), name="per_row"),
+            Sample((x.reshape(4, 3, 2), on, on, *rows, 0.5, 0, 15, 0, True, False), name="per_row_affine_3d"),
+            Sample((_special(dt)[:, 1:], on, on, *warm, 0.01, 0, 255, -1), name="infinite")]
+
+
 OPS = [
     OpInfo("fake_quantize_per_tensor", aten.fake_quantize_per_tensor_affine_cachemask.default,
            (aten.fake_quantize_per_tensor_affine_cachemask.default,), _per_tensor, dtypes=(f32, f64, bf16, f16),
@@ -57,4 +84,7 @@ OPS = [
     OpInfo("fake_quantize_per_channel", aten.fake_quantize_per_channel_affine_cachemask.default,
            (aten.fake_quantize_per_channel_affine_cachemask.default,), _per_channel, dtypes=(f32, f64, bf16),
            tol={d: (0, 0) for d in (f32, f64, bf16)}),
+    OpInfo("fused_moving_avg_obs_fake_quant", _fused_observer,
+           (aten._fused_moving_avg_obs_fq_helper_functional.default,), _observer_samples,
+           tol={f32: (0, 0)}),
 ]
