@@ -3,6 +3,7 @@ quantization, ``converter/lowering/ops/fake_quant.py``) train as on the CPU."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
@@ -169,3 +170,47 @@ def test_a_fresh_per_channel_observer_is_refused_with_what_to_do():
     model = _qat_model(tq.get_default_qat_qconfig("x86"))  # (its weight observers' running min / max are empty)
     with pytest.raises(UnsupportedOpError, match=r"_fused_moving_avg_obs_fq_helper.*run the model once before "):
         convert(model, (torch.randn(2, 8),), target="onnx")
+
+
+class _ConvBnNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.dq = tq.QuantStub(), tq.DeQuantStub()
+        self.conv, self.bn, self.relu = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, stride=2), nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.bn2(self.conv2(self.relu(self.bn(self.conv(self.q(x))))))
+        return self.dq(self.fc(x.mean((2, 3))))
+
+
+def _qat_recipe(device):
+    """torch.ao's eager QAT recipe: fuse conv-bn(-relu), prepare with the x86 qconfig, train (observers off after
+    three steps, batch-norm statistics frozen after four), convert to an int8 model on the CPU."""
+    import torch.ao.nn.intrinsic.qat as nniqat
+
+    torch.manual_seed(0)
+    model = tq.fuse_modules_qat(_ConvBnNet().train(), [["conv", "bn", "relu"], ["conv2", "bn2"]])
+    model.qconfig = tq.get_default_qat_qconfig("x86")
+    model = tq.prepare_qat(model).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    for i in range(6):
+        if i == 3:
+            model.apply(tq.disable_observer)
+        if i == 4:
+            model.apply(nniqat.freeze_bn_stats)
+        x, y = torch.randn(4, 3, 8, 8, generator=g).to(device), torch.randint(0, 4, (4,), generator=g).to(device)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return tq.convert(copy.deepcopy(model).cpu().eval())
+
+
+def test_the_qat_recipe_trained_on_the_device_converts_to_the_cpus_int8_model():
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    want, got = _qat_recipe("cpu"), _qat_recipe("tpu")
+    assert torch.equal(got(x), want(x))  # (the int8 model computes on its quantized weights and scales)
+    assert torch.equal(got.conv.weight().int_repr(), want.conv.weight().int_repr())
