@@ -272,9 +272,9 @@ def _nearest_meta(op: Any, input: Any, *args: Any) -> torch.Tensor:
 def _fused_observer_meta(self: Any, observer_on: Any, fake_quant_on: Any, running_min: Any, running_max: Any,
                          scale: Any, zero_point: Any, averaging_const: float, quant_min: int, quant_max: int,
                          ch_axis: int, per_row_fake_quant: bool = False, symmetric_quant: bool = False) -> tuple:
-    """_fused_moving_avg_obs_fq_helper_functional on meta: torch's meta kernel, except that a per-row observer's
-    empty running values (a fresh ``FusedMovingAvgObsFakeQuantize`` of weights) come out one per row, as the CPU
-    kernel resizes them."""
+    """_fused_moving_avg_obs_fq_helper_functional's results on meta, shaped as by torch's meta kernel, except that a
+    per-row observer's empty running values (a fresh ``FusedMovingAvgObsFakeQuantize`` of weights) come out one
+    per row, as the CPU kernel resizes them."""
     grown = per_row_fake_quant and running_min.numel() == 0
     values = (running_min, running_max, scale, zero_point)
     return (torch.empty_like(self), torch.empty_like(self, dtype=torch.bool),

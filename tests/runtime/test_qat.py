@@ -1,5 +1,6 @@
-"""Quantization-aware training on the tpu device: torch.ao's ``FakeQuantize`` modules (observers and fake
-quantization, ``converter/lowering/ops/fake_quant.py``) train as on the CPU."""
+"""Quantization-aware training on the tpu device: torch.ao's ``FakeQuantize`` modules and the fused observer of its
+per-backend qconfigs (observers and fake quantization, ``converter/lowering/ops/fake_quant.py``) train as on the
+CPU, and a model prepared with the fused observer converts to every target."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ with warnings.catch_warnings():
     import torch.ao.quantization as tq
 
 
-def _qat_model(qconfig) -> nn.Module:
+def _qat_model(qconfig, *layers: nn.Module) -> nn.Module:
+    """``layers`` (default: an MLP 8 → 16 → 4) between a quant and a dequant stub, prepared for QAT."""
     torch.manual_seed(0)
-    model = nn.Sequential(tq.QuantStub(), nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4), tq.DeQuantStub()).train()
+    layers = layers or (nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    model = nn.Sequential(tq.QuantStub(), *layers, tq.DeQuantStub()).train()
     model.qconfig = qconfig
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -57,12 +60,7 @@ def test_fake_quantize_modules_train_as_on_the_cpu(mode):
 
 def _conv_qat_model(qconfig) -> nn.Module:
     torch.manual_seed(0)
-    model = nn.Sequential(tq.QuantStub(), nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16, 4),
-                          tq.DeQuantStub()).train()
-    model.qconfig = qconfig
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return tq.prepare_qat(model)
+    return _qat_model(qconfig, nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16, 4))
 
 
 def _train_state(model, device, step=None, steps=4):
