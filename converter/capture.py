@@ -195,6 +195,26 @@ _DATA_DEPENDENT = (" (a Python branch, loop or size on a tensor's values: an exp
                    "forward)")
 
 
+#: The modules of torch.ao's quantized form (``torch.ao.quantization.convert`` / ``quantize_dynamic``'s output).
+_QUANTIZED_MODULES = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
+
+
+def _quantized_hint(model: torch.nn.Module) -> str:
+    """What to do where ``model`` holds torch.ao's quantized form, which torch.export cannot trace (its packed int8
+    weights, quantized tensors): its first such module or tensor, and the forms that convert; else ``""``."""
+    part = next((f"module {name or '(root)'} ({type(m).__module__}.{type(m).__qualname__})"
+                 for name, m in model.named_modules() if type(m).__module__.startswith(_QUANTIZED_MODULES)
+                 and ".reference." not in type(m).__module__), None)
+    part = part or next((f"tensor {name} ({t.dtype})" for name, t in (*model.named_parameters(),
+                                                                      *model.named_buffers()) if t.is_quantized), None)
+    if part is None:
+        return ""
+    return (f" ({part} is torch.ao's quantized form, int8 weights packed for the CPU's quantized kernels or quantized "
+            "tensors, which torch.export cannot trace: convert the model before torch.ao.quantization.convert or "
+            "quantize_dynamic; a model prepared for QAT converts with its fake quantization, and quantize='int8' "
+            "gives a LiteRT model int8 weights)")
+
+
 def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | None = None,
             dynamic_shapes: Any = None, *, strict: bool = False, decompose: bool = True) -> ExportedProgram:
     """Capture ``model`` with torch.export and decompose it to core ATen.
@@ -241,7 +261,7 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = traceback_location(e)
         where = f" at {where}" if where is not None else ""
-        hint = _DATA_DEPENDENT if "data-dependent" in first else ""
+        hint = _DATA_DEPENDENT if "data-dependent" in first else _quantized_hint(model)
         raise CaptureError(f"torch.export failed on {type(model).__name__}{where}: {first}{hint}") from e
     finally:
         _release_traced_tensors(ep)

@@ -187,3 +187,30 @@ def test_a_capture_error_with_no_user_line_names_none():
 
     with pytest.raises(CaptureError, match=r"^torch\.export failed on _WrongShapes: missing a required argument: 'x'$"):
         convert(_WrongShapes(), (), target="stablehlo")
+
+
+def test_torch_aos_quantized_form_is_named_with_the_forms_that_convert():
+    # (the error was torch.export's alone: "LinearPackedParamsBase ... does not have a field with name
+    # '__obj_flatten__'", "quantized nyi in meta tensors")
+    import warnings
+
+    from converter import convert
+    from converter.errors import CaptureError
+
+    class QuantizedBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.quantize_per_tensor(torch.randn(3), 0.1, 0, torch.qint8))
+
+        def forward(self, x):
+            return x + self.w.dequantize()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch.ao's deprecation notes)
+        dynamic = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(3, 3)),
+                                                         {torch.nn.Linear}, dtype=torch.qint8)
+    for model, part in ((dynamic, r"module 0 \(torch\.ao\.nn\.quantized\.dynamic\.modules\.linear\.Linear\)"),
+                        (QuantizedBuffer(), r"tensor w \(torch\.qint8\)")):
+        with pytest.raises(CaptureError, match=rf"{part} is torch\.ao's quantized form.*convert the model before "
+                                               r"torch\.ao\.quantization\.convert or quantize_dynamic"):
+            convert(model, (torch.randn(2, 3),), target="onnx")
