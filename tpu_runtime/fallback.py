@@ -53,6 +53,11 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
                                  reason="sparse tensors have no layout on the tpu device (for nn.Embedding and "
                                         "nn.EmbeddingBag, use sparse=False: dense gradients)")
+    if func._schema.name.split("::")[-1] in _QUANTIZING:  # (nor a quantized result)
+        raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
+                                 reason=NO_LAYOUT["QuantizedPrivateUse1"].split(":")[0] + ": quantize on the CPU "
+                                        "(torch.ao.quantization.convert: model.cpu() first, in place, so the "
+                                        "observers its qconfig makes are made there too)")
     if not _FALLBACK["enabled"]:
         names = sorted(str(k) for k in registry.registered())
         packet = str(func).rsplit(".", 1)[0]
@@ -66,6 +71,11 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         raise UnsupportedOpError(str(func), "tpu", caller_location(), nearest=nearest[:5],
                                  reason=reason + "; tpu_runtime.set_cpu_fallback(True) runs it on CPU (reported)")
     return cpu_fallback(func, args, kwargs)
+
+
+#: The ops that make quantized tensors from tpu ones (their results could not be on the device).
+_QUANTIZING = frozenset({"quantize_per_tensor", "quantize_per_channel", "quantize_per_tensor_dynamic",
+                         "_make_per_tensor_quantized_tensor", "_make_per_channel_quantized_tensor"})
 
 
 #: Dispatch keys of tensor implementations the tpu device has no layout for → what to say instead.

@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-import tpu_runtime  # noqa: F401  (registers the tpu device)
+import tpu_runtime
 from converter.errors import UnsupportedOpError
 
 
@@ -43,3 +43,21 @@ def test_moving_a_tensor_of_another_implementation_names_it_and_the_line(make, o
     x = make()
     with pytest.raises(UnsupportedOpError, match=rf"{op}.* at .*test_sparse_layouts\.py:\d+ .*{says}"):
         x.to("tpu")
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_quantizing_a_tpu_tensor_names_the_op_and_where_to_quantize(fallback):
+    # (it said "no lowering ..." and pointed at the CPU fallback, whose quantized result could not be uploaded:
+    # torch.ao.quantization.convert of a model prepared on the device makes its weight observers there)
+    x = torch.randn(4, 2, device="tpu")
+    scales, zero_points = torch.ones(4, device="tpu"), torch.zeros(4, dtype=torch.long, device="tpu")
+    tpu_runtime.set_cpu_fallback(fallback)
+    try:
+        for quantize, op in ((lambda: torch.quantize_per_tensor(x, 0.1, 0, torch.qint8), "quantize_per_tensor"),
+                             (lambda: torch.quantize_per_channel(x, scales, zero_points, 0, torch.qint8),
+                              "quantize_per_channel")):
+            with pytest.raises(UnsupportedOpError, match=rf"aten\.{op}\.default .* at .*test_sparse_layouts\.py:\d+ "
+                                                         r".*no layout on the tpu device: quantize on the CPU"):
+                quantize()
+    finally:
+        tpu_runtime.set_cpu_fallback(False)
