@@ -212,3 +212,26 @@ def test_the_qat_recipe_trained_on_the_device_converts_to_the_cpus_int8_model():
     want, got = _qat_recipe("cpu"), _qat_recipe("tpu")
     assert torch.equal(got(x), want(x))  # (the int8 model computes on its quantized weights and scales)
     assert torch.equal(got.conv.weight().int_repr(), want.conv.weight().int_repr())
+
+
+def _calibrated(device):
+    """torch.ao's post-training recipe with the x86 qconfig (histogram observers of activations): prepare, calibrate
+    on ``device``, convert to an int8 model on the CPU (in place: see the README)."""
+    torch.manual_seed(0)
+    model = _ConvBnNet().eval()
+    model.qconfig = tq.get_default_qconfig("x86")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = tq.prepare(model).to(device)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(4, 3, 8, 8, generator=g).to(device))
+    return tq.convert(model.cpu())
+
+
+def test_calibration_on_the_device_gives_the_cpus_int8_model():
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    want, got = _calibrated("cpu"), _calibrated("tpu")
+    assert torch.equal(got(x), want(x))
+    assert (got.conv.scale, got.conv.zero_point) == (want.conv.scale, want.conv.zero_point)
