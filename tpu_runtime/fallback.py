@@ -53,7 +53,7 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
         raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
                                  reason="sparse tensors have no layout on the tpu device (for nn.Embedding and "
                                         "nn.EmbeddingBag, use sparse=False: dense gradients)")
-    if func._schema.name.split("::")[-1] in _QUANTIZING:  # (nor a quantized result)
+    if func._schema.name.split("::")[-1] in _QUANTIZING:  # (nor can it help here: its result is quantized)
         raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
                                  reason=NO_LAYOUT["QuantizedPrivateUse1"].split(":")[0] + ": quantize on the CPU "
                                         "(torch.ao.quantization.convert: model.cpu() first, in place, so the "
