@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
+import traceback
 from typing import Any, Iterator
 
 import torch
@@ -195,6 +197,26 @@ _DATA_DEPENDENT = (" (a Python branch, loop or size on a tensor's values: an exp
                    "forward)")
 
 
+#: torch.ao's ``FakeQuantize.forward`` branches on its enable flags (tensors): what converts instead.
+_FAKE_QUANTIZE_FILE = os.path.join("torch", "ao", "quantization", "fake_quantize.py")
+_FAKE_QUANTIZE_BRANCH = (" (torch.ao's FakeQuantize, of default_qat_qconfig, branches on its observer_enabled and "
+                         "fake_quant_enabled tensors: a model prepared with "
+                         "torch.ao.quantization.get_default_qat_qconfig('x86' / 'qnnpack'), whose fused observer takes "
+                         "them as inputs, converts)")
+
+
+def _raised_in(exc: BaseException, path: str) -> bool:
+    """Whether a frame of ``exc``'s traceback (or of the exceptions it was raised from) is in a file ending with
+    ``path``."""
+    seen: set = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(f.filename.endswith(path) for f in traceback.extract_tb(exc.__traceback__)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 #: The modules of torch.ao's quantized form (``torch.ao.quantization.convert`` / ``quantize_dynamic``'s output).
 _QUANTIZED_MODULES = ("torch.ao.nn.quantized.", "torch.ao.nn.intrinsic.quantized.")
 
@@ -261,7 +283,9 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = traceback_location(e)
         where = f" at {where}" if where is not None else ""
-        hint = _DATA_DEPENDENT if "data-dependent" in first else _quantized_hint(model)
+        hint = _quantized_hint(model)
+        if "data-dependent" in first:
+            hint = _FAKE_QUANTIZE_BRANCH if _raised_in(e, _FAKE_QUANTIZE_FILE) else _DATA_DEPENDENT
         raise CaptureError(f"torch.export failed on {type(model).__name__}{where}: {first}{hint}") from e
     finally:
         _release_traced_tensors(ep)

@@ -214,3 +214,20 @@ def test_torch_aos_quantized_form_is_named_with_the_forms_that_convert():
         with pytest.raises(CaptureError, match=rf"{part} is torch\.ao's quantized form.*convert the model before "
                                                r"torch\.ao\.quantization\.convert or quantize_dynamic"):
             convert(model, (torch.randn(2, 3),), target="onnx")
+
+
+def test_torch_aos_fake_quantize_branch_names_the_qconfig_that_converts():
+    # (the hint was the general one: "compute both with torch.where, branch with torch.cond ...", in torch's code)
+    import warnings
+
+    from converter import convert
+    from converter.errors import CaptureError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch.ao's deprecation notes)
+        model = torch.nn.Sequential(torch.ao.quantization.QuantStub(), torch.nn.Linear(3, 3)).train()
+        model.qconfig = torch.ao.quantization.default_qat_qconfig
+        model = torch.ao.quantization.prepare_qat(model)
+    with pytest.raises(CaptureError, match=r"data-dependent .*torch\.ao's FakeQuantize, of default_qat_qconfig, "
+                                           r"branches .*get_default_qat_qconfig\('x86' / 'qnnpack'\)"):
+        convert(model, (torch.randn(2, 3),), target="onnx")
