@@ -124,9 +124,10 @@ def _ranges() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("quant_min,quant_max", [(0, 255), (0, 127), (-128, 127), (-127, 127), (-8, 7)])
 @pytest.mark.parametrize("symmetric", [False, True], ids=["affine", "symmetric"])
 def test_the_fused_observers_scales_and_zero_points_are_the_cpus(quant_min, quant_max, symmetric):
-    # fbgemm's ChooseQuantizationParams bit for bit, per row: float64 steps, the smallest scale, ties of the zero
-    # point (a float32 quotient XLA took as a product by the reciprocal gave 64 for the CPU's 63 at [-3, 1] on
-    # -127..127, and the CPU's error sums are not differences)
+    # fbgemm's ChooseQuantizationParams bit for bit, per row: float64 steps, the smallest scale, the symmetric
+    # range's float32 quotients (XLA takes a division by one number as a product by its reciprocal) and the zero
+    # point's ties (fbgemm adds the two error terms where ATen's copy subtracts them: at [-3, 1] on -127..127 the
+    # CPU says 63, the difference 64)
     lo, hi = _ranges()
     inputs = (torch.randn(len(lo), 2), torch.tensor([0]), torch.tensor([1]), lo, hi, torch.ones(len(lo)),
               torch.zeros(len(lo), dtype=torch.int32))
