@@ -26,6 +26,7 @@ from tpu_runtime.fallback import fallback_report, set_cpu_fallback  # noqa: E402
 from tpu_runtime.eager import REPORT as debug_report  # noqa: E402
 from tpu_runtime.eager import MODES, NonFiniteError, get_eager_mode, set_eager_mode, sync  # noqa: E402
 from tpu_runtime.eager import FusedReport, fused_report, reset_fused_report  # noqa: E402
+from tpu_runtime.interop import as_jax, call_jax, from_jax  # noqa: E402
 from tpu_runtime.module import TpuModule  # noqa: E402
 from tpu_runtime.rng import manual_seed  # noqa: E402
 from tpu_runtime.tensor import TpuTensor  # noqa: E402
@@ -35,4 +36,4 @@ eager_mode = set_eager_mode
 __all__ = ["TpuModule", "TpuTensor", "MODES", "set_eager_mode", "eager_mode", "get_eager_mode", "sync",
            "cache_stats", "reset_cache_stats", "cache_only", "CacheMissError", "CacheStats", "set_cache_dir",
            "cache_dir", "clear_cache", "set_cpu_fallback", "fallback_report", "manual_seed", "NonFiniteError",
-           "debug_report", "FusedReport", "fused_report", "reset_fused_report"]
+           "debug_report", "FusedReport", "fused_report", "reset_fused_report", "as_jax", "from_jax", "call_jax"]
