@@ -66,23 +66,27 @@ def from_jax(a: Any) -> torch.Tensor:
 
 @torch.compiler.disable  # (JAX code has no ATen ops for dynamo to trace: a graph break, the call runs eagerly)
 def call_jax(fn: Callable[..., Any], *tensors: torch.Tensor) -> Any:
-    """``fn`` (a function of ``jax.Array`` s returning one array or a tuple / list of them) on tensors (tpu ones, or
-    CPU ones uploaded): its result as tpu tensors, in its structure. Where an input requires grad, the floating
-    outputs carry a gradient function: ``backward()`` runs ``jax.vjp`` of ``fn`` (integer and bool inputs and
-    outputs take no gradient; an input's gradient goes to its device). Pass other arguments with
+    """``fn`` (a function of ``jax.Array`` s returning arrays: one, or a tuple / list / dict of them) on tensors
+    (tpu ones, or CPU ones uploaded): its result with tpu tensors for its arrays. Where an input requires grad, the
+    floating outputs carry a gradient function: ``backward()`` runs ``jax.vjp`` of ``fn`` (integer and bool inputs
+    and outputs take no gradient; an input's gradient goes to its device). Pass other arguments with
     ``functools.partial``. Under ``torch.compile`` the call is a graph break: it runs eagerly between the
     compiled pieces.
 
     Raises:
         TypeError: an argument is not a tensor, or ``fn`` returns something else than arrays.
+        NotImplementedError: a complex input requires grad (JAX's complex gradients are conjugate to torch's).
     """
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"call_jax: argument {i} is a {type(t).__name__}, not a tensor (bind it to fn with "
                             "functools.partial)")
-    shape: dict = {}
-    outs = _JaxCall.apply(fn, shape, *tensors)
-    return outs[0] if shape["single"] else shape["type"](outs)
+        if t.requires_grad and t.is_complex():
+            raise NotImplementedError(f"call_jax: argument {i} is a complex tensor that requires grad; JAX's complex "
+                                      "gradients are conjugate to torch's: pass its real and imaginary parts")
+    structure: dict = {}
+    outs = _JaxCall.apply(fn, structure, *tensors)
+    return jax.tree_util.tree_unflatten(structure["treedef"], outs)
 
 
 def _inexact(dtype: Any) -> bool:
@@ -91,26 +95,25 @@ def _inexact(dtype: Any) -> bool:
 
 class _JaxCall(torch.autograd.Function):
     """``call_jax`` as an autograd function: the forward keeps ``fn``'s vjp for the backward, and says in
-    ``shape`` how ``fn`` returned its arrays."""
+    ``structure`` how ``fn`` returned its arrays."""
 
     @staticmethod
-    def forward(ctx: Any, fn: Callable[..., Any], shape: dict, *tensors: torch.Tensor) -> tuple:
+    def forward(ctx: Any, fn: Callable[..., Any], structure: dict, *tensors: torch.Tensor) -> tuple:
         arrays = [as_jax(t) for t in tensors]
-        ctx.differentiable = [t.requires_grad and (t.is_floating_point() or t.is_complex()) for t in tensors]
+        ctx.differentiable = [t.requires_grad and t.is_floating_point() for t in tensors]
         ctx.devices = [t.device for t in tensors]
         with x64():
             if any(ctx.differentiable):
                 out, ctx.vjp = jax.vjp(fn, *arrays)
             else:
                 out, ctx.vjp = fn(*arrays), None
-        shape["single"], shape["type"] = isinstance(out, jax.Array), type(out)
-        outs = [out] if shape["single"] else out
-        if not isinstance(outs, (tuple, list)) or not all(isinstance(o, jax.Array) for o in outs):
+        leaves, ctx.treedef = jax.tree_util.tree_flatten(out)
+        if not leaves or not all(isinstance(o, jax.Array) for o in leaves):
             raise TypeError(f"call_jax: {getattr(fn, '__name__', fn)!r} returned {type(out).__name__}; it must "
-                            "return a jax.Array or a tuple / list of them")
-        ctx.out_type, ctx.avals = shape["type"], [(o.shape, o.dtype) for o in outs]
-        results = tuple(from_jax(o) for o in outs)
-        ctx.mark_non_differentiable(*(r for r, o in zip(results, outs) if not _inexact(o.dtype)))
+                            "return a jax.Array, or a tuple / list / dict of them")
+        structure["treedef"], ctx.avals = ctx.treedef, [(o.shape, o.dtype) for o in leaves]
+        results = tuple(from_jax(o) for o in leaves)
+        ctx.mark_non_differentiable(*(r for r, o in zip(results, leaves) if not _inexact(o.dtype)))
         return results
 
     @staticmethod
@@ -119,6 +122,6 @@ class _JaxCall(torch.autograd.Function):
                       else as_jax(g) if g is not None else jax.numpy.zeros(shape, dtype)
                       for g, (shape, dtype) in zip(grads, ctx.avals)]
         with x64():
-            got = ctx.vjp(cotangents[0] if ctx.out_type not in (tuple, list) else ctx.out_type(cotangents))
+            got = ctx.vjp(jax.tree_util.tree_unflatten(ctx.treedef, cotangents))
         return (None, None, *(from_jax(g).to(device) if d else None
                               for g, d, device in zip(got, ctx.differentiable, ctx.devices)))

@@ -53,6 +53,10 @@ def test_several_outputs_integer_arrays_and_cpu_inputs():
     assert best.dtype == torch.int64 and not best.requires_grad  # (an integer output takes no gradient)
     rows.sum().backward()
     assert torch.equal(v.grad.cpu(), torch.tensor([3.0, 0, 3, 0, 0])[:, None].expand(5, 3))
+    both = tpu_runtime.call_jax(lambda a: {"sin": jnp.sin(a), "cos": jnp.cos(a)}, v)  # (any pytree of arrays)
+    v.grad = None
+    (both["sin"] + 2 * both["cos"]).sum().backward()
+    torch.testing.assert_close(v.grad.cpu(), v.detach().cpu().cos() - 2 * v.detach().cpu().sin())
     c = torch.randn(3, requires_grad=True)  # (a CPU input: uploaded, its gradient on the CPU)
     out = tpu_runtime.call_jax(jnp.exp, c)
     out.sum().backward()
@@ -89,3 +93,6 @@ def test_what_is_not_a_tensor_or_an_array_is_refused():
         tpu_runtime.call_jax(jnp.add, x, 3.0)
     with pytest.raises(TypeError, match=r"returned str; it must return a jax\.Array"):
         tpu_runtime.call_jax(lambda a: "a", x)
+    z = torch.ones(2, dtype=torch.complex64, device="tpu", requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"complex tensor that requires grad; JAX's complex gradients"):
+        tpu_runtime.call_jax(jnp.abs, z)
