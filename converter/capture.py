@@ -16,7 +16,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.export import ExportedProgram
 from torch.utils._pytree import tree_leaves, tree_map
 
-from converter.errors import CaptureError, InputError, traceback_location
+from converter.errors import CaptureError, InputError, exception_chain, traceback_location
 
 aten = torch.ops.aten
 
@@ -208,13 +208,8 @@ _FAKE_QUANTIZE_BRANCH = (" (torch.ao's FakeQuantize, of default_qat_qconfig, bra
 def _raised_in(exc: BaseException, path: str) -> bool:
     """Whether a frame of ``exc``'s traceback (or of the exceptions it was raised from) is in a file ending with
     ``path``."""
-    seen: set = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if any(f.filename.endswith(path) for f in traceback.extract_tb(exc.__traceback__)):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    return any(f.filename.endswith(path) for raised in exception_chain(exc)
+               for f in traceback.extract_tb(raised.__traceback__))
 
 
 #: The modules of torch.ao's quantized form (``torch.ao.quantization.convert`` / ``quantize_dynamic``'s output).

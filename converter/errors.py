@@ -13,7 +13,7 @@ import sys
 import sysconfig
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _INTERNAL = ("/torch/", "/site-packages/", "/converter/", "/tpu_runtime/", "<frozen", "<eval_with_key>")  # the last: FX code
@@ -97,16 +97,22 @@ _STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 def traceback_location(exc: BaseException) -> SourceLocation | None:
     """The innermost frame of ``exc``'s traceback (and of the exceptions it was raised from) outside torch and
     tpu-export: the user's line that raised it inside a traced ``forward``; ``None`` when every frame is internal."""
-    seen: set = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+    for raised in exception_chain(exc):
+        frames = [f for f in traceback.extract_tb(raised.__traceback__)
                   if not any(s in f.filename for s in _INTERNAL) and f.filename != "<string>"  # (torch's exec'd code)
                   and not f.filename.startswith(_STDLIB)]  # (inspect's binding of the model's arguments)
         if frames:
             return SourceLocation(frames[-1].filename, frames[-1].lineno, frames[-1].name)
-        exc = exc.__cause__ or exc.__context__
     return None
+
+
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then the exceptions it was raised from (``__cause__``, else ``__context__``), each once."""
+    seen: set = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 #: file name → whether it is internal (torch, tpu-export…): eager ops look up the user's frame per checked op, so

@@ -55,7 +55,7 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
                                         "nn.EmbeddingBag, use sparse=False: dense gradients)")
     if func._schema.name.split("::")[-1] in _QUANTIZING:  # (nor can it help here: its result is quantized)
         raise UnsupportedOpError(str(func), "tpu", caller_location(), hint=False,
-                                 reason=NO_LAYOUT["QuantizedPrivateUse1"].split(":")[0] + ": quantize on the CPU "
+                                 reason=_NO_QUANTIZED + ": quantize on the CPU "
                                         "(torch.ao.quantization.convert: model.cpu() first, in place, so the "
                                         "observers its qconfig makes are made there too)")
     if not _FALLBACK["enabled"]:
@@ -76,6 +76,8 @@ def missing(func: Any, args: tuple, kwargs: dict) -> Any:
 #: The ops that make quantized tensors from tpu ones (their results could not be on the device).
 _QUANTIZING = frozenset({"quantize_per_tensor", "quantize_per_channel", "quantize_per_tensor_dynamic",
                          "_make_per_tensor_quantized_tensor", "_make_per_channel_quantized_tensor"})
+#: Why a quantized tensor cannot be on the device.
+_NO_QUANTIZED = "quantized tensors (torch.qint8, torch.quint8 ...) have no layout on the tpu device"
 
 
 #: Dispatch keys of tensor implementations the tpu device has no layout for → what to say instead.
@@ -84,8 +86,7 @@ NO_LAYOUT = {
                             "them on the CPU, or move x.to_dense() instead",
     "NestedTensorPrivateUse1": "nested tensors of the strided layout need a C++ storage on the device; jagged ones "
                                "(torch.nested.nested_tensor(..., layout=torch.jagged)) hold tpu tensors",
-    "QuantizedPrivateUse1": "quantized tensors (torch.qint8, torch.quint8 ...) have no layout on the tpu device: move "
-                            "x.dequantize(), or export the model with quantize= for LiteRT",
+    "QuantizedPrivateUse1": _NO_QUANTIZED + ": move x.dequantize(), or export the model with quantize= for LiteRT",
 }
 
 

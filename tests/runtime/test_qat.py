@@ -33,39 +33,14 @@ def _qat_model(qconfig, *layers: nn.Module) -> nn.Module:
         return tq.prepare_qat(model)
 
 
-def _train(model, device, steps=4):
-    model = model.to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(1)
-    losses = []
-    for _ in range(steps):
-        loss = model(torch.randn(16, 8, generator=g).to(device)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, [t.detach().cpu() for t in (*model.parameters(), *model.buffers())]
-
-
-@pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_fake_quantize_modules_train_as_on_the_cpu(mode):
-    # (every fake quantization op was missing: UnsupportedOpError at the first forward)
-    want = _train(_qat_model(tq.default_qat_qconfig), "cpu")
-    with tpu_runtime.set_eager_mode(mode):
-        got = _train(_qat_model(tq.default_qat_qconfig), "tpu")
-    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
-    for g, w in zip(got[1], want[1], strict=True):  # weights, observers' min / max, scales and zero points
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
-
-
 def _conv_qat_model(qconfig) -> nn.Module:
     torch.manual_seed(0)
     return _qat_model(qconfig, nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16, 4))
 
 
-def _train_state(model, device, step=None, steps=4):
-    """Train ``model`` on ``device`` (its observers frozen after two steps, as QAT recipes do); losses and every
-    parameter and buffer."""
+def _train_state(model, device, batch=(8, 3, 4, 4), step=None, steps=4):
+    """Train ``model`` on ``device`` on random batches of shape ``batch`` (its observers frozen after two steps,
+    as QAT recipes do); losses and every parameter and buffer."""
     model = model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     forward = step(model) if step else model
@@ -74,7 +49,7 @@ def _train_state(model, device, step=None, steps=4):
     for i in range(steps):
         if i == 2:
             model.apply(tq.disable_observer)
-        loss = forward(torch.randn(8, 3, 4, 4, generator=g).to(device)).pow(2).mean()
+        loss = forward(torch.randn(batch, generator=g).to(device)).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -87,6 +62,15 @@ def _assert_state_close(got, want):
     assert got[1].keys() == want[1].keys()
     for k in want[1]:  # weights, observers' running min / max (per channel: grown from empty), scales, zero points
         torch.testing.assert_close(got[1][k], want[1][k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_fake_quantize_modules_train_as_on_the_cpu(mode):
+    # (every fake quantization op was missing: UnsupportedOpError at the first forward)
+    want = _train_state(_qat_model(tq.default_qat_qconfig), "cpu", (16, 8))
+    with tpu_runtime.set_eager_mode(mode):
+        got = _train_state(_qat_model(tq.default_qat_qconfig), "tpu", (16, 8))
+    _assert_state_close(got, want)  # losses, weights, observers' min / max, scales and zero points
 
 
 @pytest.mark.parametrize("backend", ["x86", "qnnpack"])

@@ -112,11 +112,9 @@ def _choose_qparams(lo, hi, quant_min: int, quant_max: int, symmetric: bool):
                         jnp.where(small & (lo != 0) & (hi != 0), lo * stretch, lo)),
               jnp.where(small & (lo == 0), _SMALL_SCALE * f32(steps), jnp.where(small & (hi != 0), hi * stretch, hi)))
     scale = jnp.where(small, _SMALL_SCALE, wide.astype(f32))
-    step = scale.astype(f64)
-    from_min, from_max = quant_min - lo.astype(f64) / step, quant_max - hi.astype(f64) / step
-    error_min = abs(quant_min) + jnp.abs(lo.astype(f64) / step)
-    error_max = abs(quant_max) + jnp.abs(hi.astype(f64) / step)
-    zero = jnp.where(error_min < error_max, from_min, from_max)
+    lo_steps, hi_steps = lo.astype(f64) / scale.astype(f64), hi.astype(f64) / scale.astype(f64)
+    zero = jnp.where(abs(quant_min) + jnp.abs(lo_steps) < abs(quant_max) + jnp.abs(hi_steps),  # (the smaller error)
+                     quant_min - lo_steps, quant_max - hi_steps)
     if symmetric:
         zero = jnp.where((lo < 0) & (hi > 0), f64(quant_min + quant_max) / 2, zero)
     nudged = jnp.where(zero < quant_min, quant_min, jnp.where(zero > quant_max, quant_max, jnp.rint(zero)))
@@ -135,9 +133,9 @@ def _moving_average(running, current, averaging_const: float):
 def _grown(t, n: int, fill):
     """``t`` as the CPU's ``resize_(n)`` leaves an empty tensor: ``n`` elements of ``fill`` (``None``: zeros
     after the values it held, where torch leaves them uninitialized)."""
-    flat = jnp.reshape(t, (-1,))[:n]
     if fill is not None:
         return jnp.full((n,), fill, t.dtype)
+    flat = jnp.reshape(t, (-1,))[:n]
     return jnp.concatenate([flat, jnp.zeros((n - flat.shape[0],), t.dtype)])
 
 
