@@ -123,9 +123,20 @@ def _addcmul(self: Any, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
     return (s + value * a * b).to(result)
 
 
-#: Decompositions of ours: into an op :data:`PRESERVED_OPS` keeps, where torch's entry goes around it, or in place
-#: of torch's where its reference computes another value than the CPU kernel.
-DECOMPOSITIONS = {aten.multilabel_margin_loss.default: _multilabel_margin_loss, aten.addcmul.default: _addcmul}
+def _max_pool1d(self: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                ceil_mode: bool = False) -> Any:
+    """max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1,
+    bool ceil_mode=False) -> Tensor, as its indices variant's values. torch's C++ entry reads the length as a plain
+    int, which made torch.export specialize a dynamic length ("Constraints violated ... specialized it to be a
+    constant"); the indices variant keeps it symbolic (and its unused indices are dead code)."""
+    return aten.max_pool1d_with_indices.default(self, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+#: Decompositions of ours: into an op :data:`PRESERVED_OPS` keeps, where torch's entry goes around it, in place
+#: of torch's where its reference computes another value than the CPU kernel, or where torch's entry would
+#: specialize a dynamic size.
+DECOMPOSITIONS = {aten.multilabel_margin_loss.default: _multilabel_margin_loss, aten.addcmul.default: _addcmul,
+                  aten.max_pool1d.default: _max_pool1d}
 
 
 @functools.lru_cache(maxsize=1)
@@ -260,22 +271,29 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
     if not isinstance(sample_args, (tuple, list)):
         raise InputError(f"sample_args must be a tuple of inputs, got {type(sample_args).__name__}")
     model, sample_args, sample_kwargs = on_the_host(model, tuple(sample_args), sample_kwargs)
-    ep = None
+    ep, first_pass_error = None, None
     try:
         if decompose:
             try:
                 with _tracers_kept_out(model):
                     ep = _one_pass(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict)
-            except Exception:  # torch.export's documented path below gives the error (or succeeds)
-                ep = None
+            except Exception as e:  # torch.export's documented path below gives the error (or succeeds)
+                ep, first_pass_error = None, e
         if ep is None:
             with _tracers_kept_out(model):
-                ep = torch.export.export(model, tuple(sample_args), sample_kwargs or None,
-                                         dynamic_shapes=dynamic_shapes, strict=strict)
+                try:
+                    ep = torch.export.export(model, tuple(sample_args), sample_kwargs or None,
+                                             dynamic_shapes=dynamic_shapes, strict=strict)
+                except Exception:
+                    # A dynamic dim the first pass could not keep: its reason, found with this module's
+                    # decompositions (which keep dims torch's own entries specialize: max_pool1d's length).
+                    if first_pass_error is not None and str(first_pass_error).startswith("Constraints violated"):
+                        raise first_pass_error from None
+                    raise
         if decompose and not _all_lowered(ep):
             ep = decompose_program(ep)
     except Exception as e:  # torch.export raises many types; keep its message, one line first
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = _first_line(e)
         where = traceback_location(e)
         where = f" at {where}" if where is not None else ""
         hint = _quantized_hint(model)
@@ -285,6 +303,28 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
     finally:
         _release_traced_tensors(ep)
     return ep
+
+
+def _first_line(e: BaseException) -> str:
+    """torch.export's error in one line: its first line, and for a dynamic dim it could not keep ("Constraints
+    violated (L)!"), the reasons and suggested fixes torch lists on the lines below it (which dim was specialized to
+    which size, which guard some sizes of the declared range fail, the ``Dim`` that would hold), which are the
+    error's whole content."""
+    lines = [line.strip() for line in str(e).strip().splitlines()]
+    if not lines or not lines[0]:
+        return type(e).__name__
+    first = lines[0]
+    if not first.startswith("Constraints violated"):
+        return first
+    first = first.split(" For more information", 1)[0]
+    reasons = list(dict.fromkeys(line[2:] for line in lines if line.startswith("- ")))
+    fixes: list[str] = []
+    if "Suggested fixes:" in lines:
+        for line in lines[lines.index("Suggested fixes:") + 1:]:
+            if not line:
+                break
+            fixes.append(line)
+    return " ".join([first, *reasons] + ([f"Suggested fixes: {'; '.join(fixes)}."] if fixes else []))
 
 
 def _release_traced_tensors(ep: ExportedProgram | None) -> None:

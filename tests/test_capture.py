@@ -231,3 +231,21 @@ def test_torch_aos_fake_quantize_branch_names_the_qconfig_that_converts():
     with pytest.raises(CaptureError, match=r"data-dependent .*torch\.ao's FakeQuantize, of default_qat_qconfig, "
                                            r"branches .*get_default_qat_qconfig\('x86' / 'qnnpack'\)"):
         convert(model, (torch.randn(2, 3),), target="onnx")
+
+
+class _CeilPool1d(torch.nn.Module):
+    def forward(self, x):
+        return F.max_pool1d(x, 3, 2, 1, ceil_mode=True)
+
+
+def test_a_dynamic_dim_torch_cannot_keep_is_refused_with_torchs_reasons_and_fixes():
+    # (the error was the first line alone: "Constraints violated (L)! For more information, run with
+    # TORCH_LOGS="+dynamic"."; which guard failed and the Dim that holds were on the lines after it)
+    from converter import convert
+    from converter.errors import CaptureError
+
+    length = torch.export.Dim("L", min=4, max=64)  # (ceil mode: the length's parity is guarded)
+    with pytest.raises(CaptureError, match=r"Constraints violated \(L\)! Not all values of L = .* in the specified "
+                                           r"range 4 <= L <= 64 satisfy the generated guard .* Suggested fixes: "
+                                           r"_L = Dim\('_L', max=32\); L = 2\*_L\.$"):
+        convert(_CeilPool1d(), (torch.randn(2, 3, 8),), target="onnx", dynamic_shapes=({2: length},))
