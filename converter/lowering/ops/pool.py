@@ -58,8 +58,11 @@ def _window(x, n: int, k, s, p, d, ceil_mode: bool):
     lead = x.ndim - n
     sizes = x.shape[lead:]
     outs = [_out_size(sz, kk, ss, pp, dd, ceil_mode) for sz, kk, ss, pp, dd in zip(sizes, k, s, p, d)]
-    # hi pad: what the last window needs (>= 0; a larger pad only adds windows we slice off)
-    pads = [(pp, max((o - 1) * ss + dd * (kk - 1) + 1 - sz - pp, 0))
+    # hi pad: what the last window needs (>= 0; a larger pad only adds windows we slice off). Of a dynamic size,
+    # its bound: the last window starts at (o - 1) * s <= size + 2p - d(k - 1) - 1 (+ s - 1 in ceil mode), so it
+    # ends within p (+ s - 1) of the input's end (a pad that depends on the size has no static value).
+    pads = [(pp, max((o - 1) * ss + dd * (kk - 1) + 1 - sz - pp, 0) if isinstance(sz, int)
+             else pp + (ss - 1 if ceil_mode else 0))
             for sz, o, kk, ss, pp, dd in zip(sizes, outs, k, s, p, d)]
     return pads, outs, lead
 
