@@ -14,6 +14,7 @@ Exporters that want weights baked in use :meth:`LoweredProgram.closed`.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -285,8 +286,34 @@ _SYM_ON_ARRAYS: dict[Callable, Callable] = {
 
 
 #: torch's functions that assert python numbers, on jax.export's symbolic dims (``sym_max(seq_len, 1)`` in an MPT
-#: model exported with a dynamic length): their dim-expression twins.
-_SYM_ON_DIMS: dict[Callable, Callable] = {torch.sym_max: jax.core.max_dim, torch.sym_min: jax.core.min_dim}
+#: model exported with a dynamic length): their dim-expression twins; ``sym_float`` of a dim (torch's decompositions
+#: of ``interpolate`` compute a scale as ``in / out``) is the dim's value as a weakly typed float, a python float's
+#: twin (float64 under x64, as torch's SymFloat; an op on a float32 tensor rounds it to float32, as torch does).
+_SYM_ON_DIMS: dict[Callable, Callable] = {torch.sym_max: jax.core.max_dim, torch.sym_min: jax.core.min_dim,
+                                          torch.sym_float: lambda d: jnp.asarray(d) * 1.0}
+
+
+#: Python's float → int conversions, which a size computed with float arithmetic on a dynamic dim reaches
+#: (torch's decomposition of a bicubic ``interpolate``: ``trunc(sym_float(H) * 2.0)``).
+_TO_INT = {math.trunc, math.floor, math.ceil, torch.sym_int, int}
+_FLOAT_SIZE = ("a size computed with float arithmetic on a dynamic dim (torch's decomposition of the op here) has no "
+               "form in an exported program, whose sizes are integer expressions of its dims: give these dims "
+               "static sizes, or compute the size with integer arithmetic")
+
+def _user_location(node: torch.fx.Node) -> Any:
+    """``node``'s source location, or where no line is recorded (a node of torch's decomposition of an op: its size
+    arithmetic), the first line found among the nodes that use it, breadth first."""
+    seen, queue = {node}, [node]
+    while queue:
+        here = queue.pop(0)
+        loc = source_location(here)
+        if loc.file:
+            return loc
+        for user in here.users:
+            if user not in seen and len(seen) < 256:
+                seen.add(user)
+                queue.append(user)
+    return source_location(node)
 
 
 _ITEM = torch.ops.aten._local_scalar_dense.default
@@ -359,6 +386,9 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
             return _SYM_ON_ARRAYS[target](*args)
         if target in _SYM_ON_DIMS and any(jax.export.is_symbolic_dim(a) for a in args):
             return _SYM_ON_DIMS[target](*args)
+        if target in _TO_INT and any(isinstance(a, jax.core.Tracer) for a in args):
+            raise UnsupportedOpError(getattr(target, "__name__", str(target)), ctx.target, _user_location(node),
+                                     reason=_FLOAT_SIZE, hint=False)
         return target(*args, **kwargs)
     if ctx.observers and node in ctx.observers:
         ctx.observers[node](args, kwargs, ctx)

@@ -10,7 +10,8 @@ torch's CPU arithmetic (float32 for float32/float16/bfloat16 inputs, float64 for
 float64), so rounding decisions match PyTorch exactly; the program holds them as
 constants (``gather`` for indices, ``dot_general`` for antialias weight matrices).
 Nearest upsampling by an integer factor is a ``repeat`` (broadcast + reshape) instead,
-which also works for dynamic spatial sizes; every other mode needs static ones.
+which also works for dynamic spatial sizes, as (bi)linear resizing does (its coordinates and weights then
+computed in the program); the other modes need static ones.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def _np_float(dtype):
 def _require_static(ctx, sizes) -> None:
     if not all(isinstance(s, int) for s in sizes):
         raise UnsupportedOpError(str(ctx.node.target if ctx.node is not None else "upsample"), ctx.target,
-                                 ctx.location, reason="dynamic spatial sizes are only supported for nearest "
-                                                      "upsampling by an integer scale factor")
+                                 ctx.location, reason="dynamic spatial sizes are supported for nearest upsampling "
+                                                      "by an integer scale factor and (bi)linear resizing of floats")
 
 
 def _sizes(ctx, x, output_size, scale_factors):
@@ -193,8 +194,10 @@ def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
     per-dim scale factors torch was given, or None), last dim first like torch's kernel;
     also the forward of the backward rows' ``jax.vjp``."""
     n = len(out_sizes)
-    _require_static(ctx, list(input.shape[-n:]) + list(out_sizes))
     dtype = ctx.out_dtype or input.dtype
+    static = all(isinstance(v, int) for v in list(input.shape[-n:]) + list(out_sizes))
+    if not static and not jnp.issubdtype(dtype, jnp.inexact):
+        _require_static(ctx, list(input.shape[-n:]) + list(out_sizes))
     if n == 2 and not jnp.issubdtype(dtype, jnp.inexact):  # a uint8 image: torch's fixed-point separable kernel
         return _fixed_point_resize(input, out_sizes, scales,
                                    lambda i, o, sc: _aa_matrix(i, o, sc, align_corners, 2, _triangle, False), dtype)
@@ -203,8 +206,33 @@ def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
     x = input.astype(acc)
     for i in reversed(range(n)):
         ax = x.ndim - n + i
-        x = _lerp(x, ax, x.shape[ax], out_sizes[i], scales[i], align_corners, ft)
+        lerp = _lerp if static else _lerp_dynamic
+        x = lerp(x, ax, x.shape[ax], out_sizes[i], scales[i], align_corners, ft)
     return x.astype(dtype)
+
+
+def _lerp_dynamic(x, ax, in_size, out_size, scale, align_corners, ft):
+    """:func:`_lerp` of a dynamic size (a jax.export dim): torch's source coordinates and weights computed in the
+    program, in ``ft`` as torch's kernel computes them (the step ``1 / scale`` when a scale was given, else
+    ``in / out``, or ``(in - 1) / (out - 1)`` with ``align_corners``), where the static path holds constants."""
+    ft = jnp.float64 if ft is np.float64 else jnp.float32
+    j = jax.lax.iota(ft, out_size)
+    size = jnp.asarray(in_size)
+    if align_corners:
+        wide = jnp.asarray(out_size) - 1
+        step = jnp.where(wide > 0, (size - 1).astype(ft) / jnp.maximum(wide, 1).astype(ft), 0).astype(ft)
+        src = step * j
+    else:
+        step = ft(1.0 / scale) if scale is not None and scale > 0 else size.astype(ft) / jnp.asarray(out_size).astype(ft)
+        src = jnp.maximum(step * (j + ft(0.5)) - ft(0.5), ft(0))
+    last = (size - 1).astype(jnp.int32)
+    i0 = jnp.minimum(jnp.floor(src).astype(jnp.int32), last)
+    lam = jnp.clip(src - i0.astype(ft), ft(0), ft(1))
+    i1 = jnp.where(i0 < last, i0 + 1, i0)
+    shape = [1] * x.ndim
+    shape[ax] = out_size
+    return (jnp.take(x, i0, axis=ax) * (ft(1) - lam).astype(x.dtype).reshape(shape)
+            + jnp.take(x, i1, axis=ax) * lam.astype(x.dtype).reshape(shape))
 
 
 
