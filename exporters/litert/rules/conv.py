@@ -87,6 +87,11 @@ def _cut(em: Emitter, t: Any, dims: list, cut: Sequence, dtype: Any) -> tuple[An
         return t, dims
     size = [dims[0]] + [n - sum(c) for n, c in zip(dims[1:-1], cut)] + [dims[-1]]
     begin = i32([0] + [c[0] for c in cut] + [0])
+    if not all(is_static(n) for n in size[1:]):  # a dynamic spatial dim: its end counted from the end (-hi)
+        end = i32([0] + [-c[1] for c in cut] + [0])
+        whole = 1 | (1 << (len(size) - 1)) | sum(1 << (i + 1) for i, c in enumerate(cut) if not c[1])
+        return em.emit("STRIDED_SLICE", [t, em.const(begin), em.const(end), em.const(i32([1] * len(size)))], size,
+                       dtype, endMask=whole), size
     sz = i32([-1 if not is_static(size[0]) else size[0]] + size[1:])
     return em.emit("SLICE", [t, em.const(begin), em.const(sz)], size, dtype), size
 

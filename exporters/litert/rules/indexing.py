@@ -43,7 +43,7 @@ def _clamped(em: Emitter, it: Any, bounds: Sequence, mask: bool) -> tuple[Any, A
         (clamped index tensor, in-range mask shaped ``[..., 1]``); the mask is ``None``
         unless ``mask`` is set, and also when constant indices are all in range.
     """
-    if it.is_const:
+    if it.is_const and all(is_static(b) for b in bounds):  # (a dynamic bound: clamped in the program, below)
         a = np.asarray(it.data)
         hi = np.asarray([int(b) - 1 for b in bounds], a.dtype)
         c = np.minimum(np.maximum(a, 0), hi)
