@@ -1,5 +1,6 @@
-"""Strided pooling and transposed convolutions over dynamic spatial dims: a CNN's ``max_pool2d(3, 2, 1)`` and
-average pools over a dynamic image size and 1-d pools over a dynamic length; a decoder's transposed convolutions
+"""Strided and adaptive pooling and transposed convolutions over dynamic spatial dims: a CNN's ``max_pool2d(3, 2,
+1)`` and average pools over a dynamic image size and 1-d pools over a dynamic length; a classifier head's adaptive
+average and max pools to a fixed size (VGG's ``AdaptiveAvgPool2d((7, 7))``); a decoder's transposed convolutions
 (padded, grouped, dilated, 1-d and 2-d) and a constant ``index_select`` along a dynamic dim; each exported with
 ``dynamic_shapes`` and run at other sizes against PyTorch on every target."""
 
@@ -41,6 +42,29 @@ def test_strided_pools_over_a_dynamic_image_size_and_length(target):
         x, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
         for got, want in zip(art(x, line), _Pools()(x, line), strict=True):
             torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-6, atol=1e-6)
+
+
+class _Adaptive(nn.Module):
+    def forward(self, image, line):
+        return (F.adaptive_avg_pool2d(image, (7, 3)), F.adaptive_max_pool2d(image, (3, 2)),
+                F.adaptive_avg_pool1d(line, 4), F.adaptive_max_pool1d(line, 1))
+
+
+@one_capture
+def _adaptive():
+    image = {2: Dim("H", min=2, max=64), 3: Dim("W", min=2, max=64)}
+    return _Adaptive(), (torch.randn(2, 3, 8, 10), torch.randn(2, 4, 12)), (image, {2: Dim("L", min=2, max=64)})
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_adaptive_pools_to_a_fixed_size_over_dynamic_sizes(target):
+    # refused: "adaptive pooling needs static spatial sizes" (output sizes above 1)
+    art = build(_adaptive(), target=target)
+    for h, w, n in ((2, 9, 3), (16, 5, 31), (61, 64, 64)):
+        g = torch.Generator().manual_seed(h * w * n)
+        x, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
+        for got, want in zip(art(x, line), _Adaptive()(x, line), strict=True):
+            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-5, atol=1e-6)
 
 
 class _Decoder(nn.Module):

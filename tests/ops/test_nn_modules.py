@@ -114,11 +114,11 @@ def test_nearest_upsample_by_integer_factor_with_dynamic_height():
     np.testing.assert_array_equal(np.asarray(got), F.interpolate(x, scale_factor=(3, 2)).numpy())
 
 
-@pytest.mark.parametrize("fn,op", [  # (bilinear resizing takes dynamic sizes: tests/test_exporter_dynamic_resize.py)
+@pytest.mark.parametrize("fn,op", [  # (bilinear resizing and adaptive pools' values take dynamic sizes:
+    # tests/test_exporter_dynamic_resize.py, test_exporter_dynamic_spatial.py)
     (lambda t: F.interpolate(t, scale_factor=1.5), "aten.upsample_nearest2d.vec"),
-    (lambda t: F.adaptive_avg_pool2d(t, (3, 2)), "aten._adaptive_avg_pool2d.default"),
-    (lambda t: F.adaptive_max_pool2d(t, (3, 2)), "aten.adaptive_max_pool2d.default"),
-], ids=["nearest_fractional", "adaptive_avg", "adaptive_max"])
+    (lambda t: F.adaptive_max_pool2d(t, (3, 2), return_indices=True)[1].float(), "aten.adaptive_max_pool2d.default"),
+], ids=["nearest_fractional", "adaptive_max_indices"])
 def test_static_size_lowerings_reject_dynamic_spatial_dims(fn, op):
     with pytest.raises(UnsupportedOpError, match=rf"{op}.*(static|dynamic) spatial sizes"):
         _export_dynamic_height(fn, torch.randn(1, 2, 6, 4))

@@ -207,6 +207,16 @@ def _bounds(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
     return (j * in_size) // out_size, -((-(j + 1) * in_size) // out_size)
 
 
+def _dynamic_windows(in_size, out_size: int, dtype):
+    """``(out, in)`` indicator of torch's adaptive-pool windows (:func:`_bounds`) for a dynamic ``in_size`` (a
+    jax.export dim), computed in the program: 1 where input ``i`` is in output ``j``'s window."""
+    j = jax.lax.broadcasted_iota(jnp.int64, (out_size, in_size), 0)
+    i = jax.lax.broadcasted_iota(jnp.int64, (out_size, in_size), 1)
+    n = jnp.asarray(in_size, jnp.int64)
+    lo, hi = (j * n) // out_size, -((-(j + 1) * n) // out_size)
+    return ((i >= lo) & (i < hi)).astype(dtype)
+
+
 def _static(ctx, sizes) -> list[int]:
     if not all(isinstance(sz, int) for sz in sizes):
         op = ctx.node.target if ctx.node is not None else "adaptive pooling"
@@ -245,7 +255,11 @@ def lower__adaptive_avg_pool2d_default(ctx, self, output_size):
                 f = size // o
                 y = y.reshape(y.shape[:ax] + (o, f) + y.shape[ax + 1:]).sum(axis=ax + 1) / f
             continue
-        size = _static(ctx, [size])[0]
+        if not isinstance(size, int):  # a dynamic size: the averaging matrix is built in the program
+            m = _dynamic_windows(size, o, acc)
+            y = jnp.moveaxis(jax.lax.dot_general(y, m / jnp.sum(m, axis=1, keepdims=True), (((ax,), (1,)), ((), ())),
+                                                 precision=jax.lax.Precision.HIGHEST), -1, ax)
+            continue
         lo, hi = _bounds(size, o)
         m = np.zeros((o, size), np.float64)
         for j in range(o):
@@ -268,6 +282,8 @@ def lower_adaptive_max_pool2d_default(ctx, self, output_size):
     """
     n = len(output_size)
     lead = self.ndim - n
+    if not all(isinstance(v, int) for v in self.shape[lead:]) and not _uses_output(ctx, 1):
+        return _dynamic_adaptive_max(self, lead, output_size)
     sizes = _static(ctx, self.shape[lead:])
     y, tables = self, []
     for i, (size, o) in enumerate(zip(sizes, output_size)):
@@ -297,6 +313,20 @@ def lower_adaptive_max_pool2d_default(ctx, self, output_size):
     best = _torch_argmax(y)  # (a repeated last element maps to itself: the last NaN stays the last)
     index = jnp.take_along_axis(jnp.broadcast_to(flat, y.shape), best[..., None], axis=-1)[..., 0]
     return values, index
+
+
+def _dynamic_adaptive_max(x, lead: int, output_size):
+    """adaptive max pooling's values over dynamic spatial sizes (its indices unread), one dim at a time (a window's
+    maximum is the maximum of its rows' maxima): each input element masked into every window that holds it (the
+    others the lowest value, a NaN kept), the maximum taken over the input dim."""
+    y = x
+    for i, o in enumerate(output_size):
+        ax = lead + i
+        inside = _dynamic_windows(y.shape[ax], o, jnp.bool_)  # (o, in)
+        z = jnp.expand_dims(jnp.moveaxis(y, ax, -1), -2)  # (..., 1, in)
+        z = jnp.max(jnp.where(inside, z, jnp.asarray(_lowest(y.dtype), y.dtype)), axis=-1)  # (..., o)
+        y = jnp.moveaxis(z, -1, ax)
+    return y, jnp.zeros(y.shape, jnp.int64)
 
 
 @lowering(aten.max_unpool2d.default, aten.max_unpool3d.default)
