@@ -6,6 +6,7 @@ import contextlib
 import copy
 import functools
 import os
+import re
 import traceback
 from typing import Any, Iterator
 
@@ -293,7 +294,7 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         if decompose and not _all_lowered(ep):
             ep = decompose_program(ep)
     except Exception as e:  # torch.export raises many types; keep its message, one line first
-        first = _first_line(e)
+        first = _out_of_range(_first_line(e), dynamic_shapes)
         where = traceback_location(e)
         where = f" at {where}" if where is not None else ""
         hint = _quantized_hint(model)
@@ -325,6 +326,21 @@ def _first_line(e: BaseException) -> str:
                 break
             fixes.append(line)
     return " ".join([first, *reasons] + ([f"Suggested fixes: {'; '.join(fixes)}."] if fixes else []))
+
+
+def _out_of_range(first: str, dynamic_shapes: Any) -> str:
+    """torch.export's "16 not in range [32, 96]" (a sample input's size outside a declared ``Dim``'s range) with the
+    names of the dims declared with that range and what to do; any other message as it is."""
+    found = re.fullmatch(r"(-?\d+) not in range \[(\S+), (\S+)\]", first)
+    if found is None:
+        return first
+    size, low, high = found.groups()
+    leaves = torch.utils._pytree.tree_leaves(dynamic_shapes, is_leaf=lambda x: isinstance(x, torch.export.Dim))
+    names = sorted({d.__name__ for d in leaves if isinstance(d, torch.export.Dim)
+                    and (str(d.min), str(d.max)) == (low, high)})
+    dims = f" declared for {', '.join(names)}" if names else " of a dynamic dim"
+    return (f"a sample input's size {size} is outside the range [{low}, {high}]{dims}: give sample inputs whose "
+            "sizes are inside their dims' declared ranges, or widen the ranges")
 
 
 def _release_traced_tensors(ep: ExportedProgram | None) -> None:

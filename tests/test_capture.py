@@ -249,3 +249,14 @@ def test_a_dynamic_dim_torch_cannot_keep_is_refused_with_torchs_reasons_and_fixe
                                            r"range 4 <= L <= 64 satisfy the generated guard .* Suggested fixes: "
                                            r"_L = Dim\('_L', max=32\); L = 2\*_L\.$"):
         convert(_CeilPool1d(), (torch.randn(2, 3, 8),), target="onnx", dynamic_shapes=({2: length},))
+
+
+def test_a_sample_size_outside_its_dims_range_names_the_dim():
+    # (the error was torch's "16 not in range [32, 96]", naming no dim)
+    from converter import convert
+    from converter.errors import CaptureError
+
+    with pytest.raises(CaptureError, match=r"a sample input's size 16 is outside the range \[32, 96\] declared for "
+                                           r"L: give sample inputs"):
+        convert(_CeilPool1d(), (torch.randn(2, 3, 16),), target="onnx",
+                dynamic_shapes=({2: torch.export.Dim("L", min=32, max=96)},))
