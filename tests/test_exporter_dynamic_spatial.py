@@ -23,7 +23,8 @@ pytestmark = pytest.mark.xdist_group("exporter-dynamic-spatial")
 class _Pools(nn.Module):
     def forward(self, image, line):
         return (F.max_pool2d(image, 3, 2, 1), F.avg_pool2d(image, 3, 2, 1, count_include_pad=False),
-                F.avg_pool2d(image, 2), F.max_pool1d(line, 4, 3), F.max_pool1d(line, 3, 2, 1), F.avg_pool1d(line, 3, 2, 1))
+                F.avg_pool2d(image, 2), F.max_pool1d(line, 4, 3), F.max_pool1d(line, 3, 2, 1),
+                F.avg_pool1d(line, 3, 2, 1))
 
 
 @one_capture

@@ -300,6 +300,7 @@ _FLOAT_SIZE = ("a size computed with float arithmetic on a dynamic dim (torch's 
                "form in an exported program, whose sizes are integer expressions of its dims: give these dims "
                "static sizes, or compute the size with integer arithmetic")
 
+
 def _user_location(node: torch.fx.Node) -> Any:
     """``node``'s source location, or where no line is recorded (a node of torch's decomposition of an op: its size
     arithmetic), the first line found among the nodes that use it, breadth first."""

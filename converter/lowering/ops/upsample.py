@@ -223,7 +223,8 @@ def _lerp_dynamic(x, ax, in_size, out_size, scale, align_corners, ft):
         step = jnp.where(wide > 0, (size - 1).astype(ft) / jnp.maximum(wide, 1).astype(ft), 0).astype(ft)
         src = step * j
     else:
-        step = ft(1.0 / scale) if scale is not None and scale > 0 else size.astype(ft) / jnp.asarray(out_size).astype(ft)
+        given = scale is not None and scale > 0
+        step = ft(1.0 / scale) if given else size.astype(ft) / jnp.asarray(out_size).astype(ft)
         src = jnp.maximum(step * (j + ft(0.5)) - ft(0.5), ft(0))
     last = (size - 1).astype(jnp.int32)
     i0 = jnp.minimum(jnp.floor(src).astype(jnp.int32), last)
