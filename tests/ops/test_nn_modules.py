@@ -116,7 +116,7 @@ def test_nearest_upsample_by_integer_factor_with_dynamic_height():
 
 @pytest.mark.parametrize("fn,op", [  # (bilinear resizing and adaptive pools' values take dynamic sizes:
     # tests/test_exporter_dynamic_resize.py, test_exporter_dynamic_spatial.py)
-    (lambda t: F.interpolate(t, scale_factor=1.5), "aten.upsample_nearest2d.vec"),
+    (lambda t: F.interpolate(t, scale_factor=1.7), "aten.upsample_nearest2d.vec"),  # (floor(size * 1.7) rounds)
     (lambda t: F.adaptive_max_pool2d(t, (3, 2), return_indices=True)[1].float(), "aten.adaptive_max_pool2d.default"),
 ], ids=["nearest_fractional", "adaptive_max_indices"])
 def test_static_size_lowerings_reject_dynamic_spatial_dims(fn, op):

@@ -9,9 +9,10 @@ Source indices and interpolation weights are computed at trace time with NumPy i
 torch's CPU arithmetic (float32 for float32/float16/bfloat16 inputs, float64 for
 float64), so rounding decisions match PyTorch exactly; the program holds them as
 constants (``gather`` for indices, ``dot_general`` for antialias weight matrices).
-Nearest upsampling by an integer factor is a ``repeat`` (broadcast + reshape) instead,
-which also works for dynamic spatial sizes, as (bi)linear resizing does (its coordinates and weights then
-computed in the program); the other modes need static ones.
+Nearest upsampling by an integer factor is a ``repeat`` (broadcast + reshape) instead. Dynamic spatial
+sizes take nearest and (bi)linear resizing of floats, their indices and weights then computed in the program
+(a scale factor's output size ``floor(size * f)`` is ``(size * p) // 2^e`` of the dim where ``f = p / 2^e``
+with a short ``p``: 0.5, 0.75, 1.5, whose float64 products are exact); the other modes need static ones.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def _np_float(dtype):
 def _require_static(ctx, sizes) -> None:
     if not all(isinstance(s, int) for s in sizes):
         raise UnsupportedOpError(str(ctx.node.target if ctx.node is not None else "upsample"), ctx.target,
-                                 ctx.location, reason="dynamic spatial sizes are supported for nearest upsampling "
-                                                      "by an integer scale factor and (bi)linear resizing of floats")
+                                 ctx.location, reason="dynamic spatial sizes are supported for nearest and "
+                                                      "(bi)linear resizing of floats, by a scale factor that is "
+                                                      "a short binary fraction (2, 0.5, 1.5) or to a fixed size")
 
 
 def _sizes(ctx, x, output_size, scale_factors):
@@ -50,9 +52,13 @@ def _sizes(ctx, x, output_size, scale_factors):
     for size, f in zip(x.shape[-2:], scale_factors):
         if float(f).is_integer():
             outs.append(size * int(f))  # == floor(size * f); also for a symbolic size
-        else:
-            _require_static(ctx, [size])
+        elif isinstance(size, int):
             outs.append(int(math.floor(size * f)))
+        else:  # torch's floor(size * f) in float64, exact there when f = p / 2^e has a short p: (size * p) // 2^e
+            ratio = Fraction(float(f))
+            if ratio.numerator > 1 << 20:  # (1.7: the float64 product rounds, floor(10 * 1.7) is 17, not 16)
+                _require_static(ctx, [size])
+            outs.append((size * ratio.numerator) // ratio.denominator)
     return outs, list(scale_factors)
 
 
@@ -115,10 +121,24 @@ def nearest_resize(ctx, x, out_sizes, scales, exact=False):
         if k is not None:
             x = x if k == 1 else jnp.repeat(x, k, axis=ax)  # broadcast + reshape
             continue
-        _require_static(ctx, [x.shape[ax], o])
+        if not (isinstance(x.shape[ax], int) and isinstance(o, int)):
+            x = jnp.take(x, _nearest_indices_dynamic(x.shape[ax], o, s, exact), axis=ax)
+            continue
         idx = (_nearest_exact_indices if exact else _nearest_indices)(x.shape[ax], o, s)
         x = jnp.take(x, jnp.asarray(idx), axis=ax)
     return x
+
+
+def _nearest_indices_dynamic(in_size, out_size, scale, exact: bool):
+    """:func:`_nearest_indices` (or ``nearest-exact``'s) of a dynamic size (a jax.export dim), computed in the
+    program in float32 as torch computes them: ``min(floor(j * s), in - 1)`` (``floor((j + 0.5) * s)``), ``s`` the
+    step ``1 / scale`` when a scale was given, else ``in / out``."""
+    j = jax.lax.iota(jnp.float32, out_size)
+    size = jnp.asarray(in_size)
+    given = scale is not None and scale > 0
+    step = np.float32(1.0 / scale) if given else size.astype(jnp.float32) / jnp.asarray(out_size).astype(jnp.float32)
+    src = (j + np.float32(0.5)) * step if exact else j * step
+    return jnp.minimum(jnp.floor(src).astype(jnp.int32), (size - 1).astype(jnp.int32))
 
 
 @lowering(aten.upsample_nearest2d.vec, composite=True)
