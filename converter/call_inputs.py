@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from converter.dim_links import carriers, check_links, linear_dims
 from converter.errors import InputError
 
 #: Name of the metadata entry a saved ``.onnx`` / ``.tflite`` file keeps its call inputs in (:meth:`CallInputs.to_json`;
@@ -49,11 +50,15 @@ class CallInputs:
     """
 
     def __init__(self, n_inputs: int, keywords: Sequence[str] = (), ranges: Sequence | None = None,
-                 constants: dict | None = None):
+                 constants: dict | None = None, links: Sequence | None = None, symbols: dict | None = None):
         self.n_inputs = n_inputs
         self.keywords = tuple(keywords)
         #: per input: ``None``, or per dim ``None`` or the ``(lowest, highest)`` sizes it takes (either ``None``)
         self.ranges: tuple = tuple(ranges) if ranges is not None else (None,) * n_inputs
+        #: per input: ``None``, or per dim ``None`` or its ``(symbol, scale, offset)`` (:mod:`converter.dim_links`)
+        self.links: tuple = tuple(links) if links is not None else (None,) * n_inputs
+        #: the ``(lowest, highest)`` values of the symbols of derived dims (``2 * h``), either ``None``
+        self.symbols: dict = dict(symbols or {})
         #: the sample call's Python numbers and strings, which the converted program holds fixed, as ``[name,
         #: value]`` pairs (the name torch.export gives the input: the argument's, ``d_a`` for ``d={"a": 3}``):
         #: ``"args"``, those of the positional arguments in order; ``"kwargs"``, keyword → those of that argument
@@ -68,18 +73,37 @@ class CallInputs:
         keywords = ()
         if spec is not None and spec.num_children == 2:
             keywords = tuple(spec.child(1).context or ())
-        return cls(len(program.inputs), keywords, _input_ranges(program), _sample_constants(exported))
+        try:
+            links = linear_dims(program)
+        except ValueError:  # (not torch.export's Dim API: nothing to check; the jaxpr exporters refuse it)
+            links = None
+        return cls(len(program.inputs), keywords, _input_ranges(program), _sample_constants(exported), links,
+                   _symbol_ranges(program, links))
 
     @property
     def worth_saving(self) -> bool:
         """Whether a saved file needs it: keyword names or ranges (without either, positional calls of any size)."""
         return bool(self.keywords) or any(r is not None for r in self.ranges) or \
-            bool(self.constants["args"]) or any(self.constants["kwargs"].values())
+            bool(self.constants["args"]) or any(self.constants["kwargs"].values()) or self._linked
+
+    @property
+    def _linked(self) -> bool:
+        """Whether some dynamic dim is derived (``2 * h``) or shared by two dims: sizes :meth:`check_links` checks."""
+        found = list(carriers(self.links).values())
+        return any(link[1:] != (1, 0) for link in found) or len({link[0] for link in found}) < len(found)
+
+    def check_links(self, names: Sequence[str], shapes: Sequence[Sequence[int]], what: str) -> None:
+        """Refuse a call whose input ``shapes`` fit no value of a dynamic dim's symbol
+        (:func:`converter.dim_links.check_links`)."""
+        if self._linked:
+            check_links(self.links, self.symbols, names, shapes, what)
 
     def to_json(self) -> dict:
         """What a saved artifact keeps of it (:meth:`from_json`)."""
         ranges = [None if r is None else [None if d is None else list(d) for d in r] for r in self.ranges]
-        return {"keywords": list(self.keywords), "dim_ranges": ranges, "constants": self.constants}
+        links = [None if r is None else [None if d is None else list(d) for d in r] for r in self.links]
+        return {"keywords": list(self.keywords), "dim_ranges": ranges, "constants": self.constants,
+                "dim_links": links, "dim_symbols": {k: list(v) for k, v in self.symbols.items()}}
 
     @classmethod
     def from_json(cls, data: str | dict | None, n_inputs: int) -> "CallInputs":
@@ -104,7 +128,14 @@ class CallInputs:
                 constants = {"args": [[str(n), v] for n, v in constants["args"]],
                              "kwargs": {str(k): [[str(n), v] for n, v in pairs]
                                         for k, pairs in constants["kwargs"].items()}}
-            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges, constants)
+            links = data.get("dim_links")
+            if links is not None:
+                links = [None if r is None else tuple(None if d is None else (str(d[0]), int(d[1]), int(d[2]))
+                                                      for d in r) for r in links]
+                if len(links) != n_inputs:
+                    raise ValueError(f"{len(links)} dim links for {n_inputs} inputs")
+            symbols = {str(k): (v[0], v[1]) for k, v in (data.get("dim_symbols") or {}).items()}
+            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges, constants, links, symbols)
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:  # (json's errors are ValueErrors)
             raise InputError(f"the artifact's saved call inputs are damaged ({type(e).__name__}: {e})") from e
 
@@ -234,6 +265,15 @@ def _input_ranges(program: Any) -> tuple:
             dims.append(None if lo is None and hi is None else (lo, hi))
         out.append(tuple(dims) if any(d is not None for d in dims) else None)
     return tuple(out)
+
+
+def _symbol_ranges(program: Any, links: Sequence) -> dict:
+    """The ``(lowest, highest)`` values (either ``None``) of the symbols of ``links``' derived dims, from
+    torch.export's ``range_constraints``."""
+    derived = {link[0] for link in carriers(links or ()).values() if link[1:] != (1, 0)}
+    constraints = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
+    return {str(sym): (finite_bound(r.lower), finite_bound(r.upper)) for sym, r in constraints.items()
+            if str(sym) in derived}
 
 
 def finite_bound(v: Any) -> int | None:

@@ -8,17 +8,15 @@ maps an eqn back to the ATen op and user source line for error messages.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import jax
 from jax import export as jax_export
 
 from converter.call_inputs import finite_bound
+from converter.dim_links import carriers, linear_dims
 from converter.errors import ConversionError, ExportError
 from kernels import dispatch
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str, int], list[tuple]]:
@@ -28,28 +26,37 @@ def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str,
         (avals, sample value of each symbol, logical shapes with symbols).
     """
     examples = program.example_inputs()
-    names: list[str] = []
+    names: list[str] = []  # each dim's text: a symbol ("s39") or a derived dim ("2*s39", from ``2 * Dim("h")``)
     for spec in program.inputs:
         for d in spec.shape:
             if isinstance(d, str) and d not in names:
-                if not _IDENT.match(d):
-                    raise ExportError(f"dynamic dim {d!r} of input {spec.name} is not a plain symbol")
                 names.append(d)
-    constraints = range_constraints(program, names)
-    symbols = dict(zip(names, jax_export.symbolic_shape(", ".join(names), constraints=constraints))) if names else {}
+    found = dim_carriers(program)
+    scope = jax_export.SymbolicScope(range_constraints(program, sorted({link[0] for link in found.values()})))
+    symbols = {d: jax_export.symbolic_shape(d, scope=scope)[0] for d in names}
     env: dict[str, int] = {}
+    for (i, axis), (base, scale, offset) in found.items():
+        env.setdefault(base, (int(examples[i].shape[axis]) - offset) // scale)
     avals, shapes = [], []
     for spec, ex in zip(program.inputs, examples):
-        shape = []
-        for d, n in zip(spec.shape, ex.shape):
-            if isinstance(d, str):
-                env.setdefault(d, int(n))
-                shape.append(symbols[d])
-            else:
-                shape.append(int(d))
-        shapes.append(tuple(shape))
-        avals.append(jax.ShapeDtypeStruct(tuple(shape), ex.dtype))
+        shape = tuple(symbols[d] if isinstance(d, str) else int(d) for d in spec.shape)
+        shapes.append(shape)
+        avals.append(jax.ShapeDtypeStruct(shape, ex.dtype))
     return avals, env, shapes
+
+
+def dim_carriers(program: Any) -> dict[tuple[int, int], tuple[str, int, int]]:
+    """For each dynamic dim of the inputs, ``(input index, axis) → (symbol, scale, offset)``: the dim is
+    ``scale * symbol + offset`` (a plain dim: ``(name, 1, 0)``; a derived one, ``2 * Dim("h")``: ``("s39", 2, 0)``),
+    which the exporters read back at run time to compute the symbol (``(size - offset) // scale``).
+
+    Raises:
+        ExportError: a dim that is not linear in one symbol.
+    """
+    try:
+        return carriers(linear_dims(program))
+    except ValueError as e:
+        raise ExportError(str(e)) from e
 
 
 def trace(program: Any, target: str) -> tuple[Any, list, dict[str, int], list[tuple]]:

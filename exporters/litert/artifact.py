@@ -126,6 +126,10 @@ class LiteRTArtifact(FileBytes):
             if arr.dtype != want:
                 arr = arr.astype(want)
             feed[name] = np.require(arr, requirements="C")
+        shapes = [feed[name].shape for name in names]
+        if self.channels_last_io:  # (the file's NHWC layout: the model's dims in NCHW order)
+            shapes = [(s[0], s[3], s[1], s[2]) if len(s) == 4 else s for s in shapes]
+        self._call(sig).check_links(names, shapes, f"signature {sig!r} of the LiteRT model")
         try:
             result = runner(**feed)
         except (ValueError, RuntimeError) as e:

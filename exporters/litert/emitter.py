@@ -90,7 +90,8 @@ class Emitter:
         graph: the subgraph being written.
         notes: decisions to report in the artifact (deduplicated, ordered).
         dim_env: example value of each symbolic dim name.
-        dim_sources: for each symbolic dim name, the (input value, axis) that carries it.
+        dim_sources: for each symbolic dim name, the (input value, axis, scale, offset) that carries it: that
+            axis's size is ``scale * dim + offset`` (``2 * Dim("h")``: 2, 0; a plain dim: 1, 0).
     """
 
     def __init__(self, graph: Graph, notes: list[str], options: dict | None = None):
@@ -98,7 +99,7 @@ class Emitter:
         self.notes = notes
         self.options = dict(options or {})
         self.dim_env: dict[str, int] = {}
-        self.dim_sources: dict[str, tuple[Val, int]] = {}
+        self.dim_sources: dict[str, tuple[Val, int, int, int]] = {}
         self._consts: dict[tuple, Tensor] = {}
         self._dim_tensors: dict[Any, Tensor] = {}
         self._count = 0
@@ -262,12 +263,17 @@ class Emitter:
         if key not in self._dim_tensors:
             if name not in self.dim_sources:
                 raise ExportError(f"dynamic dim {name} does not appear in any input")
-            val, axis = self.dim_sources[name]
+            val, axis, scale, offset = self.dim_sources[name]
             shape = self.emit("SHAPE", [self.tensor_of(val, val.perm)], [val.rank], np.int32, outType=2)
             pos = val.perm.index(axis)
-            self._dim_tensors[key] = self.emit(
+            size = self.emit(
                 "SLICE", [shape, self.const(np.asarray([pos], np.int32)), self.const(np.asarray([1], np.int32))],
                 [1], np.int32)
+            if offset:  # a derived dim (``2 * h + 1``): its symbol is (size - offset) // scale
+                size = self.emit("SUB", [size, self.const(np.asarray([offset], np.int32))], [1], np.int32)
+            if scale != 1:
+                size = self.emit("FLOOR_DIV", [size, self.const(np.asarray([scale], np.int32))], [1], np.int32)
+            self._dim_tensors[key] = size
         return self._dim_tensors[key]
 
     # -- small helpers rules share -------------------------------------------------------

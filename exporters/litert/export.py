@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from converter.errors import UnsupportedOpError, source_location
-from exporters.jaxpr_trace import fx_locator, trace
+from exporters.jaxpr_trace import dim_carriers, fx_locator, trace
 from exporters.litert.emitter import Emitter, Val
 from exporters.litert.ir import Graph
 from exporters.litert.loops import called_graphs
@@ -33,6 +33,7 @@ def lower_program(program: Any, name: str, *, channels_last_io: bool = False, no
         ExportError: anything else that prevents the export.
     """
     closed, avals, env, shapes = trace(program, "LiteRT")
+    carriers = dim_carriers(program)
     for i, aval in enumerate(avals):
         _check_dtype(program, "input", i, aval.dtype)
     graph = Graph(name)
@@ -47,7 +48,8 @@ def lower_program(program: Any, name: str, *, channels_last_io: bool = False, no
         val = Val(shape, aval.dtype, tensor=t, perm=perm)
         for axis, d in enumerate(spec.shape):
             if isinstance(d, str):
-                em.dim_sources.setdefault(d, (val, axis))
+                base, scale, offset = carriers[(i, axis)]
+                em.dim_sources.setdefault(base, (val, axis, scale, offset))
         graph.inputs.append(t)
         graph.input_names.append(f"args_{i}")
         vals.append(val)

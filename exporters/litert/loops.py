@@ -91,7 +91,7 @@ def _subgraph(em: Emitter, graph: Graph, loop_vars: Sequence[Val]) -> Iterator[l
             for axis, d in enumerate(v.shape):
                 name = _plain_var(d)
                 if name is not None:
-                    em.dim_sources.setdefault(name, (val, axis))
+                    em.dim_sources.setdefault(name, (val, axis, 1, 0))
             inside.append(val)
         yield inside
     finally:

@@ -118,14 +118,15 @@ class OnnxArtifact(FileBytes):
         if len(inputs) != len(specs):
             raise InputError(f"the ONNX model takes {len(specs)} inputs, got {len(inputs)}")
         feed, ranges = {}, self.call_inputs().ranges
-        for i, (spec, x) in enumerate(zip(specs, inputs)):
-            arr = np.asarray(x)
+        arrays = [np.asarray(x) for x in inputs]
+        for i, (spec, arr) in enumerate(zip(specs, arrays)):
             want = _ORT_TYPES.get(spec.type)
             check_input(spec.name, arr.shape, arr.dtype, spec.shape, want or spec.type[7:-1], "the ONNX model",
                         ranges[i] if i < len(ranges) else None)
             if want is not None and arr.dtype != want:
                 arr = arr.astype(want)
             feed[spec.name] = np.require(arr, requirements="C")  # 0-d inputs stay 0-d
+        self.call_inputs().check_links([s.name for s in specs], [a.shape for a in arrays], "the ONNX model")
         try:
             if any(spec.type in _BIT_TYPES for spec in (*specs, *sess.get_outputs())):
                 outs = _run_bit_typed(sess, feed)

@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from converter.errors import ExportError
-from exporters.jaxpr_trace import fx_locator, trace
+from exporters.jaxpr_trace import dim_carriers, fx_locator, trace
 from exporters.jaxpr_walk import JaxprTranslator
 from exporters.onnx import loops, rules
 from exporters.onnx.graph import OnnxGraph, Val, edge_dtype, elem_type, onnx_dtype, value_info
@@ -73,6 +73,7 @@ def build_model(program: Any, notes: list[str], description: str = "tpu-export")
         ExportError: anything else that prevents the export.
     """
     closed, avals, env, shapes = trace(program, "ONNX")
+    carriers = dim_carriers(program)
     g = OnnxGraph(notes)
     g.dim_env = env
     inputs, vals = [], []
@@ -81,7 +82,8 @@ def build_model(program: Any, notes: list[str], description: str = "tpu-export")
         inputs.append(value_info(name, aval.dtype, shape))
         for axis, d in enumerate(spec.shape):
             if isinstance(d, str):
-                g.dim_sources.setdefault(d, (name, axis))
+                base, scale, offset = carriers[(i, axis)]
+                g.dim_sources.setdefault(base, (name, axis, scale, offset))
         inside = name if edge_dtype(aval.dtype) == onnx_dtype(aval.dtype) else \
             g.op("Cast", [name], to=elem_type(aval.dtype))  # (a bfloat16 input computes as float32)
         vals.append(Val(shape, aval.dtype, name=inside))

@@ -78,7 +78,8 @@ class OnnxGraph:
     Attributes:
         notes: conversion decisions shared with the artifact.
         dim_env: example value of each symbolic dim name.
-        dim_sources: for each symbolic dim name, the (graph input name, axis) carrying it.
+        dim_sources: for each symbolic dim name, the (graph input name, axis, scale, offset) carrying it: that
+            axis's size is ``scale * dim + offset`` (``2 * Dim("h")``: 2, 0; a plain dim: 1, 0).
     """
 
     def __init__(self, notes: list[str]):
@@ -89,7 +90,7 @@ class OnnxGraph:
         self._counts: dict[str, int] = {}
         self._dims: dict[Any, str] = {}
         self.dim_env: dict[str, int] = {}
-        self.dim_sources: dict[str, tuple[str, int]] = {}
+        self.dim_sources: dict[str, tuple[str, int, int, int]] = {}
 
     def note(self, text: str) -> None:
         """Record a conversion decision once."""
@@ -240,8 +241,13 @@ class OnnxGraph:
         if key not in self._dims:
             if name not in self.dim_sources:
                 raise ExportError(f"dynamic dim {name} does not appear in any input")
-            src, axis = self.dim_sources[name]
-            self._dims[key] = self.op("Shape", [src], start=axis, end=axis + 1)
+            src, axis, scale, offset = self.dim_sources[name]
+            size = self.op("Shape", [src], start=axis, end=axis + 1)
+            if offset:  # a derived dim (``2 * h + 1``): its symbol is (size - offset) // scale (sizes positive)
+                size = self.op("Sub", [size, self.i64([offset])])
+            if scale != 1:
+                size = self.op("Div", [size, self.i64([scale])])
+            self._dims[key] = size
         return self._dims[key]
 
 
