@@ -11,6 +11,8 @@ a floor of the symbol, or on mismatched sizes, and say nothing).
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any, Sequence
 
 import sympy
@@ -36,15 +38,30 @@ def linear_dims(program: Any) -> tuple:
 
 
 def _link(text: str, name: str) -> Link:
+    link = _parsed(text)
+    if link is None:
+        raise ValueError(f"dynamic dim {text!r} of input {name} is not one symbol's multiple plus a constant")
+    return link
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Link | None:
+    """``text`` (torch's printing of a dim: ``s39``, ``2*s39 + 1``) as a :data:`Link`, or ``None``."""
+    if _SYMBOL.fullmatch(text):
+        return text, 1, 0
     expr = sympy.sympify(text)
     symbols = list(expr.free_symbols)
-    if len(symbols) == 1:
-        (symbol,) = symbols
-        scale, offset = expr.coeff(symbol, 1), expr.subs(symbol, 0)
-        if scale.is_Integer and offset.is_Integer and int(scale) > 0 and \
-                sympy.simplify(expr - scale * symbol - offset) == 0:
-            return str(symbol), int(scale), int(offset)
-    raise ValueError(f"dynamic dim {text!r} of input {name} is not one symbol's multiple plus a constant")
+    if len(symbols) != 1:
+        return None
+    (symbol,) = symbols
+    scale, offset = expr.coeff(symbol, 1), expr.subs(symbol, 0)
+    if not (scale.is_Integer and offset.is_Integer and int(scale) > 0) or \
+            sympy.expand(expr - scale * symbol - offset) != 0:
+        return None
+    return str(symbol), int(scale), int(offset)
+
+
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def carriers(links: Sequence) -> dict[tuple[int, int], Link]:
