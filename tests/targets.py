@@ -33,3 +33,34 @@ def one_capture(make: Callable[..., tuple]) -> Callable:
         return capture_program(model, args, dynamic_shapes=dynamic[0] if dynamic else None)
 
     return functools.wraps(make)(program)
+
+
+def image_and_line(image: tuple[int, int], line: tuple[int, int]) -> tuple:
+    """``dynamic_shapes`` of a model of ``(image [N, 3, H, W], line [N, 4, L])`` (:data:`IMAGE_AND_LINE`): H and W
+    dynamic from ``image[0]`` to ``image[1]``, L from ``line[0]`` to ``line[1]``."""
+    from torch.export import Dim
+
+    h, w = Dim("H", min=image[0], max=image[1]), Dim("W", min=image[0], max=image[1])
+    return {2: h, 3: w}, {2: Dim("L", min=line[0], max=line[1])}
+
+
+def assert_image_and_line_match(art, model, sizes, rtol: float, atol: float) -> None:
+    """``art`` (a conversion of ``model``, see :func:`image_and_line`) equals ``model`` on random inputs of each
+    ``(H, W, L)`` of ``sizes``."""
+    import numpy as np
+    import torch
+
+    for h, w, n in sizes:
+        g = torch.Generator().manual_seed(h * w * n)
+        image, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
+        with torch.no_grad():
+            want = model(image, line)
+        for got, expected in zip(art(image, line), want, strict=True):
+            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), expected, rtol=rtol, atol=atol)
+
+
+def image_and_line_sample() -> tuple:
+    """The sample inputs of an :func:`image_and_line` model: an 8×10 image and a 12-long line, batch 2."""
+    import torch
+
+    return torch.randn(2, 3, 8, 10), torch.randn(2, 4, 12)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,7 +15,8 @@ from torch import nn
 from torch.export import Dim
 
 from converter.api import build
-from tests.targets import ALL, one_capture
+from tests.targets import (ALL, assert_image_and_line_match, image_and_line, image_and_line_sample,
+                           one_capture)
 
 #: one worker: the model's capture serves every target
 pytestmark = pytest.mark.xdist_group("exporter-dynamic-resize")
@@ -34,21 +34,17 @@ class _Resizes(nn.Module):
 
 @one_capture
 def _resizes():
-    image = {2: Dim("H", min=4, max=64), 3: Dim("W", min=4, max=64)}  # (the 0.5 scale's output at least 2)
-    return _Resizes(), (torch.randn(2, 3, 8, 10), torch.randn(2, 4, 12)), (image, {2: Dim("L", min=2, max=64)})
+    return _Resizes(), image_and_line_sample(), image_and_line((4, 64), (2, 64))  # (the 0.5 scale's output >= 2)
 
 
 @pytest.mark.parametrize("target", ALL)
 def test_linear_and_nearest_resizes_over_dynamic_sizes(target):
     # bilinear, nearest to a size or by a fractional factor refused a dynamic size ("dynamic spatial sizes are only
-    # supported for nearest upsampling by an integer scale factor"); the 1-d modes, which torch decomposes with a float scale (sym_float of the length),
-    # failed with "TypeError: float() argument must be a string or a real number, not '_DimExpr'"
-    art = build(_resizes(), target=target)
-    for h, w, n in ((5, 9, 2), (16, 5, 31), (64, 4, 64)):
-        g = torch.Generator().manual_seed(h * w * n)
-        image, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
-        for got, want in zip(art(image, line), _Resizes()(image, line), strict=True):
-            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-5, atol=1e-5)
+    # supported for nearest upsampling by an integer scale factor"); the 1-d modes, which torch decomposes with a
+    # float scale (sym_float of the length), failed with "TypeError: float() argument must be a string or a real
+    # number, not '_DimExpr'"
+    assert_image_and_line_match(build(_resizes(), target=target), _Resizes(), ((5, 9, 2), (16, 5, 31), (64, 4, 64)),
+                                1e-5, 1e-5)
 
 
 class _Bicubic(nn.Module):

@@ -6,15 +6,14 @@ average and max pools to a fixed size (VGG's ``AdaptiveAvgPool2d((7, 7))``); a d
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.export import Dim
 
 from converter.api import build
-from tests.targets import ALL, one_capture
+from tests.targets import (ALL, assert_image_and_line_match, image_and_line, image_and_line_sample,
+                           one_capture)
 
 #: one worker: each model's capture serves every target
 pytestmark = pytest.mark.xdist_group("exporter-dynamic-spatial")
@@ -29,20 +28,15 @@ class _Pools(nn.Module):
 
 @one_capture
 def _pools():
-    image = {2: Dim("H", min=6, max=64), 3: Dim("W", min=6, max=64)}
-    return _Pools(), (torch.randn(2, 3, 8, 10), torch.randn(2, 4, 12)), (image, {2: Dim("L", min=7, max=64)})
+    return _Pools(), image_and_line_sample(), image_and_line((6, 64), (7, 64))
 
 
 @pytest.mark.parametrize("target", ALL)
 def test_strided_pools_over_a_dynamic_image_size_and_length(target):
     # The lowering's high padding depended on the size: "Symbolic dimension comparison ... is inconclusive" in
     # every file target. max_pool1d's C++ entry made torch.export specialize the length ("Constraints violated").
-    art = build(_pools(), target=target)
-    for h, w, n in ((7, 9, 7), (16, 6, 31), (64, 11, 64)):
-        g = torch.Generator().manual_seed(h * w * n)
-        x, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
-        for got, want in zip(art(x, line), _Pools()(x, line), strict=True):
-            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-6, atol=1e-6)
+    assert_image_and_line_match(build(_pools(), target=target), _Pools(), ((7, 9, 7), (16, 6, 31), (64, 11, 64)),
+                                1e-6, 1e-6)
 
 
 class _Adaptive(nn.Module):
@@ -53,19 +47,14 @@ class _Adaptive(nn.Module):
 
 @one_capture
 def _adaptive():
-    image = {2: Dim("H", min=2, max=64), 3: Dim("W", min=2, max=64)}
-    return _Adaptive(), (torch.randn(2, 3, 8, 10), torch.randn(2, 4, 12)), (image, {2: Dim("L", min=2, max=64)})
+    return _Adaptive(), image_and_line_sample(), image_and_line((2, 64), (2, 64))
 
 
 @pytest.mark.parametrize("target", ALL)
 def test_adaptive_pools_to_a_fixed_size_over_dynamic_sizes(target):
     # refused: "adaptive pooling needs static spatial sizes" (output sizes above 1)
-    art = build(_adaptive(), target=target)
-    for h, w, n in ((2, 9, 3), (16, 5, 31), (61, 64, 64)):
-        g = torch.Generator().manual_seed(h * w * n)
-        x, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
-        for got, want in zip(art(x, line), _Adaptive()(x, line), strict=True):
-            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=1e-5, atol=1e-6)
+    assert_image_and_line_match(build(_adaptive(), target=target), _Adaptive(),
+                                ((2, 9, 3), (16, 5, 31), (61, 64, 64)), 1e-5, 1e-6)
 
 
 class _Decoder(nn.Module):
@@ -84,20 +73,12 @@ class _Decoder(nn.Module):
 
 @one_capture
 def _decoder():
-    image = {2: Dim("H", min=6, max=64), 3: Dim("W", min=6, max=64)}
-    return _Decoder().eval(), (torch.randn(2, 3, 8, 10), torch.randn(2, 4, 12)), (image, {2: Dim("L", min=7, max=64)})
+    return _Decoder().eval(), image_and_line_sample(), image_and_line((6, 64), (7, 64))
 
 
 @pytest.mark.parametrize("target", ALL)
 def test_transposed_convolutions_and_a_constant_index_over_dynamic_sizes(target):
     # LiteRT: the crop after TRANSPOSE_CONV was a SLICE whose size is the dynamic one, and the constant index's
     # clamp read the dynamic bound as a number ("Symbolic dimension ... used in a context that requires a constant")
-    model = _Decoder().eval()
-    art = build(_decoder(), target=target)
-    for h, w, n in ((7, 9, 7), (16, 6, 31)):
-        g = torch.Generator().manual_seed(h * w * n)
-        x, line = torch.randn(2, 3, h, w, generator=g), torch.randn(2, 4, n, generator=g)
-        with torch.no_grad():
-            want = model(x, line)
-        for got, expected in zip(art(x, line), want, strict=True):
-            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), expected, rtol=1e-5, atol=1e-5)
+    assert_image_and_line_match(build(_decoder(), target=target), _Decoder().eval(), ((7, 9, 7), (16, 6, 31)),
+                                1e-5, 1e-5)
