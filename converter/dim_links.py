@@ -38,14 +38,14 @@ def linear_dims(program: Any) -> tuple:
 
 
 def _link(text: str, name: str) -> Link:
-    link = _parsed(text)
+    link = parsed_dim(text)
     if link is None:
         raise ValueError(f"dynamic dim {text!r} of input {name} is not one symbol's multiple plus a constant")
     return link
 
 
 @functools.lru_cache(maxsize=1024)
-def _parsed(text: str) -> Link | None:
+def parsed_dim(text: str) -> Link | None:
     """``text`` (torch's printing of a dim: ``s39``, ``2*s39 + 1``) as a :data:`Link`, or ``None``."""
     if _SYMBOL.fullmatch(text):
         return text, 1, 0

@@ -3,8 +3,9 @@
 Random inputs keep each sample's dtype, and its shape but for the dims the capture made dynamic
 (``dynamic_shapes=``): each dynamic dim takes another size inside its declared range (at least 2, at most
 twice the sample's plus one), the same for every input that shares it, so a dynamic export is checked at sizes
-other than the one it was traced at. (A set keeps the sample's sizes when an input it must reuse, below, or a
-dim derived from another, ``2 * batch``, has a dynamic size.) Floating inputs are drawn from
+other than the one it was traced at; a derived dim (``2 * h``, ``2 * h + 1``) is its symbol's new value scaled
+and offset, so every size stays one the export takes. (A set keeps the sample's sizes when an input it must reuse,
+below, or a dim of several symbols, ``batch * length``, has a dynamic size.) Floating inputs are drawn from
 a normal distribution with the sample's mean and standard deviation; integer
 inputs stay inside the range the model can take — ``[0, num_embeddings)`` when
 they index an embedding table (or the indexed dim of ``index_select`` /
@@ -27,6 +28,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from converter.call_inputs import finite_bound
+from converter.dim_links import parsed_dim
 
 aten = torch.ops.aten
 
@@ -222,7 +224,8 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 name = names[t] if t < len(names) else f"input_{t}"
-                shape = tuple(sizes.get(d, n) for d, n in zip(dims.get(name, ()), leaf.shape)) or None
+                shape = tuple(n if d is None else d[1] * sizes[d[0]] + d[2]
+                              for d, n in zip(dims.get(name, ()), leaf.shape)) or None
                 if name in structural:
                     x, note = leaf.clone(), f"sample reused: {structural[name]}"
                 else:
@@ -239,19 +242,20 @@ def build_input_sets(ep: ExportedProgram, sample_args: tuple, sample_kwargs: dic
 
 def _dynamic_dims(ep: ExportedProgram, names: list[str], structural: dict,
                   samples: list) -> tuple[dict[str, tuple], dict[str, int]]:
-    """``({input name: (the dynamic symbol of each dim, or None)}, {symbol: its sample size})`` for the inputs a
-    random set may resize; both empty when none may (no dynamic dim, a dim derived from others, or a reused input
-    of a dynamic size)."""
+    """``({input name: (each dim's ``(symbol, scale, offset)``: the dim is ``scale * symbol + offset``, or None)},
+    {symbol: its sample value})`` for the inputs a random set may resize; both empty when none may (no dynamic dim,
+    a dim that is no multiple of one symbol plus a constant, or a reused input of a dynamic size)."""
     dims, hints = {}, {}
     for name, sample in zip(names, samples):
         syms = []
         for d in getattr(_placeholder_val(ep, name), "shape", ()):
             expr = d.node.expr if isinstance(d, torch.SymInt) else None
-            if expr is not None and (not expr.is_Symbol or d.node.hint is None):
-                return {}, {}  # (2 * batch, or a size only known at run time: the sizes of a set are not free)
-            syms.append(None if expr is None else str(expr))
-            if expr is not None:
-                hints.setdefault(str(expr), int(d.node.hint))
+            link = None if expr is None else parsed_dim(str(expr))
+            if expr is not None and (link is None or d.node.hint is None):
+                return {}, {}  # (batch * length, or a size only known at run time: the sizes of a set are not free)
+            syms.append(link)
+            if link is not None:
+                hints.setdefault(link[0], (int(d.node.hint) - link[2]) // link[1])
         if any(syms):
             if name in structural or _reused(sample) is not None:
                 return {}, {}

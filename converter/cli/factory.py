@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,9 @@ def parse_dynamic(text: str | None, args: tuple, kwargs: dict | None = None) -> 
     counts the positional inputs first, then the keyword ones in the factory's order).
 
     Each item is ``INPUT:DIM`` with an optional ``=NAME`` (equal names share a dim) and an optional range of
-    sizes ``:MIN..MAX`` (either end may be left out), which the artifact then checks its inputs against.
+    sizes ``:MIN..MAX`` (either end may be left out), which the artifact then checks its inputs against. The name
+    may be a derived dim, ``=K*NAME`` or ``=K*NAME+C`` (an even size: ``0:2=2*h:2..256``; torch.export's
+    ``2 * Dim("h") + 1``), whose range is ``NAME``'s (given on any one item of that name).
 
     Raises:
         InputError: an item of another form, an input the model does not have, or one name given two ranges.
@@ -73,8 +76,8 @@ def parse_dynamic(text: str | None, args: tuple, kwargs: dict | None = None) -> 
         return None
     n = len(args) + len(kwargs or {})
     spec: list[dict | None] = [None] * n
-    dims: dict[str, Any] = {}
     ranges: dict[str, tuple] = {}
+    items = []
     for item in text.split(","):
         try:
             where, _, name = item.partition("=")
@@ -85,18 +88,38 @@ def parse_dynamic(text: str | None, args: tuple, kwargs: dict | None = None) -> 
                 parts, span = parts[:2], ":".join(parts[2:])
             i, d = (int(v) for v in parts)
             bounds = _span(span)
+            scale, name, offset = _derived(name) if name else (1, f"dim_{i}_{d}", 0)
         except ValueError:
-            raise InputError(f"--dynamic item '{item}' must be INPUT:DIM[=NAME][:MIN..MAX]") from None
+            raise InputError(f"--dynamic item '{item}' must be INPUT:DIM[=[K*]NAME[+C]][:MIN..MAX]") from None
         if not 0 <= i < n:
             raise InputError(f"--dynamic names input {i}, the model has {n} inputs")
-        name = name or f"dim_{i}_{d}"
-        if ranges.setdefault(name, bounds) != bounds:
+        if bounds != (None, None) and ranges.setdefault(name, bounds) != bounds:
             raise InputError(f"--dynamic gives dim '{name}' two ranges")
-        lo, hi = bounds
-        dims.setdefault(name, torch.export.Dim(name, **({} if lo is None else {"min": lo}),
-                                               **({} if hi is None else {"max": hi})))
-        spec[i] = {**(spec[i] or {}), d: dims[name]}
+        items.append((i, d, scale, name, offset))
+    dims: dict[str, Any] = {}
+    for i, d, scale, name, offset in items:
+        if name not in dims:
+            lo, hi = ranges.get(name, (None, None))
+            dims[name] = torch.export.Dim(name, **({} if lo is None else {"min": lo}),
+                                          **({} if hi is None else {"max": hi}))
+        dim = dims[name] if scale == 1 else scale * dims[name]
+        spec[i] = {**(spec[i] or {}), d: dim if not offset else dim + offset}
     return tuple(spec)
+
+
+_DERIVED = re.compile(r"(?:(\d+)\*)?([A-Za-z_]\w*)(?:\+(\d+))?")
+
+
+def _derived(text: str) -> tuple[int, str, int]:
+    """``"2*h+1"`` → ``(2, "h", 1)``; ``"h"`` → ``(1, "h", 0)``.
+
+    Raises:
+        ValueError: any other text.
+    """
+    found = _DERIVED.fullmatch(text.replace(" ", ""))
+    if found is None or (found.group(1) is not None and int(found.group(1)) < 1):
+        raise ValueError(text)
+    return int(found.group(1) or 1), found.group(2), int(found.group(3) or 0)
 
 
 def _span(text: str) -> tuple[int | None, int | None]:

@@ -55,3 +55,13 @@ def test_demo_ends_with_the_parity_summary_and_the_html_report(tmp_path, monkeyp
     assert lines[-3].startswith("parity over 3 input sets: all targets match PyTorch")
     assert lines[-1] == f"HTML report: {tmp_path / 'report' / 'report.html'}"
     assert (tmp_path / "report" / "report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_validate_takes_a_derived_dynamic_dim(tmp_path, capsys):
+    # (--dynamic took a plain NAME only: a size that must be even had no spelling)
+    code = main(["validate", FACTORY, "--targets", "tpu,onnx", "--report", str(tmp_path), "--num-random-inputs", "2",
+                 "--dynamic", "0:0=2*b:1..5", "--no-op-profile"])
+    assert code == 0, capsys.readouterr().out
+    inputs = json.loads((tmp_path / "report.json").read_text())["inputs"]
+    sample, *drawn = [i["tensors"][0]["shape"][0] for i in inputs]
+    assert len(drawn) == 2 and all(s % 2 == 0 and 2 <= s <= 10 and s != sample for s in drawn), (sample, drawn)
