@@ -272,8 +272,12 @@ def _symbol_ranges(program: Any, links: Sequence) -> dict:
     torch.export's ``range_constraints``."""
     derived = {link[0] for link in carriers(links or ()).values() if link[1:] != (1, 0)}
     constraints = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
-    return {str(sym): (finite_bound(r.lower), finite_bound(r.upper)) for sym, r in constraints.items()
-            if str(sym) in derived}
+    out = {}
+    for sym, r in constraints.items():
+        if str(sym) in derived:
+            lo, hi = finite_bound(r.lower), finite_bound(r.upper)
+            out[str(sym)] = (lo if lo is not None and lo > 2 else None, hi)  # (as _input_ranges: 0 and 1 pass)
+    return out
 
 
 def finite_bound(v: Any) -> int | None:

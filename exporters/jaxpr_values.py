@@ -20,6 +20,15 @@ def same_dim(a: Any, b: Any) -> bool:
         return False
 
 
+def nonnegative(d: Any) -> bool:
+    """Whether a dim (concrete or a ``jax.export`` dim expression: a ``mod`` is, a difference may not be) is
+    provably at least 0."""
+    try:
+        return bool(d >= 0)
+    except Exception:  # inconclusive symbolic comparison
+        return False
+
+
 class JaxprValue:
     """Base of the exporters' value classes: one jaxpr value, a constant or a tensor.
 

@@ -68,3 +68,26 @@ def test_derived_and_shared_dims_run_at_other_sizes_and_refuse_sizes_that_fit_no
                                          r"gives d = 2 at dim 0")):
             with pytest.raises(InputError, match=says if target != "stablehlo" else "cannot take these input shapes"):
                 artifact(*args)
+
+
+class _SizeArithmetic(nn.Module):
+    def forward(self, x):
+        first, second = x.chunk(2, dim=1)  # (halves of a 2 * h length)
+        return F.pad(x, (0, 0, 0, (8 - x.shape[1] % 8) % 8)), second - first  # (padded to a multiple of 8)
+
+
+@one_capture
+def _size_arithmetic():
+    return _SizeArithmetic(), (torch.randn(2, 6, 3),), ({1: 2 * Dim("h", min=1, max=32)},)
+
+
+@pytest.mark.parametrize("target", ALL)
+def test_a_pad_to_a_multiple_and_halves_of_a_dynamic_length(target):
+    # ONNX / LiteRT: the pad's size, a dim expression, was read as a number ("Symbolic dimension 'mod(...)' used in a
+    # context that requires a constant"); every file target: chunk's split of a dynamic size ("'_DimExpr' object
+    # cannot be interpreted as an integer")
+    art = build(_size_arithmetic(), target=target)
+    for n in (2, 16, 22, 64):
+        x = torch.randn(2, n, 3, generator=torch.Generator().manual_seed(n))
+        for got, want in zip(art(x), _SizeArithmetic()(x), strict=True):
+            torch.testing.assert_close(torch.as_tensor(np.asarray(got)), want, rtol=0, atol=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import torch
 
+from converter.errors import UnsupportedOpError
 from converter.lowering.helpers import check_fits
 from converter.lowering.helpers import dim as norm_dim
 from converter.lowering.dtypes import to_jax_dtype
@@ -55,9 +56,17 @@ def lower__unsafe_view_default(ctx, self, size):
 def lower_split_tensor(ctx, self, split_size, dim=0):
     """split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]
 
-    ``split_with_sizes`` with pieces of ``split_size`` (the last one shorter).
+    ``split_with_sizes`` with pieces of ``split_size`` (the last one shorter); of a dynamic size (``x.chunk(2)`` of
+    a ``2 * h`` dim), as many pieces as torch traced (their number is the graph's), the last one the rest.
     """
     n = self.shape[norm_dim(dim, self.ndim)] if self.ndim else 1
+    if not (isinstance(n, int) and isinstance(split_size, int)):  # a dynamic size: as many pieces as torch traced
+        pieces = ctx.node.meta.get("val") if ctx.node is not None else None
+        if not isinstance(pieces, (list, tuple)) or not pieces:
+            raise UnsupportedOpError(str(aten.split.Tensor), ctx.target, ctx.location,
+                                     reason="a split of a dynamic size into a number of pieces the graph does not say")
+        sizes = [split_size] * (len(pieces) - 1) + [n - (len(pieces) - 1) * split_size]
+        return lower_split_with_sizes_default(ctx, self, sizes, dim)
     sizes = [min(split_size, n - start) for start in range(0, n, split_size)] if split_size else [n]
     return lower_split_with_sizes_default(ctx, self, sizes or [0], dim)
 

@@ -14,6 +14,7 @@ from jax._src.export import shape_poly
 from jax._src.lax import lax as lax_internal
 from jax.extend.core import primitives as lax
 
+from exporters.jaxpr_values import nonnegative
 from exporters.jaxpr_walk import same_dim as _same
 from exporters.litert.emitter import Emitter, Val, identity, is_static
 from exporters.litert.rules import Unsupported, out_aval, rule
@@ -259,6 +260,15 @@ def lower_pad(em: Emitter, eqn: Any, x: Val, value: Val) -> Val:
     aval = out_aval(eqn)
     p = x.perm
     t = em.tensor_of(x, p, expand=True)
+    if not all(is_static(v) for c in config for v in c[:2]):  # a pad that is a dim expression (pad to a multiple)
+        if any(int(c[2]) for c in config) or not all(nonnegative(v) for c in config for v in c[:2]):
+            raise Unsupported("a padding whose size depends on a dynamic dim and may be negative, or interior")
+        edges = em.emit("CONCATENATION", [em.dim_tensor(config[i][k]) for i in p for k in (0, 1)], [2 * x.rank],
+                        np.int32, axis=0)
+        table = em.emit("RESHAPE", [edges, em.const(i32([x.rank, 2]))], [x.rank, 2], np.int32)
+        dims = [aval.shape[i] for i in p]
+        t = em.emit("PADV2", [t, table, em.const(np.asarray([value.scalar()], x.dtype))], dims, x.dtype)
+        return Val(aval.shape, aval.dtype, tensor=t, perm=p)
     shape = list(x.shape)
     for i, (_, _, interior) in enumerate(config):
         if interior:

@@ -10,6 +10,7 @@ from jax._src.lax import lax as lax_internal
 from jax.extend.core import primitives as lax
 from onnx import TensorProto, helper
 
+from exporters.jaxpr_values import nonnegative
 from exporters.jaxpr_walk import same_dim as _same
 from exporters.onnx.graph import OnnxGraph, Val, is_static
 from exporters.onnx.rules import Unsupported, out_aval, rule
@@ -135,6 +136,18 @@ def lower_tile(g: OnnxGraph, eqn: Any, x: Val) -> Val:
     return g.val(out, aval.shape, aval.dtype)
 
 
+def _dynamic_pad(g: OnnxGraph, eqn: Any, x: Val, value: Val) -> Val:
+    """pad whose edges are dim expressions (``F.pad(x, (0, (8 - n % 8) % 8))`` of a dynamic ``n``) → one Pad with
+    the edges computed at run time; they must be provably non-negative (a mod is), and interior padding is refused."""
+    config = eqn.params["padding_config"]
+    if any(int(c[2]) for c in config) or not all(nonnegative(v) for c in config for v in c[:2]):
+        raise Unsupported("a padding whose size depends on a dynamic dim and may be negative, or interior")
+    pads = g.op("Concat", [g.dim_tensor(c[0]) for c in config] + [g.dim_tensor(c[1]) for c in config], axis=0)
+    out = g.op("Pad", [g.tensor(x), pads, g.tensor(value)], mode="constant")
+    aval = out_aval(eqn)
+    return g.val(out, aval.shape, aval.dtype)
+
+
 @rule(lax.pad_p)
 def lower_pad(g: OnnxGraph, eqn: Any, x: Val, value: Val) -> Val:
     """pad → Pad(mode=constant) for the non-negative edges, then Slice for negative ones. Interior padding
@@ -143,6 +156,8 @@ def lower_pad(g: OnnxGraph, eqn: Any, x: Val, value: Val) -> Val:
     ``n·(1 + i)`` and Slice off the trailing ``i``."""
     aval = out_aval(eqn)
     config = eqn.params["padding_config"]
+    if not all(is_static(v) for c in config for v in c[:2]):  # a pad that is a dim expression (pad to a multiple)
+        return _dynamic_pad(g, eqn, x, value)
     lo = [int(c[0]) for c in config]
     hi = [int(c[1]) for c in config]
     t = g.tensor(x)
