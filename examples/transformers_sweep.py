@@ -4,7 +4,8 @@ Each family is a tiny model built from its ``transformers`` config with random w
 layer drop off, run in a subprocess of its own (one family's crash or hang does not stop the sweep). Checks:
 
 * ``export``: :func:`validators.validate` on tpu, StableHLO, ONNX and LiteRT (static shapes);
-* ``dynamic``: the same with a dynamic batch and length, checked at two other sizes (text families);
+* ``dynamic``: the same with a dynamic batch and length, checked at two other sizes (text families; speech families
+  with an audio length that is a multiple of the feature extractor's stride, a derived dim, as torch.export asks);
 * ``quant``: LiteRT with ``quantize="fp16"`` and ``"int8"``, relative error of the output against PyTorch;
 * ``strict`` / ``fused``: one forward and backward on the tpu device in that eager mode against the CPU (train mode);
 * ``compile``: the same through ``torch.compile(backend="tpu")``;
@@ -175,8 +176,16 @@ def _validated(model: torch.nn.Module, args: tuple, **kwargs: Any) -> dict:
 
 
 def _dynamic(model: torch.nn.Module, args: tuple, kind: str, g: torch.Generator) -> dict:
+    if kind == "speech":  # the audio length, a multiple of the feature extractor's stride (as torch.export asks)
+        import math
+
+        stride = math.prod(model.m.config.conv_stride)
+        length = stride * torch.export.Dim("frames", min=40, max=1600)  # (the tiny configs' stride: 10)
+        others = [(torch.randn(1, stride * 64, generator=g),), (torch.randn(3, stride * 123, generator=g),)]
+        return _validated(model, args, dynamic_shapes=(({0: torch.export.Dim("batch", max=8), 1: length},),),
+                          inputs=others)
     if kind not in ("causal", "encoder", "seq2seq"):
-        return {"skip": "not a text model"}
+        return {"skip": "not a text or speech model"}
     batch, length = torch.export.Dim("batch", max=8), torch.export.Dim("seq", min=2, max=32)
     dims = [{0: batch, 1: length}]
     sizes = [[(1, 5)], [(3, 12)]]
