@@ -93,6 +93,7 @@ class TpuModule:
         specs = self.program.inputs
         for x, spec, ranges in zip(flat, specs, self._call.ranges):
             check_input(spec.name, tuple(x.shape), x.dtype, spec.shape, spec.dtype, "the converted model", ranges)
+        self._call.check_links([s.name for s in specs], [tuple(x.shape) for x in flat], "the converted model")
         return flat
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
