@@ -59,6 +59,9 @@ class CallInputs:
         self.links: tuple = tuple(links) if links is not None else (None,) * n_inputs
         #: the ``(lowest, highest)`` values of the symbols of derived dims (``2 * h``), either ``None``
         self.symbols: dict = dict(symbols or {})
+        found = list(carriers(self.links).values())
+        #: some dynamic dim is derived (``2 * h``) or shared by two dims: sizes :meth:`check_links` checks
+        self._linked = any(link[1:] != (1, 0) for link in found) or len({link[0] for link in found}) < len(found)
         #: the sample call's Python numbers and strings, which the converted program holds fixed, as ``[name,
         #: value]`` pairs (the name torch.export gives the input: the argument's, ``d_a`` for ``d={"a": 3}``):
         #: ``"args"``, those of the positional arguments in order; ``"kwargs"``, keyword → those of that argument
@@ -85,12 +88,6 @@ class CallInputs:
         """Whether a saved file needs it: keyword names or ranges (without either, positional calls of any size)."""
         return bool(self.keywords) or any(r is not None for r in self.ranges) or \
             bool(self.constants["args"]) or any(self.constants["kwargs"].values()) or self._linked
-
-    @property
-    def _linked(self) -> bool:
-        """Whether some dynamic dim is derived (``2 * h``) or shared by two dims: sizes :meth:`check_links` checks."""
-        found = list(carriers(self.links).values())
-        return any(link[1:] != (1, 0) for link in found) or len({link[0] for link in found}) < len(found)
 
     def check_links(self, names: Sequence[str], shapes: Sequence[Sequence[int]], what: str) -> None:
         """Refuse a call whose input ``shapes`` fit no value of a dynamic dim's symbol
@@ -254,14 +251,12 @@ def _dtype_kind(dtype: Any) -> str:
 def _input_ranges(program: Any) -> tuple:
     """Per input of ``program``, the sizes each dynamic dim takes (module docstring), from torch.export's
     ``range_constraints``: ``None`` for an input without a bounded dynamic dim."""
-    constraints = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
-    bounds = {str(sym): (finite_bound(r.lower), finite_bound(r.upper)) for sym, r in constraints.items()}
+    bounds = _declared(program)
     out = []
     for spec in program.inputs:
         dims = []
         for d in spec.shape:
             lo, hi = bounds.get(d, (None, None)) if isinstance(d, str) else (None, None)
-            lo = lo if lo is not None and lo > 2 else None  # (0 and 1 pass below a min of 2, as in torch)
             dims.append(None if lo is None and hi is None else (lo, hi))
         out.append(tuple(dims) if any(d is not None for d in dims) else None)
     return tuple(out)
@@ -271,12 +266,17 @@ def _symbol_ranges(program: Any, links: Sequence) -> dict:
     """The ``(lowest, highest)`` values (either ``None``) of the symbols of ``links``' derived dims, from
     torch.export's ``range_constraints``."""
     derived = {link[0] for link in carriers(links or ()).values() if link[1:] != (1, 0)}
+    return {sym: bounds for sym, bounds in _declared(program).items() if sym in derived}
+
+
+def _declared(program: Any) -> dict:
+    """Each dim expression of torch.export's ``range_constraints`` (its text) → the ``(lowest, highest)`` sizes it
+    takes, either ``None``: a lowest of 2 or less is none (0 and 1 pass below a min of 2, as in torch)."""
     constraints = getattr(getattr(program, "exported", None), "range_constraints", None) or {}
     out = {}
     for sym, r in constraints.items():
-        if str(sym) in derived:
-            lo, hi = finite_bound(r.lower), finite_bound(r.upper)
-            out[str(sym)] = (lo if lo is not None and lo > 2 else None, hi)  # (as _input_ranges: 0 and 1 pass)
+        lo, hi = finite_bound(r.lower), finite_bound(r.upper)
+        out[str(sym)] = (lo if lo is not None and lo > 2 else None, hi)
     return out
 
 

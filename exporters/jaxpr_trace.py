@@ -19,11 +19,11 @@ from converter.errors import ConversionError, ExportError
 from kernels import dispatch
 
 
-def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str, int], list[tuple]]:
+def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str, int], list[tuple], dict]:
     """Abstract inputs for tracing: ``str`` dims become ``jax.export`` symbolic dims.
 
     Returns:
-        (avals, sample value of each symbol, logical shapes with symbols).
+        (avals, sample value of each symbol, logical shapes with symbols, :func:`dim_carriers`).
     """
     examples = program.example_inputs()
     names: list[str] = []  # each dim's text: a symbol ("s39") or a derived dim ("2*s39", from ``2 * Dim("h")``)
@@ -42,7 +42,7 @@ def symbolic_inputs(program: Any) -> tuple[list[jax.ShapeDtypeStruct], dict[str,
         shape = tuple(symbols[d] if isinstance(d, str) else int(d) for d in spec.shape)
         shapes.append(shape)
         avals.append(jax.ShapeDtypeStruct(shape, ex.dtype))
-    return avals, env, shapes
+    return avals, env, shapes, found
 
 
 def dim_carriers(program: Any) -> dict[tuple[int, int], tuple[str, int, int]]:
@@ -59,7 +59,7 @@ def dim_carriers(program: Any) -> dict[tuple[int, int], tuple[str, int, int]]:
         raise ExportError(str(e)) from e
 
 
-def trace(program: Any, target: str) -> tuple[Any, list, dict[str, int], list[tuple]]:
+def trace(program: Any, target: str) -> tuple[Any, list, dict[str, int], list[tuple], dict]:
     """``jax.make_jaxpr(program.closed())`` with int64 enabled and symbolic dynamic dims.
 
     Args:
@@ -68,12 +68,13 @@ def trace(program: Any, target: str) -> tuple[Any, list, dict[str, int], list[tu
             the ``dispatch.portable`` reason ("<target lowercased> export").
 
     Returns:
-        (closed jaxpr, input avals, sample value of each symbol, input shapes with symbols).
+        (closed jaxpr, input avals, sample value of each symbol, input shapes with symbols, each dynamic dim's
+        ``(symbol, scale, offset)`` by ``(input index, axis)``: :func:`dim_carriers`).
 
     Raises:
         ExportError: tracing failed (e.g. an inconclusive shape check on a symbolic dim).
     """
-    avals, env, shapes = symbolic_inputs(program)
+    avals, env, shapes, carriers = symbolic_inputs(program)
     try:
         with jax.enable_x64(True), dispatch.portable(f"{target.lower()} export"):
             closed = jax.make_jaxpr(program.closed())(*avals)
@@ -82,7 +83,7 @@ def trace(program: Any, target: str) -> tuple[Any, list, dict[str, int], list[tu
     except Exception as e:  # tracing the lowered program failed
         raise ExportError(f"tracing the program for {target} failed: {type(e).__name__}: {str(e).splitlines()[0]}") \
             from e
-    return closed, avals, env, shapes
+    return closed, avals, env, shapes, carriers
 
 
 def fx_locator(program: Any) -> Any:

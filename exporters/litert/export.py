@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from converter.errors import UnsupportedOpError, source_location
-from exporters.jaxpr_trace import dim_carriers, fx_locator, trace
+from exporters.jaxpr_trace import fx_locator, trace
 from exporters.litert.emitter import Emitter, Val
 from exporters.litert.ir import Graph
 from exporters.litert.loops import called_graphs
@@ -32,8 +32,7 @@ def lower_program(program: Any, name: str, *, channels_last_io: bool = False, no
         UnsupportedOpError: a primitive or composite has no TFLite mapping.
         ExportError: anything else that prevents the export.
     """
-    closed, avals, env, shapes = trace(program, "LiteRT")
-    carriers = dim_carriers(program)
+    closed, avals, env, shapes, carriers = trace(program, "LiteRT")
     for i, aval in enumerate(avals):
         _check_dtype(program, "input", i, aval.dtype)
     graph = Graph(name)

@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from converter.errors import ExportError
-from exporters.jaxpr_trace import dim_carriers, fx_locator, trace
+from exporters.jaxpr_trace import fx_locator, trace
 from exporters.jaxpr_walk import JaxprTranslator
 from exporters.onnx import loops, rules
 from exporters.onnx.graph import OnnxGraph, Val, edge_dtype, elem_type, onnx_dtype, value_info
@@ -72,8 +72,7 @@ def build_model(program: Any, notes: list[str], description: str = "tpu-export")
         UnsupportedOpError: a primitive or composite has no ONNX mapping.
         ExportError: anything else that prevents the export.
     """
-    closed, avals, env, shapes = trace(program, "ONNX")
-    carriers = dim_carriers(program)
+    closed, avals, env, shapes, carriers = trace(program, "ONNX")
     g = OnnxGraph(notes)
     g.dim_env = env
     inputs, vals = [], []

@@ -135,8 +135,7 @@ def _nearest_indices_dynamic(in_size, out_size, scale, exact: bool):
     step ``1 / scale`` when a scale was given, else ``in / out``."""
     j = jax.lax.iota(jnp.float32, out_size)
     size = jnp.asarray(in_size)
-    given = scale is not None and scale > 0
-    step = np.float32(1.0 / scale) if given else size.astype(jnp.float32) / jnp.asarray(out_size).astype(jnp.float32)
+    step = _step_in_program(size, out_size, scale, jnp.float32)
     src = (j + np.float32(0.5)) * step if exact else j * step
     return jnp.minimum(jnp.floor(src).astype(jnp.int32), (size - 1).astype(jnp.int32))
 
@@ -231,6 +230,14 @@ def bilinear_resize(ctx, input, out_sizes, scales, align_corners):
     return x.astype(dtype)
 
 
+def _step_in_program(size, out_size, scale, ft):
+    """:func:`_scale` (without ``align_corners``) of a dynamic size (``size``: the input size as an array): ``1 /
+    scale`` when a scale was given, else ``in / out``, in ``ft``."""
+    if scale is not None and scale > 0:
+        return ft(1.0 / scale)
+    return size.astype(ft) / jnp.asarray(out_size).astype(ft)
+
+
 def _lerp_dynamic(x, ax, in_size, out_size, scale, align_corners, ft):
     """:func:`_lerp` of a dynamic size (a jax.export dim): torch's source coordinates and weights computed in the
     program, in ``ft`` as torch's kernel computes them (the step ``1 / scale`` when a scale was given, else
@@ -243,9 +250,7 @@ def _lerp_dynamic(x, ax, in_size, out_size, scale, align_corners, ft):
         step = jnp.where(wide > 0, (size - 1).astype(ft) / jnp.maximum(wide, 1).astype(ft), 0).astype(ft)
         src = step * j
     else:
-        given = scale is not None and scale > 0
-        step = ft(1.0 / scale) if given else size.astype(ft) / jnp.asarray(out_size).astype(ft)
-        src = jnp.maximum(step * (j + ft(0.5)) - ft(0.5), ft(0))
+        src = jnp.maximum(_step_in_program(size, out_size, scale, ft) * (j + ft(0.5)) - ft(0.5), ft(0))
     last = (size - 1).astype(jnp.int32)
     i0 = jnp.minimum(jnp.floor(src).astype(jnp.int32), last)
     lam = jnp.clip(src - i0.astype(ft), ft(0), ft(1))
