@@ -34,8 +34,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dynamic", metavar="I:D[=NAME][:MIN..MAX],…",
                    help="dynamic dims, e.g. 0:0=batch,1:0=batch; a range of sizes, e.g. 0:1=seq:1..512")
     c.add_argument("--channels-last-io", action="store_true", help="LiteRT: NHWC inputs and outputs")
-    c.add_argument("--quantize", choices=["fp16", "int8"],
-                   help="LiteRT: fp16 weights, or int8 dynamic-range (weight-only, per-channel) quantization")
+    c.add_argument("--quantize", choices=["fp16", "int8", "int8-full"],
+                   help="LiteRT: fp16 weights, int8 dynamic-range (weight-only, per-channel) quantization, or "
+                        "int8-full: int8 compute with activation ranges calibrated on --calibration (default: the "
+                        "factory's sample inputs)")
+    c.add_argument("--calibration", metavar="FILE.pt",
+                   help="--quantize int8-full: a torch.save'd list of input sets, each a tuple of the model's "
+                        "positional inputs")
+    c.add_argument("--int8-io", action="store_true",
+                   help="--quantize int8-full: the model's float inputs and outputs are int8 too")
     c.add_argument("--strict", action="store_true", help="use torch.export strict tracing")
 
     i = sub.add_parser("inspect", help="describe a .tflite file, an .onnx file or a StableHLO directory")
@@ -49,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--dynamic", metavar="I:D[=NAME][:MIN..MAX],…",
                    help="dynamic dims, as for convert: every target is built with them, and the random inputs "
                         "take other sizes of them")
-    v.add_argument("--quantize", choices=["fp16", "int8"],
+    v.add_argument("--quantize", choices=["fp16", "int8", "int8-full"],
                    help="quantize the litert target's weights (judged by task-level agreement)")
     v.add_argument("--no-op-profile", action="store_true",
                    help="skip the per-op error profile of a passing run (one compile less)")
@@ -87,6 +94,12 @@ def _convert(args: argparse.Namespace) -> int:
         if args.target != "litert":
             raise InputError(f"--quantize applies to --target litert, not {args.target}")
         options["quantize"] = args.quantize
+    if (args.calibration or args.int8_io) and args.quantize != "int8-full":
+        raise InputError("--calibration and --int8-io apply to --quantize int8-full")
+    if args.calibration:
+        options["calibration"] = _calibration_sets(args.calibration)
+    if args.int8_io:
+        options["int8_io"] = True
     art = convert(model, margs, mkwargs, target=args.target, dynamic_shapes=dynamic, strict=args.strict, **options)
     out = Path(args.output)
     if args.target == "tpu":
@@ -97,6 +110,25 @@ def _convert(args: argparse.Namespace) -> int:
         what = args.target
     print(f"wrote {out} ({what})")
     return EXIT_OK
+
+
+def _calibration_sets(path: str) -> list:
+    """The input sets saved in ``path`` (``torch.save`` of a list: each item a tuple of inputs, or one tensor).
+
+    Raises:
+        InputError: the file cannot be read as such a list.
+    """
+    import torch
+
+    try:
+        sets = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError) as e:  # (pickle errors come as RuntimeError / EOFError)
+        raise InputError(f"cannot read calibration sets from {path}: {str(e).strip().splitlines()[0]}") from e
+    if not isinstance(sets, (list, tuple)) or not sets or not all(
+            isinstance(s, torch.Tensor) or isinstance(s, (list, tuple)) and all(isinstance(x, torch.Tensor) for x in s)
+            for s in sets):
+        raise InputError(f"{path} must hold a non-empty list of input sets (each a tuple of tensors, or a tensor)")
+    return list(sets)
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -41,8 +41,10 @@ Quantization (``quantize=``, :mod:`.quantize`): ``"fp16"`` stores float32 consta
 as float16 read through DEQUANTIZE (file ≈ 0.5×, compute stays float32);
 ``"int8"`` is dynamic-range quantization — FULLY_CONNECTED / CONV_2D / BATCH_MATMUL
 weights int8 with per-output-channel symmetric scales, activations float32 (hybrid
-kernels; file ≈ 0.3×). The artifact's ``precision`` says which ("fp32", "fp16",
-"int8"), and ``validators`` judge low precision by task-level agreement.
+kernels; file ≈ 0.3×); ``"int8-full"`` computes on int8 with activation ranges calibrated
+on ``calibration=`` input sets (:mod:`.quantize_full`; ``int8_io=True``: int8 inputs and
+outputs too). The artifact's ``precision`` says which ("fp32", "fp16", "int8"), and
+``validators`` judge low precision by task-level agreement.
 
 Large models: constants above ``external_buffer_threshold_bytes`` (default just
 under 2 GiB) are written after the flatbuffer with ``Buffer.offset``/``size``.
@@ -65,12 +67,13 @@ from exporters.litert.builder import serialize
 from exporters.litert.export import lower_program
 from exporters.litert.inspect import inspect_file
 from exporters.litert.quantize import check_mode, quantize_graphs
+from exporters.litert.quantize_full import full_integer
 
 __all__ = ["LiteRTArtifact", "build", "inspect_file"]
 
 _INT64_NOTE = ("int64 tensors stay int64 (inputs such as token ids keep torch's dtype); ops without an "
                "int64 kernel (DIV, FLOOR_DIV, POW, TOPK_V2 indices) compute in int32 between CASTs")
-_OPTIONS = {"external_buffer_threshold_bytes", "description", "quantize"}
+_OPTIONS = {"external_buffer_threshold_bytes", "description", "quantize", "calibration", "int8_io"}
 
 
 def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, channels_last_io: bool = False,
@@ -89,8 +92,11 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
             flatbuffer when their total size exceeds this; default just under 2 GiB),
             ``description`` (model description string), ``quantize`` (``"fp16"``: float16
             weights read through DEQUANTIZE; ``"int8"``: dynamic-range int8 weights of
-            FULLY_CONNECTED / CONV_2D / BATCH_MATMUL with per-channel scales; ``None`` or
-            ``"fp32"``: float32, the default — see :mod:`.quantize`).
+            FULLY_CONNECTED / CONV_2D / BATCH_MATMUL with per-channel scales; ``"int8-full"``:
+            int8 compute, see :mod:`.quantize_full`; ``None`` or ``"fp32"``: float32, the
+            default — see :mod:`.quantize`), ``calibration`` (``"int8-full"``: the input sets
+            whose activation ranges it takes, each a tuple of the model's inputs; default: the
+            sample inputs), ``int8_io`` (``"int8-full"``: int8 inputs and outputs).
 
     Returns:
         The :class:`LiteRTArtifact`.
@@ -131,7 +137,12 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
         notes.insert(0, _INT64_NOTE)
     if channels_last_io:
         notes.append("channels_last_io: rank-4 inputs and outputs are NHWC in the file")
-    if quantize is not None:
+    if quantize == "int8-full":
+        full_integer(graphs, programs, call_inputs, options.get("calibration"), channels_last_io=channels_last_io,
+                     stateful=bool(carried), notes=notes, int8_io=bool(options.get("int8_io")))
+    elif options.get("calibration") is not None or options.get("int8_io"):
+        raise InputError("calibration= and int8_io= are options of quantize='int8-full' only")
+    elif quantize is not None:
         quantize_graphs(graphs, quantize, notes)
     saved = {k: c.to_json() for k, c in call_inputs.items() if c.worth_saving}
     data = serialize(graphs, description=options.get("description", "tpu-export"),
@@ -140,5 +151,6 @@ def build(program: Any = None, *, signatures: Mapping[str, Any] | None = None, c
     if len(data) > 2**31 and options.get("external_buffer_threshold_bytes") is None:
         notes.append("weights are stored after the flatbuffer (Buffer.offset/size): the model exceeds 2 GB")
     return LiteRTArtifact(data, notes=notes, num_threads=num_threads, channels_last_io=channels_last_io,
-                          precision=quantize or "fp32", call_inputs=call_inputs,
+                          precision={None: "fp32", "int8-full": "int8"}.get(quantize, quantize),
+                          call_inputs=call_inputs,
                           carried=(carried, carrier) if carried else None)

@@ -32,14 +32,16 @@ class LiteRTArtifact(FileBytes):
         notes: conversion decisions worth knowing (int64 policy, fallbacks, …).
         num_threads: Interpreter threads used by ``__call__``.
         channels_last_io: whether rank-4 inputs/outputs are NHWC in the file.
-        precision: weight precision: "fp32", "fp16" (float16 weights) or "int8"
-            (dynamic-range int8 weights); ``validators`` judge low precision by task agreement.
+        precision: "fp32", "fp16" (float16 weights) or "int8" (dynamic-range int8 weights, or
+            full-integer int8 compute); ``validators`` judge low precision by task agreement.
     """
 
     def __init__(self, model: bytes, *, notes: list[str] | None = None, num_threads: int = 2,
                  channels_last_io: bool = False, precision: str = "fp32",
-                 call_inputs: dict[str, CallInputs] | None = None, carried: tuple | None = None):
+                 call_inputs: dict[str, CallInputs] | None = None, carried: tuple | None = None,
+                 interpreter_options: dict | None = None):
         self._bytes = bytes(model)
+        self._interpreter_options = dict(interpreter_options or {})  # (calibration: reference kernels, every tensor)
         self._call_inputs = dict(call_inputs or {})  # signature → its program's call structure
         #: ``({signature: buffer names}, StateCarrier)``: the buffers the model writes in place
         #: (converter.lowering.stateful), kept in the file's layout
@@ -53,6 +55,7 @@ class LiteRTArtifact(FileBytes):
         self._saved_calls = metadata_json(self._bytes, METADATA_NAME)  # (a loaded file's call inputs)
         self._interpreter = None
         self._runners: dict[str, Any] = {}
+        self._quantized: dict[str, Any] = {}  # signature → its quantized inputs' and outputs' parameters
 
     @classmethod
     def load(cls, path: str | os.PathLike, **kwargs: Any) -> "LiteRTArtifact":
@@ -84,7 +87,8 @@ class LiteRTArtifact(FileBytes):
         if self._interpreter is None:
             from ai_edge_litert.interpreter import Interpreter
             try:
-                self._interpreter = Interpreter(model_content=self._bytes, num_threads=self.num_threads)
+                self._interpreter = Interpreter(model_content=self._bytes, num_threads=self.num_threads,
+                                                **self._interpreter_options)
             except (ValueError, RuntimeError) as e:
                 raise ExportError(f"the LiteRT interpreter refused the model: {str(e).strip().splitlines()[0]}") \
                     from e
@@ -143,6 +147,9 @@ class LiteRTArtifact(FileBytes):
     def __call__(self, *args: Any, signature: str | None = None, **kwargs: Any) -> Any:
         """Run the model on torch tensors or NumPy arrays (torch in → torch out), called as the model is.
 
+        An 8-bit quantized input (``int8_io=True``) takes float values, quantized here with the file's
+        parameters, and a quantized output comes back dequantized (:meth:`run_raw` feeds and returns the codes).
+
         Returns a single output, or a tuple when the model has several.
         """
         sig = signature or self.signatures[0]
@@ -154,15 +161,42 @@ class LiteRTArtifact(FileBytes):
             if self.channels_last_io and arr.ndim == 4:
                 arr = arr.transpose(0, 2, 3, 1)
             arrays.append(arr)
+        quantized = self._quantized_io(sig)
+        if quantized is not None:  # (an int8 input takes float values quantized with its parameters)
+            arrays = [_quantize(a, p) if p is not None and a.dtype.kind == "f" else a
+                      for a, p in zip(arrays, quantized[0])]
         names = self._carried[0].get(sig, ()) if self._carried is not None else ()
         if names:
             carrier = self._carried[1]
             outs = carrier.take(names, self.run_raw(*arrays, *carrier.inputs(names), signature=sig))
         else:
             outs = self.run_raw(*arrays, signature=signature)
+        if quantized is not None:
+            outs = [(o.astype(np.float32) - p[1]) * np.float32(p[0]) if p is not None else o
+                    for o, p in zip(outs, quantized[1])]
         if self.channels_last_io:
             outs = [o.transpose(0, 3, 1, 2) if o.ndim == 4 else o for o in outs]
         return from_numpy(outs, as_torch)
+
+    def _quantized_io(self, sig: str) -> tuple[list, list] | None:
+        """``(inputs, outputs)``: the ``(scale, zero point, dtype)`` of each 8-bit quantized input and output of
+        signature ``sig`` (``quantize="int8-full", int8_io=True``; a uint8 model of TFLite's converter), ``None``
+        for the others; ``None`` when the signature has none."""
+        if sig not in self._quantized:
+            runner = self._runner(sig)
+
+            def params(details: dict) -> list:
+                found = []
+                for name in sorted(details, key=_arg_index):
+                    d = details[name]
+                    scale, zero = d.get("quantization", (0.0, 0))
+                    dtype = np.dtype(d["dtype"])
+                    found.append((float(scale), int(zero), dtype) if scale and dtype in _EIGHT_BITS else None)
+                return found
+
+            ins, outs = params(runner.get_input_details()), params(runner.get_output_details())
+            self._quantized[sig] = (ins, outs) if any(p is not None for p in ins + outs) else None
+        return self._quantized[sig]
 
     def reset_state(self) -> None:
         """Start the buffers the model writes in place over from their converted values (see ``notes``)."""
@@ -172,6 +206,15 @@ class LiteRTArtifact(FileBytes):
     def __repr__(self) -> str:
         top = ", ".join(f"{k}×{v}" for k, v in self.ops.most_common(6))
         return f"LiteRTArtifact({self.size} bytes, signatures={self.signatures}, ops: {top})"
+
+
+_EIGHT_BITS = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _quantize(x: np.ndarray, p: tuple) -> np.ndarray:
+    """Float values as the codes of ``p`` = ``(scale, zero point, dtype)`` (rounded half to even, saturated)."""
+    info = np.iinfo(p[2])
+    return np.clip(np.rint(x / p[0]) + p[1], info.min, info.max).astype(p[2])
 
 
 def _declared_output_dtypes(data: bytes) -> dict[str, list[np.dtype]]:

@@ -53,9 +53,12 @@ def read_model(data: bytes, what: str = "model") -> dict:
                 shape = [int(v) for v in tt.ShapeAsNumpy()] if tt.ShapeLength() else []
                 sig = [int(v) for v in tt.ShapeSignatureAsNumpy()] if tt.ShapeSignatureLength() else shape
                 q = tt.Quantization()
+                scales = q.ScaleLength() if q is not None else 0
                 tensors.append({"name": (tt.Name() or b"").decode(), "shape": shape, "signature": sig,
                                 "dtype": _TYPE_NAMES.get(tt.Type(), str(tt.Type())), "buffer": tt.Buffer(),
-                                "scales": q.ScaleLength() if q is not None else 0})
+                                "scales": scales,  # (and a per-tensor quantization's parameters: an int8 input's)
+                                "quant": (float(q.Scale(0)), int(q.ZeroPoint(0))) if scales == 1
+                                and q.ZeroPointLength() == 1 else None})
             ops = []
             for o in range(sg.OperatorsLength()):
                 idx = sg.Operators(o).OpcodeIndex()
@@ -156,7 +159,10 @@ def _hist(names: list[str]) -> str:
 
 def _tensor_line(name: str, t: dict) -> str:
     shape = "[" + ",".join(str(d) for d in t["signature"]) + "]"
-    return f"    {name:<12} {t['dtype']}{shape}"
+    quant = t.get("quant")
+    return f"    {name:<12} {t['dtype']}{shape}" + (
+        f" quantized: real = {quant[0]:.6g} * (q {'-' if quant[1] >= 0 else '+'} {abs(quant[1])})"
+        if quant is not None else "")
 
 
 def inspect_bytes(data: bytes, label: str = "model") -> str:

@@ -24,6 +24,8 @@ builder, and produces what TFLite's own post-training modes produce:
   partition. Measured on a conv/conv/depthwise/linear net (1×3×64×64, 2 threads,
   alternating blocks, two runs): quantizing the depthwise weights made the model
   1.5–1.6× slower and saved 0.9 KB (depthwise filters are k·k·C values).
+
+``"int8-full"`` (int8 activations too, from calibrated ranges) is :mod:`.quantize_full`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from exporters.litert.ir import Graph, Op, QuantParams, Tensor
 from exporters.litert.loops import called_graphs
 
 #: Accepted values of the ``quantize`` option (``None`` = float32).
-MODES = ("fp16", "int8")
+MODES = ("fp16", "int8", "int8-full")
 #: Float constants smaller than this stay float32 under fp16 (scalars, tiny per-channel vectors).
 FP16_MIN_ELEMENTS = 16
 #: op → (weights input index, output-channel axis of the weights in TFLite layout; ``None`` = last).
@@ -45,7 +47,8 @@ _ASYMMETRIC_INPUTS = {"FULLY_CONNECTED", "BATCH_MATMUL"}
 
 
 def check_mode(mode: object) -> str | None:
-    """Validate the ``quantize`` option: ``None``/``"fp32"`` → ``None``, else ``"fp16"``/``"int8"``.
+    """Validate the ``quantize`` option: ``None``/``"fp32"`` → ``None``, else ``"fp16"``/``"int8"``/``"int8-full"``
+    (full-integer: :mod:`.quantize_full`).
 
     Raises:
         InputError: any other value.
