@@ -6,7 +6,8 @@ layer drop off, run in a subprocess of its own (one family's crash or hang does 
 * ``export``: :func:`validators.validate` on tpu, StableHLO, ONNX and LiteRT (static shapes);
 * ``dynamic``: the same with a dynamic batch and length, checked at two other sizes (text families; speech families
   with an audio length that is a multiple of the feature extractor's stride, a derived dim, as torch.export asks);
-* ``quant``: LiteRT with ``quantize="fp16"`` and ``"int8"``, relative error of the output against PyTorch;
+* ``quant``: LiteRT with ``quantize="fp16"``, ``"int8"`` and ``"int8-full"`` (calibrated on the sample inputs),
+  relative error of the output against PyTorch;
 * ``strict`` / ``fused``: one forward and backward on the tpu device in that eager mode against the CPU (train mode);
 * ``compile``: the same through ``torch.compile(backend="tpu")``;
 * ``debug``: the same in debug eager comparing every op with the CPU (``compare_cpu=True``): ``fail`` with the first
@@ -201,7 +202,7 @@ def _quantized(model: torch.nn.Module, args: tuple) -> dict:
 
     want = model(*args).detach()
     return {q: f"rel {_relative(torch.as_tensor(convert(model, args, target='litert', quantize=q)(*args)), want):.1e}"
-            for q in ("fp16", "int8")}
+            for q in ("fp16", "int8", "int8-full")}
 
 
 def _on_device(model: torch.nn.Module, args: tuple, mode: str) -> dict:

@@ -42,7 +42,7 @@ as float16 read through DEQUANTIZE (file ≈ 0.5×, compute stays float32);
 ``"int8"`` is dynamic-range quantization — FULLY_CONNECTED / CONV_2D / BATCH_MATMUL
 weights int8 with per-output-channel symmetric scales, activations float32 (hybrid
 kernels; file ≈ 0.3×); ``"int8-full"`` computes on int8 with activation ranges calibrated
-on ``calibration=`` input sets (:mod:`.quantize_full`; ``int8_io=True``: int8 inputs and
+on ``calibration=`` input sets (:mod:`.calibrate`, :mod:`.quantize_full`; ``int8_io=True``: int8 inputs and
 outputs too). The artifact's ``precision`` says which ("fp32", "fp16", "int8"), and
 ``validators`` judge low precision by task-level agreement.
 
@@ -67,7 +67,7 @@ from exporters.litert.builder import serialize
 from exporters.litert.export import lower_program
 from exporters.litert.inspect import inspect_file
 from exporters.litert.quantize import check_mode, quantize_graphs
-from exporters.litert.quantize_full import full_integer
+from exporters.litert.calibrate import full_integer
 
 __all__ = ["LiteRTArtifact", "build", "inspect_file"]
 

@@ -1,28 +1,33 @@
 """Full-integer post-training quantization of LiteRT graphs (``build(..., quantize="int8-full")``).
 
-What TFLite's converter makes from a representative dataset (float inputs and outputs), without TensorFlow:
+What TFLite's converter makes from a representative dataset, without TensorFlow. The activation ranges come from
+calibration (:mod:`exporters.litert.calibrate`: the float32 model run on the calibration inputs in the LiteRT
+interpreter); :func:`quantize_int8` then rewrites the graph:
 
-1. **Calibration** (:func:`calibrate`): the float32 model runs on the calibration inputs in the LiteRT
-   interpreter (its reference kernels, every intermediate tensor kept) and the range of each float32
-   activation is recorded.
-2. **Rewrite** (:func:`quantize_int8`): each op with an int8 kernel (:data:`INT8_OPS`) computes on int8
-   tensors: activations asymmetric per tensor (``real = scale * (q - zero_point)``, the range widened to hold
-   0), the weights of convolutions (also depthwise and transposed) and FULLY_CONNECTED symmetric per output
-   channel, their biases int32 at ``input scale * weight scale``. LOGISTIC takes the fixed output scale 1/256
-   (zero point -128) and TANH 1/128 (0) their int8 kernels require; pools, reshapes, transposes, pads, slices,
-   gathers, splits and resizes keep their input's parameters (their kernels require it) and are int8 only where
-   their input already is (a QUANTIZE / DEQUANTIZE pair around a reshape would cost more than it saves);
-   CONCATENATION requantizes an input whose parameters differ from its output's. Every other op stays float32
-   between a DEQUANTIZE and a QUANTIZE (the artifact's notes list them): among them an op adding a constant
-   that holds ``-inf`` (an attention mask), and the attention's BATCH_MATMUL and SOFTMAX, which int8 kernels
-   run but at a cost in accuracy (quantized, minGPT's logits lost 6 dB of SNR against PyTorch: 26.6 against
-   32.9). The model's inputs are quantized first and its outputs dequantized last (float32 inputs and
-   outputs), or, with ``int8_io``, are int8 themselves.
+* each op with an int8 kernel (:data:`INT8_OPS`) computes on int8 tensors: activations asymmetric per tensor
+  (``real = scale * (q - zero_point)``, the range widened to hold 0), the weights of convolutions (also depthwise
+  and transposed) and FULLY_CONNECTED symmetric per output channel, their biases int32 at ``input scale *
+  weight scale``;
+* LOGISTIC takes the fixed output scale 1/256 (zero point -128) and TANH 1/128 (0) their int8 kernels require,
+  where the calibrated range spans at least 16 of those codes (a soft cap's ``30 * tanh(x / 30)`` spans two: it
+  stays float32);
+* pools, reshapes, transposes, pads, slices, gathers, splits and resizes keep their input's parameters (their
+  kernels require it) and are int8 only where their input already is (a QUANTIZE / DEQUANTIZE pair around a
+  reshape would cost more than it saves); CONCATENATION requantizes an input whose parameters differ from its
+  output's;
+* every other op stays float32 between a DEQUANTIZE and a QUANTIZE (the artifact's notes list them), and so does
+  an op whose int8 form would not hold its values: one adding a constant that holds ``-inf`` or a value past
+  :data:`LARGEST` (an attention mask), or a constant below the output's resolution (a layer norm's ``eps``), one
+  whose kernel would rescale by more than :data:`MAX_RESCALE`; the attention's BATCH_MATMUL and SOFTMAX are
+  left out too: int8 kernels run them, at a cost in accuracy (quantized, minGPT's logits lost 6 dB of SNR
+  against PyTorch: 26.6 against 32.9);
+* the model's inputs are quantized first and its outputs dequantized last (float32 inputs and outputs), or, with
+  ``int8_io``, are int8 themselves.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -64,10 +69,22 @@ def _data_inputs(op: Op) -> list[int]:
     return [0]
 
 
+#: Values past this magnitude (``torch.finfo(float32).min`` as a mask's "minus infinity") have no useful int8
+#: code, and scales that large overflow the int8 kernels' fixed-point multipliers (the interpreter aborts): an op
+#: whose range or constant reaches it stays float32, as one adding ``-inf`` does.
+LARGEST = 1e9
+#: The largest factor an int8 op may rescale by (see ``_Rewriter._rescales_moderately``).
+MAX_RESCALE = 2.0 ** 16
+
+
 def params(lo: float, hi: float) -> QuantParams:
-    """Asymmetric int8 parameters covering ``[lo, hi]`` (widened to hold 0, as TFLite's converter does)."""
+    """Asymmetric int8 parameters covering ``[lo, hi]`` (widened to hold 0, as TFLite's converter does; an
+    all-zero range takes [0, 1] and a range narrower than 1e-6 that width, keeping the kernels' scale ratios
+    moderate)."""
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    scale = max((hi - lo) / 255.0, 1e-8)
+    if hi - lo < 1e-6:
+        hi = lo + (1.0 if hi == lo else 1e-6)
+    scale = (hi - lo) / 255.0
     zero = int(np.clip(np.round(-128.0 - lo / scale), -128, 127))
     return QuantParams(np.array([scale], np.float32), np.array([zero], np.int64))
 
@@ -92,7 +109,8 @@ def _span(p: QuantParams) -> tuple[float, float]:
     return float(p.scale[0] * (-128 - p.zero_point[0])), float(p.scale[0] * (127 - p.zero_point[0]))
 
 
-def _is_activation(t: Any) -> bool:
+def is_activation(t: Any) -> bool:
+    """Whether ``t`` is a float32 tensor an op computes (no constant): what int8 compute quantizes."""
     return t is not None and not t.is_const and np.dtype(t.dtype) == _F32
 
 
@@ -128,15 +146,18 @@ class _Rewriter:
         if rule is None or any(isinstance(v, Graph) for v in op.options.values()):
             return False
         data = [op.inputs[i] for i in _data_inputs(op) if i < len(op.inputs) and op.inputs[i] is not None]
-        if not any(_is_activation(t) for t in data) or any(np.dtype(t.dtype) != _F32 for t in data):
+        if not any(is_activation(t) for t in data) or any(np.dtype(t.dtype) != _F32 for t in data):
             return False
-        if any(t not in self.ranges for t in data if not t.is_const):
+        if any(t not in self.ranges or not self._moderate(t) for t in data if not t.is_const):
             return False
-        if any(t.is_const and not np.isfinite(t.data).all() for t in data) and op.code != "PADV2":
+        if any(t.is_const and not (np.abs(t.data) < LARGEST).all() for t in data) and op.code != "PADV2":
             return False  # (an attention mask's -inf: int8 has no code for it; a pool's -inf padding is the lowest)
         if rule == "same" and data[0] not in self.int8:  # (no island starts at a data-movement op)
             return False
-        if any(not _is_activation(t) or (rule == "own" and t not in self.ranges) for t in op.outputs):
+        if any(not is_activation(t) or (rule == "own" and (t not in self.ranges or not self._moderate(t)))
+               for t in op.outputs):
+            return False
+        if isinstance(rule, tuple) and not self._fills(op.outputs[0], rule[0]):
             return False
         if op.code in _WEIGHTS:
             wi, _, bi = _WEIGHTS[op.code]
@@ -146,18 +167,51 @@ class _Rewriter:
                 return False
             if b is not None and (not b.is_const or np.dtype(b.dtype) != _F32):
                 return False
-        return True
+        return rule == "same" or self._rescales_moderately(op, rule, data)
+
+    def _input_scale(self, t: Tensor) -> float:
+        """The scale ``t`` will have as an int8 input (its twin's, or its own range's)."""
+        if t in self.int8:
+            return float(self.int8[t].quant.scale[0])
+        lo, hi = (t.data.min(), t.data.max()) if t.is_const else self.ranges[t]
+        return float(params(lo, hi).scale[0])
+
+    def _rescales_moderately(self, op: Op, rule: Any, data: list) -> bool:
+        """Whether each factor the int8 kernel rescales by (an input's scale over the output's; a product's, a
+        convolution's or FULLY_CONNECTED's ``input scale * weight scale`` over it) is at most :data:`MAX_RESCALE`:
+        ADD's fixed-point output multiplier must stay below 1 (``2 * input scale / (2**20 * output scale)``), and
+        a score of range 1e-7 plus a mask of range 1 aborted the interpreter."""
+        out = rule[0] if isinstance(rule, tuple) else float(params(*self.ranges[op.outputs[0]]).scale[0])
+        ins = [self._input_scale(t) for t in data]
+        if op.code in ("ADD", "SUB") and any(t.is_const and 0 < np.abs(t.data).max() < out / 2 for t in data):
+            return False  # (a layer norm's ``variance + eps``: eps rounds away, and a constant row's rsqrt(0) is inf)
+        factors = ins if op.code != "MUL" else [float(np.prod(ins))]
+        if op.code in _WEIGHTS:
+            w = op.inputs[_WEIGHTS[op.code][0]].data
+            factors = [ins[0] * float(np.abs(w).max()) / 127]
+        return max(factors) / out <= MAX_RESCALE
+
+    def _fills(self, t: Tensor, scale: float) -> bool:
+        """Whether ``t``'s calibrated range spans 16 of the 256 codes of the fixed ``scale`` (a soft cap's
+        ``tanh(x / 30)`` spans two: its int8 result is a handful of values, 30/128 apart)."""
+        lo, hi = self.ranges.get(t, (0.0, 0.0))
+        return hi - lo >= 16 * scale
+
+    def _moderate(self, t: Tensor) -> bool:
+        """Whether the calibrated range of ``t`` stays below :data:`LARGEST`."""
+        lo, hi = self.ranges[t]
+        return max(-lo, hi) < LARGEST
 
     def run(self) -> None:
         """Rewrite the graph's ops in place."""
         graph = self.graph
         for t in graph.inputs:  # (quantized first: a transpose or reshape of the input then moves int8 values)
-            if _is_activation(t) and t in self.ranges:
+            if is_activation(t) and t in self.ranges and self._moderate(t):
                 self._twin(t)
         for op in graph.ops:
             if not self._quantizable(op):
                 self.ops.append(op)
-                if any(_is_activation(t) for t in op.inputs if t is not None):
+                if any(is_activation(t) for t in op.inputs if t is not None):
                     self.float_ops.append(op.code)
                 continue
             self._quantize(op)
@@ -178,7 +232,7 @@ class _Rewriter:
         graph = self.graph
         head: list[Op] = []
         for k, t in enumerate(graph.inputs):
-            if not _is_activation(t) or t not in self.ranges:
+            if not is_activation(t) or t not in self.ranges or not self._moderate(t):
                 continue
             q = self.int8.get(t)
             if q is None:
@@ -189,12 +243,12 @@ class _Rewriter:
             head.append(Op("DEQUANTIZE", [q], [t]))  # (dropped as dead where no float op reads the input)
         produced = {t: op for op in ops for t in op.outputs}
         for k, t in enumerate(graph.outputs):
-            if not _is_activation(t) or t in graph.inputs:
+            if not is_activation(t) or t in graph.inputs:
                 continue
             op = produced.get(t)
             if op is not None and op.code == "DEQUANTIZE" and op.inputs[0] not in graph.outputs:
                 q = op.inputs[0]
-            elif t in self.ranges:
+            elif t in self.ranges and self._moderate(t):
                 q = Tensor(t.shape, t.signature, _I8, t.name, quant=params(*self.ranges[t]))
                 ops.append(Op("QUANTIZE", [t], [q]))
             else:
@@ -236,6 +290,11 @@ class _Rewriter:
         wi, axis, bi = _WEIGHTS[op.code]
         w = op.inputs[wi]
         q, w_scale = quantize_per_channel(w.data, axis)
+        # an all-zero channel (an embedding's padding row, tied to the head) takes the largest other channel's scale:
+        # its scale 1 next to the others' ~1e-4 crashed XNNPACK's int8 FULLY_CONNECTED (a double free)
+        empty = ~np.moveaxis(q, axis, 0).reshape(q.shape[axis], -1).any(axis=1)
+        if empty.any() and not empty.all():
+            w_scale = np.where(empty, w_scale[~empty].max(), w_scale).astype(np.float32)
         zeros = np.zeros(w_scale.size, np.int64)
         op.inputs[wi] = Tensor(w.shape, w.signature, _I8, f"{w.name}_int8", q, QuantParams(w_scale, zeros, axis))
         b = op.inputs[bi] if len(op.inputs) > bi else None
@@ -261,97 +320,4 @@ def quantize_int8(graph: Graph, ranges: dict, notes: list[str], int8_io: bool = 
                  + (f"; float32 ops between DEQUANTIZE and QUANTIZE: {', '.join(left)}" if left else ""))
 
 
-def calibrate(graph: Graph, run: Any, sets: Iterable[Any]) -> dict:
-    """The range ``(min, max)`` of every float32 activation of ``graph`` over the calibration ``sets``.
-
-    ``run(set)`` runs the float32 model on one set in an interpreter that keeps every tensor and returns
-    it (its tensor ``i`` is ``graph.tensors()[i]``: the builder's numbering). Non-finite values are left out of
-    a range; a tensor with no finite value gets none (its ops stay float32)."""
-    tensors = [(i, t) for i, t in enumerate(graph.tensors()) if _is_activation(t)]
-    lo: dict = {}
-    hi: dict = {}
-    for one in sets:
-        interpreter = run(one)
-        for i, t in tensors:
-            try:
-                v = interpreter.get_tensor(i)
-            except ValueError:  # (no data: a tensor the kernels did not write)
-                continue
-            v = v[np.isfinite(v)]
-            if v.size:
-                lo[t] = min(lo.get(t, np.inf), float(v.min()))
-                hi[t] = max(hi.get(t, -np.inf), float(v.max()))
-    return {t: (lo[t], hi[t]) for t in lo}
-
-
-def full_integer(graphs: list[Graph], programs: dict, call_inputs: dict, sets: Any, *, channels_last_io: bool,
-                 stateful: bool, notes: list[str], int8_io: bool = False) -> None:
-    """Calibrate ``graphs`` (one signature's) on ``sets``, rewrite them for int8 compute, and run the int8 model
-    on each set against the float32 one (the lowest signal-to-noise ratio of an output goes in the notes).
-
-    ``sets``: the calibration inputs, each a call of the model (a tuple of positional inputs, or one tensor);
-    ``None``: the program's sample inputs, one set. ``int8_io``: the model's float32 inputs and outputs become
-    int8 (see :func:`quantize_int8`).
-
-    Raises:
-        InputError: several signatures, buffers the model writes in place, no calibration set, or a set the
-            model cannot take (said as the artifact's call says it).
-        ExportError: the LiteRT interpreter refuses the int8 model.
-    """
-    from ai_edge_litert.interpreter import OpResolverType
-
-    from converter.errors import ExportError, InputError
-    from exporters.litert.artifact import LiteRTArtifact
-    from exporters.litert.builder import serialize
-
-    if len(graphs) != 1 or stateful:
-        raise InputError("quantize='int8-full' takes a model with one signature and no buffers written in place "
-                         "(calibrating several signatures or a carried state is not supported); use "
-                         "quantize='int8' (dynamic-range) for it")
-    (key, program), = programs.items()
-    if sets is None:
-        sets, where = [tuple(program.sample_inputs)], "the sample inputs"
-    else:
-        sets = [s if isinstance(s, (tuple, list)) else (s,) for s in sets]
-        where = f"{len(sets)} calibration input set{'s' * (len(sets) != 1)}"
-    if not sets:
-        raise InputError("quantize='int8-full' needs at least one calibration input set (calibration=[(x,), ...])")
-
-    def model(data: bytes, **interpreter_options: Any) -> LiteRTArtifact:
-        return LiteRTArtifact(data, call_inputs=call_inputs, channels_last_io=channels_last_io,
-                              interpreter_options=interpreter_options)
-
-    def outputs(art: LiteRTArtifact, k: int) -> list:
-        try:
-            out = art(*sets[k], signature=key)
-        except InputError as e:
-            raise InputError(f"calibration set {k}: {e}") from e
-        return [np.asarray(o, np.float64) for o in (out if isinstance(out, tuple) else (out,))]
-
-    float_model = model(serialize(graphs), experimental_preserve_all_tensors=True,
-                        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    expected: list = []
-
-    def run(k: int) -> Any:
-        expected.append(outputs(float_model, k))
-        return float_model.interpreter()
-
-    ranges = calibrate(graphs[0], run, range(len(sets)))
-    quantize_int8(graphs[0], ranges, notes, int8_io)
-    int8_model = model(serialize(graphs))
-    try:
-        got = [outputs(int8_model, k) for k in range(len(sets))]
-    except (ExportError, InputError) as e:
-        raise ExportError(f"the int8 model does not run in the LiteRT interpreter: {e}") from e
-    snr = [_snr(r, g) for ref, out in zip(expected, got) for r, g in zip(ref, out) if r.dtype.kind == "f"]
-    notes[-1] += f"; activation ranges calibrated on {where}" + (
-        f" (there the int8 outputs are within {min(snr):.1f} dB SNR of the float32 model's)" if snr else "")
-
-
-def _snr(ref: np.ndarray, got: np.ndarray) -> float:
-    """Signal-to-noise ratio of ``got`` against ``ref`` in dB (infinite when they are equal)."""
-    noise = float(np.mean((got - ref) ** 2)) if ref.size else 0.0
-    return np.inf if noise == 0 else 10 * np.log10(max(float(np.mean(ref ** 2)), 1e-30) / noise)
-
-
-__all__ = ["INT8_OPS", "calibrate", "full_integer", "params", "quantize_int8"]
+__all__ = ["INT8_OPS", "LARGEST", "MAX_RESCALE", "is_activation", "params", "quantize_int8"]

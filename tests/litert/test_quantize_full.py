@@ -193,7 +193,18 @@ def test_params_cover_zero_and_the_range():
     assert np.isclose(p.scale[0], 4 / 255) and p.zero_point[0] == -64
     q = params(0.5, 2.0)  # (widened to hold 0: the lowest code is 0.0)
     assert q.zero_point[0] == -128 and np.isclose(q.scale[0], 2 / 255)
-    assert params(0.0, 0.0).scale[0] > 0
+    assert np.isclose(params(0.0, 0.0).scale[0], 1 / 255)  # (all zeros: any scale holds them; a moderate one)
+
+
+def test_a_float_mask_of_finfo_min_stays_float():
+    """nn.TransformerEncoder's padding mask is ``finfo(float32).min`` where a key is masked: quantized, its scale
+    (~1e36) overflowed the int8 kernels' fixed-point multipliers and the interpreter aborted the process."""
+    model, args = zoo.transformer_encoder()
+    program = prepare(model, args, target="litert")
+    art = build(program, quantize="int8-full")
+    with torch.no_grad():
+        want = model(*args).numpy()
+    assert snr_db(art(*args).numpy(), want) >= 25
 
 
 def test_cli_convert_int8_full_with_calibration_file(tmp_path, capsys):
@@ -224,3 +235,43 @@ def test_validate_int8_full_passes_by_task_agreement(net):
     result = report.targets[0]
     assert result.precision == "int8" and report.passed, report.to_markdown()
     assert {c.error.mode for c in result.comparisons} == {"top1"}
+
+
+def test_gemma2_zero_weight_channel_and_soft_cap():
+    """transformers' Gemma2 ties its head to the embedding, whose padding row is zeros: that output channel's
+    weight scale of 1, next to the others' ~1e-4, crashed XNNPACK's int8 FULLY_CONNECTED (a double free that
+    ended the process); it now takes the largest other channel's scale. Its logits are soft-capped,
+    ``30 * tanh(x / 30)``: an int8 TANH (output scale 1/128) left them a few values 30/128 apart (3.7 dB SNR);
+    a TANH whose range spans few of those codes stays float32."""
+    pytest.importorskip("transformers")
+    from converter.api import convert
+    from examples.transformers_sweep import build as family
+
+    model, args, _ = family("gemma2")
+    art = convert(model, args, target="litert", quantize="int8-full")
+    with torch.no_grad():
+        want = model(*args).numpy()
+    assert snr_db(art(*args).numpy(), want) >= 20
+
+
+class TinyPlusMask(nn.Module):
+    """Scores of range ~1e-6 plus a mask (zeros: scale 1/255), as MobileBERT's attention computes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(torch.tanh(self.lin(x)) * 1e-6 + mask, -1)
+
+
+def test_an_add_rescaling_a_million_fold_stays_float():
+    """An int8 ADD's output multiplier (``2 * input scale / (2**20 * output scale)``) must stay below 1: the mask's
+    scale 1/255 over the sum's ~4e-9 aborted the interpreter (transformers' MobileBERT). Such an op stays float32."""
+    torch.manual_seed(0)
+    model, args = TinyPlusMask().eval(), (torch.randn(2, 8), torch.zeros(2, 8))
+    art = build(prepare(model, args, target="litert"), quantize="int8-full")
+    assert ("ADD", [np.dtype(np.float32)] * 2) in [(op, ins) for op, ins, _ in _ops(art)], _ops(art)
+    with torch.no_grad():
+        want = model(*args).numpy()
+    assert snr_db(art(*args).numpy(), want) >= 30
