@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="dynamic dims, as for convert: every target is built with them, and the random inputs "
                         "take other sizes of them")
     v.add_argument("--quantize", choices=["fp16", "int8", "int8-full"],
-                   help="quantize the litert target's weights (judged by task-level agreement)")
+                   help="quantize the litert target as convert does (int8-full calibrated on the sample inputs; "
+                        "judged by task-level agreement)")
     v.add_argument("--no-op-profile", action="store_true",
                    help="skip the per-op error profile of a passing run (one compile less)")
 
