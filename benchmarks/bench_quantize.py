@@ -37,6 +37,7 @@ from ai_edge_litert.interpreter import Interpreter  # noqa: E402
 
 from converter.api import build, capture_program  # noqa: E402
 from examples import models as zoo  # noqa: E402
+from validators.metrics import snr_db, top1_agreement  # noqa: E402
 
 VARIANTS = {"int8": {"quantize": "int8"}, "int8-full": {"quantize": "int8-full"},
             "int8-full io": {"quantize": "int8-full", "int8_io": True}}
@@ -107,13 +108,6 @@ def paired(a: Interpreter, b: Interpreter, blocks: int, calls: int) -> float:
     return statistics.median(ratios)
 
 
-def snr_db(got: np.ndarray, want: np.ndarray) -> float:
-    """10·log10(signal / noise) of ``got`` against ``want``."""
-    want = want.astype(np.float64)
-    noise = np.sum((got.astype(np.float64) - want) ** 2)
-    return float("inf") if noise == 0 else float(10 * np.log10(np.sum(want ** 2) / noise))
-
-
 def run(name: str, blocks: int, threads: int, n_cal: int) -> None:
     """Build and measure every variant of model ``name``; print one line each."""
     model, args = cnn160() if name == "cnn160" else getattr(zoo, name)()
@@ -137,9 +131,9 @@ def run(name: str, blocks: int, threads: int, n_cal: int) -> None:
     for v, art in arts.items():
         got = art(*test)
         got = (got if isinstance(got, torch.Tensor) else got[0]).numpy()
-        top1 = float(np.mean(got.argmax(-1) == want.argmax(-1)))
+        top1 = top1_agreement(want, got)
         latency = paired(base, _ready(art, test, threads), blocks, calls)
-        print(f"  {v:<13} size {art.size / fp32.size:.2f}x  latency {latency:.2f}x  SNR {snr_db(got, want):5.1f} dB  "
+        print(f"  {v:<13} size {art.size / fp32.size:.2f}x  latency {latency:.2f}x  SNR {snr_db(want, got):5.1f} dB  "
               f"top-1 {top1:.2f}")
 
 

@@ -87,7 +87,7 @@ def full_integer(graphs: list[Graph], programs: dict, call_inputs: dict, sets: A
         got = [runner.outputs(int8_model, k) for k in range(len(sets))]
     except (ExportError, InputError) as e:
         raise ExportError(f"the int8 model does not run in the LiteRT interpreter: {e}") from e
-    snr = [snr_db(r, g) for ref, out in zip(expected, got) for r, g in zip(ref, out) if r.dtype.kind == "f"]
+    snr = [_snr_db(r, g) for ref, out in zip(expected, got) for r, g in zip(ref, out) if r.dtype.kind == "f"]
     notes[-1] += f"; activation ranges calibrated on {where}" + (
         f" (there the int8 outputs are within {min(snr):.1f} dB SNR of the float32 model's)" if snr else "")
 
@@ -126,10 +126,11 @@ class _Runner:
         return [np.asarray(o, np.float64) for o in (out if isinstance(out, tuple) else (out,))]
 
 
-def snr_db(ref: np.ndarray, got: np.ndarray) -> float:
-    """Signal-to-noise ratio of ``got`` against ``ref`` in dB (infinite when they are equal)."""
+def _snr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    """Signal-to-noise ratio of ``got`` against ``ref`` in dB (infinite when they are equal; validators.metrics has
+    the same, which exporters do not import: DESIGN.md's dependency direction)."""
     noise = float(np.mean((got - ref) ** 2)) if ref.size else 0.0
     return np.inf if noise == 0 else 10 * np.log10(max(float(np.mean(ref ** 2)), 1e-30) / noise)
 
 
-__all__ = ["calibrate", "full_integer", "snr_db"]
+__all__ = ["calibrate", "full_integer"]

@@ -73,7 +73,7 @@ def _data_inputs(op: Op) -> list[int]:
 #: code, and scales that large overflow the int8 kernels' fixed-point multipliers (the interpreter aborts): an op
 #: whose range or constant reaches it stays float32, as one adding ``-inf`` does.
 LARGEST = 1e9
-#: The largest factor an int8 op may rescale by (see ``_Rewriter._rescales_moderately``).
+#: The largest factor an int8 op may rescale by (see ``_Rewriter._int8_holds``).
 MAX_RESCALE = 2.0 ** 16
 
 
@@ -167,7 +167,7 @@ class _Rewriter:
                 return False
             if b is not None and (not b.is_const or np.dtype(b.dtype) != _F32):
                 return False
-        return rule == "same" or self._rescales_moderately(op, rule, data)
+        return rule == "same" or self._int8_holds(op, rule, data)
 
     def _input_scale(self, t: Tensor) -> float:
         """The scale ``t`` will have as an int8 input (its twin's, or its own range's)."""
@@ -176,11 +176,12 @@ class _Rewriter:
         lo, hi = (t.data.min(), t.data.max()) if t.is_const else self.ranges[t]
         return float(params(lo, hi).scale[0])
 
-    def _rescales_moderately(self, op: Op, rule: Any, data: list) -> bool:
-        """Whether each factor the int8 kernel rescales by (an input's scale over the output's; a product's, a
-        convolution's or FULLY_CONNECTED's ``input scale * weight scale`` over it) is at most :data:`MAX_RESCALE`:
-        ADD's fixed-point output multiplier must stay below 1 (``2 * input scale / (2**20 * output scale)``), and
-        a score of range 1e-7 plus a mask of range 1 aborted the interpreter."""
+    def _int8_holds(self, op: Op, rule: Any, data: list) -> bool:
+        """Whether the op's int8 form holds what it computes: an ADD / SUB's constant is not below the output's
+        resolution, and each factor the int8 kernel rescales by (an input's scale over the output's; a
+        product's, a convolution's or FULLY_CONNECTED's ``input scale * weight scale`` over it) is at most
+        :data:`MAX_RESCALE`: ADD's fixed-point output multiplier must stay below 1 (``2 * input scale / (2**20 *
+        output scale)``), and a score of range 1e-7 plus a mask of range 1 aborted the interpreter."""
         out = rule[0] if isinstance(rule, tuple) else float(params(*self.ranges[op.outputs[0]]).scale[0])
         ins = [self._input_scale(t) for t in data]
         if op.code in ("ADD", "SUB") and any(t.is_const and 0 < np.abs(t.data).max() < out / 2 for t in data):

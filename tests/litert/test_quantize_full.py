@@ -17,7 +17,7 @@ from converter.api import prepare
 from converter.cli.main import main
 from converter.errors import InputError
 from exporters.litert import build
-from exporters.litert.inspect import read_model
+from exporters.litert.inspect import inspect_bytes, read_model
 from exporters.litert.quantize_full import params
 from tests.litert.test_quantize import snr_db
 from validators.parity import validate
@@ -130,13 +130,7 @@ def test_int8_io_takes_and_gives_int8(net):
                      .astype(np.int8))[0]
     assert raw.dtype == np.int8
     np.testing.assert_allclose((raw.astype(np.float32) - zero) * scale, io(x).numpy(), atol=1.01 * scale)
-    assert "quantized: real = " in main_inspect_text(io)
-
-
-def main_inspect_text(art) -> str:
-    from exporters.litert.inspect import inspect_bytes
-
-    return inspect_bytes(art.to_bytes())
+    assert "quantized: real = " in inspect_bytes(io.to_bytes())
 
 
 def test_full_integer_is_deterministic_and_defaults_to_the_sample_inputs(net):
