@@ -10,6 +10,7 @@ from torch.export import ExportedProgram
 
 from converter.capture import capture
 from converter.errors import InputError
+from converter.exported import is_exported, prepared
 from converter.lowering import LoweredProgram, lower
 from converter.passes import run_passes
 
@@ -22,13 +23,15 @@ TARGETS: dict[str, str] = {
 }
 
 
-def convert(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
+def convert(model: torch.nn.Module | ExportedProgram, sample_args: Any = (), sample_kwargs: dict | None = None, *,
             target: str = "tpu", dynamic_shapes: Any = None, strict: bool = False, **options: Any) -> Any:
     """Convert a PyTorch model for one target.
 
     Args:
         model: the ``nn.Module``; its ``training`` flag decides inference vs training
-            semantics (weight folding runs only for inference).
+            semantics (weight folding runs only for inference). Or a ``torch.export.ExportedProgram``
+            (:mod:`converter.exported`: its sample inputs default to those it was exported with, and its
+            dynamic dims are its own).
         sample_args: positional sample inputs (a tensor or a tuple).
         sample_kwargs: keyword sample inputs.
         target: "tpu" (a callable compiled with jax.jit), "stablehlo", "litert" or "onnx".
@@ -51,7 +54,8 @@ def convert(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict |
                  target=target, **options)
 
 
-def capture_program(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
+def capture_program(model: torch.nn.Module | ExportedProgram, sample_args: Any = (),
+                    sample_kwargs: dict | None = None, *,
                     dynamic_shapes: Any = None, strict: bool = False) -> ExportedProgram:
     """Capture ``model`` and run the shared passes: the part of :func:`convert` every target shares.
 
@@ -64,6 +68,9 @@ def capture_program(model: torch.nn.Module, sample_args: Any = (), sample_kwargs
     Args and raises as :func:`convert` (less ``target`` and its options); the model's ``training`` flag
     decides inference vs training passes here.
     """
+    if is_exported(model):
+        ep, inference = prepared(model, sample_args, sample_kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+        return run_passes(ep, inference=inference)[0]
     if isinstance(sample_args, torch.Tensor):
         sample_args = (sample_args,)
     ep = capture(model, tuple(sample_args), sample_kwargs, dynamic_shapes, strict=strict)
@@ -86,7 +93,7 @@ def build(program: ExportedProgram, target: str = "tpu", **options: Any) -> Any:
     return builder(lower(program, target=target, options=options), **options)
 
 
-def prepare(model: torch.nn.Module, sample_args: Any = (), sample_kwargs: dict | None = None, *,
+def prepare(model: torch.nn.Module | ExportedProgram, sample_args: Any = (), sample_kwargs: dict | None = None, *,
             target: str = "tpu", dynamic_shapes: Any = None, strict: bool = False, **options: Any) -> LoweredProgram:
     """Capture, run the shared passes and lower for ``target``: the program its builder starts from.
 

@@ -209,6 +209,13 @@ _DATA_DEPENDENT = (" (a Python branch, loop or size on a tensor's values: an exp
                    "forward)")
 
 
+#: What converts a model that returns (or takes) a transformers KV cache, a type torch.export cannot flatten.
+_CACHE_TYPE = (" (a transformers cache, returned with use_cache=True: pass sample_kwargs={'use_cache': False} for the "
+               "model without it, or export it with transformers' exporter, "
+               "transformers.exporters.exporter_dynamo.DynamoExporter().export_program(model, inputs, DynamoConfig()), "
+               "and convert the ExportedProgram it returns)")
+
+
 #: torch.ao's ``FakeQuantize.forward`` branches on its enable flags (tensors): what converts instead.
 _FAKE_QUANTIZE_FILE = os.path.join("torch", "ao", "quantization", "fake_quantize.py")
 _FAKE_QUANTIZE_BRANCH = (" (torch.ao's FakeQuantize, of default_qat_qconfig, branches on its observer_enabled and "
@@ -300,6 +307,8 @@ def capture(model: torch.nn.Module, sample_args: tuple, sample_kwargs: dict | No
         hint = _quantized_hint(model)
         if "data-dependent" in first:
             hint = _FAKE_QUANTIZE_BRANCH if _raised_in(e, _FAKE_QUANTIZE_FILE) else _DATA_DEPENDENT
+        elif "which is not a known type" in first and "Cache'>" in first:
+            hint = _CACHE_TYPE
         raise CaptureError(f"torch.export failed on {type(model).__name__}{where}: {first}{hint}") from e
     finally:
         _release_traced_tensors(ep)

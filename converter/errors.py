@@ -106,6 +106,12 @@ def traceback_location(exc: BaseException) -> SourceLocation | None:
     return None
 
 
+def first_line(exc: BaseException) -> str:
+    """``exc``'s message in one line (its first), or its type's name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
     """``exc``, then the exceptions it was raised from (``__cause__``, else ``__context__``), each once."""
     seen: set = set()

@@ -20,11 +20,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from torch.export import ExportedProgram
 from torch.utils._pytree import tree_map
 
 from converter.api import TARGETS, capture_program, target_builder
 from converter.capture import on_the_host, to_host
-from converter.errors import ConversionError, InputError, ParityError, source_location
+from converter.errors import ConversionError, InputError, ParityError, first_line, source_location
+from converter.exported import is_exported, reference_module, sample_inputs
 from converter.lowering import lower
 from converter.lowering.interpreter import LoweredProgram
 from validators import localize as loc
@@ -64,7 +66,8 @@ class Progress:
             self.stream.flush()
 
 
-def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence[str] = DEFAULT_TARGETS,
+def validate(model: torch.nn.Module | ExportedProgram, sample_args: Any = (), *,
+             targets: Sequence[str] = DEFAULT_TARGETS,
              inputs: Sequence | None = None, num_random_inputs: int = 2, seed: int = 0,
              tolerances: dict | None = None, sample_kwargs: dict | None = None, localize: bool = True,
              task: str | dict | None = None, errors: str = "raise", progress: bool | None = None,
@@ -74,7 +77,9 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     """Run PyTorch and every target on the same inputs and compare every output.
 
     Args:
-        model: the ``nn.Module`` (not modified: buffers a forward mutates are restored).
+        model: the ``nn.Module`` (not modified: buffers a forward mutates are restored), or a
+            ``torch.export.ExportedProgram`` (run in PyTorch as ``ep.module()``; its sample inputs default to those
+            it was exported with: :mod:`converter.exported`).
         sample_args: sample positional inputs (a tensor or a tuple); also the first input set.
         targets: target names from ``converter.api.TARGETS``.
         inputs: more input sets, each a tuple of positional inputs or ``(args, kwargs)``.
@@ -118,6 +123,11 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     if isinstance(sample_args, torch.Tensor):
         sample_args = (sample_args,)
     sample_args, sample_kwargs = tuple(sample_args), dict(sample_kwargs or {})
+    program, name = None, type(model).__name__
+    if is_exported(model):  # PyTorch runs it as its module; its sample inputs are its own unless given
+        program, name = model, "ExportedProgram"
+        sample_args, sample_kwargs = sample_inputs(program, sample_args, sample_kwargs)
+        model = reference_module(program)
     # a model on the tpu device (or its inputs) is checked as a CPU copy: PyTorch on the CPU is the reference
     model, sample_args, sample_kwargs = on_the_host(model, sample_args, sample_kwargs)
     inputs = [tree_map(to_host, s) for s in inputs or []]
@@ -125,7 +135,8 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
     show = Progress(progress)
     try:
         show("capturing with torch.export")
-        ep = capture_program(model, sample_args, sample_kwargs, dynamic_shapes=dynamic_shapes)
+        ep = capture_program(model if program is None else program, sample_args, sample_kwargs,
+                             dynamic_shapes=dynamic_shapes)
         sets = build_input_sets(ep, sample_args, sample_kwargs, inputs=inputs,
                                 num_random_inputs=num_random_inputs, seed=seed)
         refs = []
@@ -133,7 +144,7 @@ def validate(model: torch.nn.Module, sample_args: Any = (), *, targets: Sequence
             for s in sets:
                 show(f"pytorch: input {s.index + 1}/{len(sets)}")
                 refs.append(_reference(model, s))
-        report = ParityReport(model=type(model).__name__, inputs=[_input_info(ep, s) for s in sets],
+        report = ParityReport(model=name, inputs=[_input_info(ep, s) for s in sets],
                               tolerances=_dtype_tolerances(tolerances), environment=_environment())
         outputs: dict[str, list[list[Any]]] = {}
         programs: dict[str, LoweredProgram] = {}
@@ -277,8 +288,7 @@ def _run_target(target: str, builder: Callable, ep: Any, sets: list[InputSet], r
     except ConversionError as e:
         if errors == "raise":
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return TargetResult(target, "error", message=f"{type(e).__name__}: {first}"), None, None
+        return TargetResult(target, "error", message=f"{type(e).__name__}: {first_line(e)}"), None, None
     result.status = "pass" if all(c.error.passed for c in result.comparisons) else "fail"
     return result, got_all, program
 

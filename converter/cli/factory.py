@@ -1,8 +1,10 @@
-"""Load a model factory named ``path/to/file.py:function`` or ``package.module:function``."""
+"""Load a model factory named ``path/to/file.py:function`` or ``package.module:function``, or an exported program
+saved with ``torch.export.save`` (``model.pt2``)."""
 
 from __future__ import annotations
 
 import importlib
+import logging
 import importlib.util
 import re
 import sys
@@ -10,20 +12,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
 
-from converter.errors import InputError
+from converter.errors import InputError, first_line
 
 
-def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
-    """Import the factory, call it and normalize what it returns.
+def load_factory(spec: str) -> tuple[torch.nn.Module | ExportedProgram, tuple, dict]:
+    """Import the factory, call it and normalize what it returns; or load the exported program ``spec`` names.
 
     The factory returns ``(model, args)`` or ``(model, args, kwargs)``; ``args`` may
-    be a single tensor.
+    be a single tensor; ``model`` may be a ``torch.export.ExportedProgram``. A ``.pt2`` file is read with
+    ``torch.export.load`` and converts with the sample inputs it was exported with (``args`` and ``kwargs`` empty).
 
     Raises:
         InputError: bad spec, missing file or function, the factory raised, or it
-            returned something else.
+            returned something else; a ``.pt2`` file torch cannot load.
     """
+    if spec.endswith(".pt2") and ":" not in Path(spec).name:
+        return _load_program(spec), (), {}
     if ":" not in spec:
         raise InputError(f"factory '{spec}' must look like path/to/file.py:function or package.module:function")
     where, name = spec.rsplit(":", 1)
@@ -51,13 +57,52 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, tuple, dict]:
         result = fn()
     except Exception as e:  # user code: report it on one line
         raise InputError(f"factory {spec} raised {type(e).__name__}: {e}") from e
-    if not isinstance(result, tuple) or len(result) not in (2, 3) or not isinstance(result[0], torch.nn.Module):
+    if not isinstance(result, tuple) or len(result) not in (2, 3) or \
+            not isinstance(result[0], (torch.nn.Module, ExportedProgram)):
         raise InputError(f"factory {spec} must return (model, args) or (model, args, kwargs)")
     model, args = result[0], result[1]
     kwargs = result[2] if len(result) == 3 else {}
     if isinstance(args, torch.Tensor):
         args = (args,)
     return model, tuple(args), dict(kwargs or {})
+
+
+def _load_program(path: str) -> ExportedProgram:
+    """The program ``torch.export.save`` wrote to ``path``.
+
+    Raises:
+        InputError: no such file, or torch cannot load it (not a saved program; a pytree type in its inputs or
+            outputs, such as a transformers cache, that no imported module has registered).
+    """
+    if not Path(path).is_file():
+        raise InputError(f"exported program not found: {path}")
+    logger, caught = logging.getLogger("torch.export"), _Caught()
+    # (torch logs the loader's error as a warning with its traceback, then raises a generic one: keep the first)
+    before = logger.handlers[:], logger.propagate
+    logger.handlers[:] = [caught]
+    logger.propagate = False
+    try:
+        return torch.export.load(path)
+    except Exception as e:  # torch raises many types for a bad archive; keep its message, one line
+        cause = caught.error or e
+        first = first_line(cause)
+        hint = (" (import and register that type before loading the program: a factory returning "
+                "(torch.export.load(path), ()) can)") if "is not registered" in first else ""
+        raise InputError(f"cannot load {path} with torch.export.load: {type(cause).__name__}: {first}{hint}") from e
+    finally:
+        logger.handlers[:], logger.propagate = before
+
+
+class _Caught(logging.Handler):
+    """Keeps the exception of the first log record that carries one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.error: BaseException | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.error is None and record.exc_info and record.exc_info[1] is not None:
+            self.error = record.exc_info[1]
 
 
 def parse_dynamic(text: str | None, args: tuple, kwargs: dict | None = None) -> Any:

@@ -11,9 +11,9 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from converter.errors import ConversionError, InputError
+from converter.errors import ConversionError, InputError, first_line
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 
@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("convert", help="convert a model for one target",
                        description="Convert the model returned by FACTORY (path/to/file.py:function or "
-                       "package.module:function returning (model, args[, kwargs])).")
+                       "package.module:function returning (model, args[, kwargs])), or a program saved with "
+                       "torch.export.save (model.pt2).")
     c.add_argument("factory", metavar="FACTORY")
     c.add_argument("--target", required=True, choices=["tpu", "stablehlo", "litert", "onnx"])
     c.add_argument("-o", "--output", required=True, metavar="OUT",
@@ -48,7 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="describe a .tflite file, an .onnx file or a StableHLO directory")
     i.add_argument("path")
 
-    v = sub.add_parser("validate", help="check every target against PyTorch and write reports")
+    v = sub.add_parser("validate", help="check every target against PyTorch and write reports",
+                       description="Check every target against PyTorch for the model FACTORY returns, or the "
+                       "program saved with torch.export.save (model.pt2).")
     v.add_argument("factory", metavar="FACTORY")
     v.add_argument("--targets", default="tpu,stablehlo,litert")
     v.add_argument("--report", default="tpu-export-report", metavar="DIR")
@@ -76,8 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return {"convert": _convert, "inspect": _inspect, "validate": _validate, "demo": _demo}[args.command](args)
     except (ConversionError, OSError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"tpu-export: error: {msg}", file=sys.stderr)
+        print(f"tpu-export: error: {first_line(e)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
@@ -85,11 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from converter.api import convert
-    from converter.cli.factory import load_factory, parse_dynamic
+    from converter.cli.factory import load_factory
     from exporters.atomic import write_bytes
 
     model, margs, mkwargs = load_factory(args.factory)
-    dynamic = parse_dynamic(args.dynamic, margs, mkwargs)
+    dynamic = _dynamic(args.dynamic, model, margs, mkwargs)
     options = {"channels_last_io": True} if args.channels_last_io else {}
     if args.quantize:
         if args.target != "litert":
@@ -111,6 +113,21 @@ def _convert(args: argparse.Namespace) -> int:
         what = args.target
     print(f"wrote {out} ({what})")
     return EXIT_OK
+
+
+def _dynamic(text: str | None, model: Any, margs: tuple, mkwargs: dict) -> Any:
+    """``--dynamic`` as torch.export ``dynamic_shapes`` for the factory's inputs.
+
+    Raises:
+        InputError: a bad item; any item for an exported program (its dynamic dims are its own).
+    """
+    from converter.cli.factory import parse_dynamic
+    from converter.exported import is_exported
+
+    if text and is_exported(model):
+        raise InputError("--dynamic: an exported program's dynamic dims were fixed when it was exported "
+                         "(torch.export.export(..., dynamic_shapes=...))")
+    return parse_dynamic(text, margs, mkwargs)
 
 
 def _calibration_sets(path: str) -> list:
@@ -161,11 +178,11 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from converter.cli.factory import load_factory, parse_dynamic
+    from converter.cli.factory import load_factory
     from validators.parity import validate
 
     model, margs, mkwargs = load_factory(args.factory)
-    dynamic = parse_dynamic(args.dynamic, margs, mkwargs)
+    dynamic = _dynamic(args.dynamic, model, margs, mkwargs)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     target_options = {}
     if args.quantize:

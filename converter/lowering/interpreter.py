@@ -52,9 +52,15 @@ class TensorSpec:
 
 
 def _spec(name: str, val: Any) -> TensorSpec:
-    shape = tuple(int(d) if isinstance(d, int) or (hasattr(d, "node") and d.node.is_constant()) else str(d)
-                  for d in val.shape)
+    # (a SymInt may be a number: torch.export's Dim.AUTO on a dim the trace specialized, transformers' exporter)
+    shape = tuple(int(d) if isinstance(d, int) or (hasattr(d, "node") and (d.node.is_constant() or _is_number(d)))
+                  else str(d) for d in val.shape)
     return TensorSpec(name, shape, val.dtype)
+
+
+def _is_number(d: Any) -> bool:
+    """Whether the SymInt ``d``'s expression is a number (no symbol in it)."""
+    return bool(getattr(getattr(d.node, "expr", None), "is_number", False))
 
 
 @dataclass

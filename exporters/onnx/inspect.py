@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from converter.call_inputs import METADATA_NAME, CallInputs
-from converter.errors import ExportError
+from converter.errors import ExportError, first_line
 
 
 def read_onnx(data: bytes, what: str = "model") -> Any:
@@ -31,8 +31,7 @@ def read_onnx(data: bytes, what: str = "model") -> Any:
     try:
         onnx.checker.check_model(model)
     except Exception as e:  # onnx.checker.ValidationError and C++ errors
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ExportError(f"{what} is not a valid ONNX model: {first}") from e
+        raise ExportError(f"{what} is not a valid ONNX model: {first_line(e)}") from e
     return model
 
 
