@@ -75,6 +75,16 @@ def _static_size(aval: Any) -> int | None:
     return int(np.prod(shape, dtype=np.int64))
 
 
+def _symbolic_params(eqn: Any) -> bool:
+    """Whether a parameter of ``eqn`` holds a symbolic dim (a slice of a constant from a dynamic position: its
+    value depends on an input's size, so it cannot be folded into a constant)."""
+    for value in eqn.params.values():
+        for x in value if isinstance(value, (tuple, list)) else (value,):
+            if jax.export.is_symbolic_dim(x):
+                return True
+    return False
+
+
 def location_of(eqn: Any) -> SourceLocation:
     """The innermost user (non-JAX) frame of an eqn, as a :class:`SourceLocation`."""
     try:
@@ -272,7 +282,7 @@ class JaxprTranslator:
         if prim.name == "scan" and prim not in self.RULES:
             return self._scan(eqn, ins)
         if all(v.is_const for v in ins) and prim.name not in self.NO_FOLD \
-                and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars):
+                and all(all(is_static(d) for d in v.aval.shape) for v in eqn.outvars) and not _symbolic_params(eqn):
             return self.fold(eqn, ins)
         if touches_complex(eqn):
             with self._within(eqn):

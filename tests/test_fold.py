@@ -6,7 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
+from converter import convert
 from exporters.litert.emitter import Val
 from exporters.fold import NUMPY_RULES, fold
 
@@ -49,3 +51,27 @@ def test_fold_numpy_rules_match_xla(name):
         got = env[v]
         assert (got.dtype, got.shape) == (w.dtype, w.shape)
         np.testing.assert_array_equal(got, w)
+
+
+class _TableRow(torch.nn.Module):
+    """A constant table sliced at a position that depends on a dynamic size (GPT-Neo's causal mask of the last
+    ``q`` of ``k`` positions): a static output shape, a symbolic start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(32 * 4, dtype=torch.float32).reshape(32, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        return x[-1:] + self.table[n - 1:n]
+
+
+@pytest.mark.parametrize("target", ["onnx", "litert"])
+def test_a_constant_sliced_at_a_symbolic_position_is_not_folded(target):
+    """Folding it asked its symbolic start for an int (jax's InconclusiveDimensionOperation ended the export)."""
+    model = _TableRow().eval()
+    art = convert(model, (torch.randn(5, 4),), target=target,
+                  dynamic_shapes=({0: torch.export.Dim("n", min=2, max=32)},))
+    for n in (3, 9):
+        x = torch.randn(n, 4)
+        np.testing.assert_array_equal(np.asarray(art(x)), model(x).numpy())
