@@ -6,6 +6,9 @@ layer drop off, run in a subprocess of its own (one family's crash or hang does 
 * ``export``: :func:`validators.validate` on tpu, StableHLO, ONNX and LiteRT (static shapes);
 * ``dynamic``: the same with a dynamic batch and length, checked at two other sizes (text families; speech families
   with an audio length that is a multiple of the feature extractor's stride, a derived dim, as torch.export asks);
+* ``decode``: a causal model's decode step with its KV cache as transformers' exporter gives it (one token and a
+  ``DynamicCache`` in, the logits and the grown cache out), an ``ExportedProgram`` validated on every target with the
+  cache it was exported with and with a shorter one;
 * ``quant``: LiteRT with ``quantize="fp16"``, ``"int8"`` and ``"int8-full"`` (calibrated on the sample inputs),
   relative error of the output against PyTorch;
 * ``strict`` / ``fused``: one forward and backward on the tpu device in that eager mode against the CPU (train mode);
@@ -112,7 +115,7 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                 patch_sizes=[7, 3], strides=[4, 2])),
     **{f: ("speech", _SPEECH) for f in ("wav2vec2", "hubert")},
 }
-CHECKS = ("export", "dynamic", "quant", "strict", "fused", "compile", "debug")
+CHECKS = ("export", "dynamic", "decode", "quant", "strict", "fused", "compile", "debug")
 
 
 class _Outputs(torch.nn.Module):
@@ -195,6 +198,21 @@ def _dynamic(model: torch.nn.Module, args: tuple, kind: str, g: torch.Generator)
         sizes = [[(1, 5), (1, 3)], [(3, 12), (3, 7)]]
     others = [tuple(torch.randint(1, 64, s, generator=g) for s in row) for row in sizes]
     return _validated(model, args, dynamic_shapes=(tuple(dims),), inputs=others)
+
+
+def _decode(model: torch.nn.Module, args: tuple, kind: str) -> dict:
+    """A causal model's decode step with its KV cache, as transformers' exporter gives it (converter/exported.py):
+    the last of 8 tokens and the cache of the 7 before it in, validated there and with a cache of 3 tokens."""
+    if kind != "causal":
+        return {"skip": "not a causal language model"}
+    from transformers.exporters.exporter_dynamo import DynamoConfig, DynamoExporter
+
+    lm, ids = model.m, args[0][:1]
+    with torch.no_grad():
+        cache, short = (lm(ids[:, :n], use_cache=True).past_key_values for n in (7, 3))
+    sample = {"input_ids": ids[:, 7:], "past_key_values": cache, "use_cache": True}
+    ep, _ = DynamoExporter().export_program(lm, sample, DynamoConfig(dynamic=True))
+    return _validated(ep, (), inputs=[((), {"input_ids": ids[:, 3:4], "past_key_values": short})])
 
 
 def _quantized(model: torch.nn.Module, args: tuple) -> dict:
@@ -284,6 +302,8 @@ def run_check(family: str, check: str, dtype: str = "float32") -> dict:
             result = _validated(model, args)
         elif check == "dynamic":
             result = _dynamic(model, args, kind, torch.Generator().manual_seed(3))
+        elif check == "decode":
+            result = _decode(model, args, kind)
         elif check == "quant":
             result = _quantized(model, args)
         else:
