@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
-from torch.utils._pytree import keystr, tree_flatten_with_path, tree_map
+from torch.utils._pytree import keystr, tree_flatten_with_path, tree_map, tree_structure
 
 from converter.capture import decompose_program, to_host
 from converter.errors import CaptureError, InputError, first_line
@@ -63,8 +63,9 @@ def sample_inputs(ep: ExportedProgram, sample_args: Any = (), sample_kwargs: dic
 
         _check_inputs_match(args, kwargs, ep.call_spec.in_spec)
     except (ValueError, RuntimeError, AssertionError, TypeError) as e:
-        raise InputError(f"the sample inputs do not fit the ExportedProgram's inputs: it takes "
-                         f"{_signature(ep)}, got {len(args)} positional and keywords {sorted(kwargs)}") from e
+        what = _differing(ep, args, kwargs) or (f"it takes {_signature(ep)}, got {len(args)} positional and keywords "
+                                                f"{sorted(kwargs)}")
+        raise InputError(f"the sample inputs do not fit the ExportedProgram's inputs: {what}") from e
     flat = tree_flatten_with_path((args, kwargs))[0]
     try:
         ep._check_input_constraints(flat)
@@ -93,6 +94,24 @@ def _signature(ep: ExportedProgram) -> str:
         return f"{positional.num_children} positional and keywords {sorted(keywords.context)}"
     except (AttributeError, ValueError, TypeError):
         return str(spec)
+
+
+def _differing(ep: ExportedProgram, args: tuple, kwargs: dict) -> str | None:
+    """The input of the same name and position whose structure is not the one ``ep`` was exported with, in words
+    (a cache whose structure holds its length); ``None`` when the names or counts differ."""
+    try:
+        positional, keywords = ep.call_spec.in_spec.children_specs
+        if len(args) != positional.num_children or sorted(kwargs) != sorted(keywords.context):
+            return None
+        pairs = [(f"args[{i}]", a, spec) for i, (a, spec) in enumerate(zip(args, positional.children_specs))]
+        pairs += [(f"kwargs[{k!r}]", kwargs[k], spec) for k, spec in zip(keywords.context, keywords.children_specs)]
+    except (AttributeError, ValueError, TypeError):
+        return None
+    for where, value, spec in pairs:
+        if tree_structure(value) != spec:
+            return (f"input {where} ({type(value).__name__}) is not of the structure it was exported with (its "
+                    "tensors, or the Python values its structure holds, differ)")
+    return None
 
 
 def prepared(ep: ExportedProgram, sample_args: Any = (), sample_kwargs: dict | None = None, *,

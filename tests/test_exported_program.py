@@ -231,3 +231,21 @@ def test_cli_takes_a_factory_returning_a_program(saved, tmp_path):
     out = tmp_path / "head.onnx"
     assert main(["convert", f"{factory}:make", "--target", "onnx", "-o", str(out)]) == 0
     assert out.stat().st_size > 0
+
+
+class _TwoParts(torch.nn.Module):
+    def forward(self, x: torch.Tensor, parts: dict) -> torch.Tensor:
+        return x * parts["a"] + parts["b"]
+
+
+def test_an_input_of_another_structure_is_named():
+    """(A sliding-window KV cache holds its length in its structure: a cache of another length is such an input.)"""
+    x = torch.randn(3)
+    ep = torch.export.export(_TwoParts(), (x, {"a": x, "b": x}))
+    with pytest.raises(InputError, match=r"input args\[1\] \(dict\) is not of the structure it was exported with"):
+        convert(ep, (x, {"a": x}), target="tpu")
+    with pytest.raises(InputError, match=r"^input set 1: .* input args\[1\] \(dict\) is not of the structure"):
+        validate(ep, targets=["tpu"], inputs=[(x, {"b": x})], num_random_inputs=0, progress=False)
+    report = validate(ep, targets=["tpu"], inputs=[(x * 2, {"a": x, "b": -x})], num_random_inputs=0, progress=False,
+                      op_profile=False)
+    assert report.passed and len(report.inputs) == 2

@@ -139,6 +139,12 @@ def validate(model: torch.nn.Module | ExportedProgram, sample_args: Any = (), *,
                              dynamic_shapes=dynamic_shapes)
         sets = build_input_sets(ep, sample_args, sample_kwargs, inputs=inputs,
                                 num_random_inputs=num_random_inputs, seed=seed)
+        for s in sets if program is not None else ():
+            if s.origin == "given":  # (checked as the sample inputs are: what differs, by name)
+                try:
+                    sample_inputs(program, s.args, s.kwargs)
+                except InputError as e:
+                    raise InputError(f"input set {s.index}: {e}") from e
         refs = []
         with _buffers_restored(model):
             for s in sets:
