@@ -30,6 +30,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
 from converter.lowering import control_flow, effects, registry, rng_ops
 from converter.lowering.context import LoweringContext, symbols_of
+from converter.lowering.unproven_dims import UNDECIDED, coerced, dims_differ, dims_equal, logic
 from converter.lowering.dtypes import tensor_to_numpy, to_jax_dtype
 
 
@@ -296,7 +297,8 @@ _SYM_ON_ARRAYS: dict[Callable, Callable] = {
 #: of ``interpolate`` compute a scale as ``in / out``) is the dim's value as a weakly typed float, a python float's
 #: twin (float64 under x64, as torch's SymFloat; an op on a float32 tensor rounds it to float32, as torch does).
 _SYM_ON_DIMS: dict[Callable, Callable] = {torch.sym_max: jax.core.max_dim, torch.sym_min: jax.core.min_dim,
-                                          torch.sym_float: lambda d: jnp.asarray(d) * 1.0}
+                                          torch.sym_float: lambda d: jnp.asarray(d) * 1.0,
+                                          operator.eq: dims_equal, operator.ne: dims_differ}
 
 
 #: Python's float → int conversions, which a size computed with float arithmetic on a dynamic dim reaches
@@ -393,6 +395,8 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
             return _SYM_ON_ARRAYS[target](*args)
         if target in _SYM_ON_DIMS and any(jax.export.is_symbolic_dim(a) for a in args):
             return _SYM_ON_DIMS[target](*args)
+        if any(a is UNDECIDED for a in args) and (value := logic(target, args)) is not None:
+            return value
         if target in _TO_INT and any(isinstance(a, jax.core.Tracer) for a in args):
             raise UnsupportedOpError(getattr(target, "__name__", str(target)), ctx.target, _user_location(node),
                                      reason=_FLOAT_SIZE, hint=False)
@@ -402,7 +406,13 @@ def _call(node: torch.fx.Node, env: dict, ctx: LoweringContext) -> Any:
     row = registry.lookup(target, ctx.target, source_location(node))
     ctx.node = node
     try:
-        result = registry.apply(row, ctx, args, kwargs)
+        try:
+            result = registry.apply(row, ctx, args, kwargs)
+        except ValueError as e:  # two dynamic sizes torch took for equal and jax cannot prove equal
+            fixed = coerced(args, node.meta.get("val"), ctx.symbols) if "broadcast" in str(e) else None
+            if fixed is None:
+                raise
+            result = registry.apply(row, ctx, fixed, kwargs)
     except ConversionError:
         raise
     except Exception as e:  # wrap the innermost failure once, with the node's location
