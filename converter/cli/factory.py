@@ -4,8 +4,8 @@ saved with ``torch.export.save`` (``model.pt2``)."""
 from __future__ import annotations
 
 import importlib
-import logging
 import importlib.util
+import logging
 import re
 import sys
 from pathlib import Path
