@@ -6,9 +6,9 @@ layer drop off, run in a subprocess of its own (one family's crash or hang does 
 * ``export``: :func:`validators.validate` on tpu, StableHLO, ONNX and LiteRT (static shapes);
 * ``dynamic``: the same with a dynamic batch and length, checked at two other sizes (text families; speech families
   with an audio length that is a multiple of the feature extractor's stride, a derived dim, as torch.export asks);
-* ``decode``: a causal model's decode step with its KV cache as transformers' exporter gives it (one token and a
-  ``DynamicCache`` in, the logits and the grown cache out), an ``ExportedProgram`` validated on every target with the
-  cache it was exported with and with a shorter one;
+* ``decode``: a decoder's step with its KV cache as transformers' exporter gives it (one token and the cache in, the
+  logits and the grown cache out; an encoder-decoder's step also takes the encoder's output), an ``ExportedProgram``
+  validated on every target with the cache it was exported with and with a shorter one;
 * ``quant``: LiteRT with ``quantize="fp16"``, ``"int8"`` and ``"int8-full"`` (calibrated on the sample inputs),
   relative error of the output against PyTorch;
 * ``strict`` / ``fused``: one forward and backward on the tpu device in that eager mode against the CPU (train mode);
@@ -201,21 +201,31 @@ def _dynamic(model: torch.nn.Module, args: tuple, kind: str, g: torch.Generator)
 
 
 def _decode(model: torch.nn.Module, args: tuple, kind: str) -> dict:
-    """A causal model's decode step with its KV cache, as transformers' exporter gives it (converter/exported.py):
-    the last of 8 tokens and the cache of the 7 before it in, validated there and with a cache of 3 tokens."""
-    if kind != "causal":
-        return {"skip": "not a causal language model"}
+    """A decoder's step with its KV cache, as transformers' exporter gives it (converter/exported.py): for a causal
+    model the last of 8 tokens and the cache of the 7 before it in; for an encoder-decoder the encoder's output, the
+    5th decoder token and the decoder's cache of 4 tokens (self- and cross-attention) in. Validated there and with a
+    cache of 3 tokens (2 for an encoder-decoder)."""
+    if kind not in ("causal", "seq2seq", "speech2text"):
+        return {"skip": "not a decoder with a KV cache"}
     from transformers.exporters.exporter_dynamo import DynamoConfig, DynamoExporter
 
     from converter.errors import InputError
 
     lm, ids = model.m, args[0][:1]
     with torch.no_grad():
-        cache, short = (lm(ids[:, :n], use_cache=True).past_key_values for n in (7, 3))
-    sample = {"input_ids": ids[:, 7:], "past_key_values": cache, "use_cache": True}
-    ep, _ = DynamoExporter().export_program(lm, sample, DynamoConfig(dynamic=True))
+        if kind == "causal":
+            (cache, short), at = (lm(ids[:, :n], use_cache=True).past_key_values for n in (7, 3)), 7
+            step = lambda n, c: {"input_ids": ids[:, n:n + 1], "past_key_values": c}  # noqa: E731
+        else:
+            dec, source = args[1][:1], "input_ids" if kind == "seq2seq" else "input_features"
+            outs = [lm(**{source: ids}, decoder_input_ids=dec[:, :n], use_cache=True) for n in (4, 2)]
+            (cache, short), at = (o.past_key_values for o in outs), 4
+            encoded = (outs[0].encoder_last_hidden_state,)
+            step = lambda n, c: {"encoder_outputs": encoded, "decoder_input_ids": dec[:, n:n + 1],  # noqa: E731
+                                 "past_key_values": c}
+    ep, _ = DynamoExporter().export_program(lm, {**step(at, cache), "use_cache": True}, DynamoConfig(dynamic=True))
     try:
-        return _validated(ep, (), inputs=[((), {"input_ids": ids[:, 3:4], "past_key_values": short})])
+        return _validated(ep, (), inputs=[((), step(3 if kind == "causal" else 2, short))])
     except InputError as e:  # (a sliding-window cache holds its length in its structure: the program takes that one)
         return {**_validated(ep, ()), "note": f"exported cache only: {e}"}
 
