@@ -1,0 +1,40 @@
+"""examples/generate.py: greedy decoding with a converted prefill and decode step (their KV cache passed from call
+to call) picks the tokens transformers' ``generate`` picks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers.exporters.exporter_dynamo")
+
+from converter import convert  # noqa: E402
+from examples.generate import export_decoder, greedy, tiny_model  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("generate")
+
+
+@pytest.fixture(scope="module")
+def llama() -> tuple:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    model = tiny_model("llama")
+    prompt = torch.randint(1, 64, (1, 6), generator=torch.Generator().manual_seed(0))
+    want = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+    return export_decoder(model, prompt), prompt, want[0, prompt.shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("target", ["litert", "onnx", "tpu"])
+def test_the_converted_decoder_generates_transformers_tokens(llama, target):
+    (prefill, step), prompt, want = llama
+    got = greedy(convert(prefill, target=target), convert(step, target=target), prompt, len(want))
+    assert got == want
+    assert len(set(want)) > 1  # (a model stuck on one token would hide a wrong cache)
+
+
+def test_the_prefill_takes_prompts_of_other_lengths(llama):
+    (prefill, _), prompt, _ = llama
+    art = convert(prefill, target="litert")
+    outs = art(prompt[:, :3])
+    assert outs[0].shape == (1, 3, 64) and outs[1].shape[2] == 3  # the logits and the first layer's keys
