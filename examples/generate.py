@@ -4,9 +4,12 @@ transformers' exporter gives two programs of a causal model (``converter/exporte
 **prefill** (the prompt's tokens in; the logits and the cache of the prompt out) and the **decode step** (one token
 and the cache of any length in; its logits and the cache one token longer out). Each converts to one artifact;
 :func:`greedy` runs the prompt through the first and then feeds each chosen token and the returned cache to the
-second — the loop an app on Android or the web runs with the two ``.tflite`` (or ``.onnx``) files::
+second — the loop an app on Android or the web runs with the two ``.tflite`` (or ``.onnx``) files, or with one
+``.tflite`` holding both as its ``prefill`` and ``decode`` signatures over one copy of the weights
+(:func:`litert_file`, ``--one-file``), as litert-torch's generative models are laid out::
 
     python examples/generate.py --family llama --target litert --tokens 12
+    python examples/generate.py --family llama --one-file --save llama.tflite
 
 prints the tokens transformers' own ``generate`` picks and the converted model's (they agree: the tiny model is
 random, from its config; no download).
@@ -44,6 +47,15 @@ def export_decoder(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[Any, A
     return prefill, step
 
 
+def litert_file(prefill: Any, step: Any) -> Any:
+    """One LiteRT artifact with the ``prefill`` and ``decode`` signatures of :func:`export_decoder`'s programs (the
+    weights stored once)."""
+    from converter.api import prepare
+    from exporters.litert import build
+
+    return build(signatures={"prefill": prepare(prefill, target="litert"), "decode": prepare(step, target="litert")})
+
+
 def greedy(prefill: Callable, step: Callable, prompt: torch.Tensor, tokens: int) -> list[int]:
     """The ``tokens`` token ids greedy decoding picks after ``prompt`` (shape ``[1, n]``): ``prefill(ids)`` and
     ``step(token, *cache)`` are converted programs (:func:`export_decoder`) returning the logits and then the
@@ -78,11 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", default="llama", help="a causal family of examples/transformers_sweep.py")
     parser.add_argument("--target", default="litert", choices=["tpu", "stablehlo", "litert", "onnx"])
     parser.add_argument("--tokens", type=int, default=12)
+    parser.add_argument("--one-file", action="store_true", help="litert: one file, prefill and decode signatures")
+    parser.add_argument("--save", metavar="PATH", help="with --one-file: write the .tflite there")
     opts = parser.parse_args(argv)
+    if opts.one_file:
+        opts.target = "litert"
     transformers.logging.set_verbosity_error()
     model = tiny_model(opts.family)
     prompt = torch.randint(1, 64, (1, 6), generator=torch.Generator().manual_seed(0))
-    prefill, step = (convert(ep, target=opts.target) for ep in export_decoder(model, prompt))
+    programs = export_decoder(model, prompt)
+    if opts.one_file:
+        art = litert_file(*programs)
+        prefill, step = (lambda *a: art(*a, signature="prefill")), (lambda *a: art(*a, signature="decode"))
+        if opts.save:
+            print(f"wrote {art.save(opts.save)} ({art.size:,} bytes, signatures {art.signatures})")
+    else:
+        prefill, step = (convert(ep, target=opts.target) for ep in programs)
     got = greedy(prefill, step, prompt, opts.tokens)
     want = model.generate(prompt, max_new_tokens=opts.tokens, min_new_tokens=opts.tokens, do_sample=False,
                           pad_token_id=0)[0, prompt.shape[1]:].tolist()

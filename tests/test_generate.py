@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("transformers.exporters.exporter_dynamo")
 
 from converter import convert  # noqa: E402
-from examples.generate import export_decoder, greedy, tiny_model  # noqa: E402
+from examples.generate import export_decoder, greedy, litert_file, tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("generate")
 
@@ -38,3 +38,13 @@ def test_the_prefill_takes_prompts_of_other_lengths(llama):
     art = convert(prefill, target="litert")
     outs = art(prompt[:, :3])
     assert outs[0].shape == (1, 3, 64) and outs[1].shape[2] == 3  # the logits and the first layer's keys
+
+
+def test_one_litert_file_holds_prefill_and_decode_over_one_copy_of_the_weights(llama):
+    (prefill, step), prompt, want = llama
+    art = litert_file(prefill, step)
+    assert art.signatures == ["prefill", "decode"]
+    got = greedy(lambda *a: art(*a, signature="prefill"), lambda *a: art(*a, signature="decode"), prompt, len(want))
+    assert got == want
+    weights = sum(t.numel() * 4 for t in prefill.state_dict.values())
+    assert art.size < convert(prefill, target="litert").size + weights / 2  # (the decode signature adds its graph)
