@@ -29,9 +29,11 @@ import torch
 def coerced(args: list, meta: Any, symbols: dict) -> list | None:
     """``args`` with each array's dims that broadcast against ``meta``'s (torch's output) but that jax cannot prove
     equal to them read at torch's size; ``None`` when nothing changes (or a dim cannot be expressed)."""
+    from converter.lowering.ops.symbolic import dim_value
+
     if not isinstance(meta, torch.Tensor):
         return None
-    out = [_jax_dim(d, symbols) for d in meta.shape]
+    out = [dim_value(d, symbols) for d in meta.shape]
     if any(d is None for d in out):
         return None
     changed, result = False, []
@@ -107,31 +109,6 @@ def _provably_equal(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # jax's InconclusiveDimensionOperation
         return False
-
-
-def _jax_dim(d: Any, symbols: dict) -> Any:
-    """A dim of torch's recorded shape as jax sees it: an int, or a polynomial of bound symbols; else ``None``."""
-    if isinstance(d, int):
-        return d
-    if not isinstance(d, torch.SymInt):
-        return None
-    return _evaluate(d.node.expr, symbols)
-
-
-def _evaluate(expr: Any, symbols: dict) -> Any:
-    if expr.is_Integer:
-        return int(expr)
-    if expr.is_Symbol:
-        return symbols.get(expr)
-    if expr.is_Add or expr.is_Mul:
-        parts = [_evaluate(a, symbols) for a in expr.args]
-        if any(p is None for p in parts):
-            return None
-        total = parts[0]
-        for p in parts[1:]:
-            total = total + p if expr.is_Add else total * p
-        return total
-    return None
 
 
 __all__ = ["UNDECIDED", "coerced", "dims_differ", "dims_equal", "logic"]

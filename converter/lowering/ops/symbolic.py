@@ -84,7 +84,7 @@ def _recorded(ctx, self, what: str, fallback):
         meta = _input_meta(ctx)
         if meta is not None:
             values.update(symbols_of(meta, self))
-        out = _value(val, values)
+        out = dim_value(val, values)
         if out is not None:
             return out
         op = ctx.node.target if ctx.node is not None else what
@@ -130,8 +130,9 @@ def lower_sym_storage_offset_default(ctx, self):
         return offset
 
 
-def _value(x, values):
-    """A slice argument or recorded size as a value of this trace (``None`` when not an expression of known symbols)."""
+def dim_value(x, values):
+    """A slice argument or recorded size (an int, a SymInt, a node holding one) as a value of this trace, the
+    symbols' ``values`` substituted (``None`` when not an expression of known symbols)."""
     if isinstance(x, torch.fx.Node):
         x = x.meta.get("val")
     if isinstance(x, torch.SymInt):
@@ -153,7 +154,7 @@ def _slice_offset(ctx):
         return None
     dim = norm_dim(node.args[1] if len(node.args) > 1 else 0, base.dim())
     start = node.args[2] if len(node.args) > 2 else 0
-    parts = [_value(x, ctx.symbols) for x in (base.storage_offset(), start if start is not None else 0,
+    parts = [dim_value(x, ctx.symbols) for x in (base.storage_offset(), start if start is not None else 0,
                                               base.stride(dim))]
     if any(p is None for p in parts):
         return None
