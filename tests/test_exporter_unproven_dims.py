@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from converter import convert
-from converter.lowering.unproven_dims import UNDECIDED, dims_differ, dims_equal, logic
+from converter.lowering.unproven_dims import UNDECIDED, coerced, dims_differ, dims_equal, logic
 
 
 class _Alibi(torch.nn.Module):
@@ -58,3 +58,8 @@ def test_comparisons_of_dims_say_when_jax_cannot_decide():
     assert logic(operator.or_, (UNDECIDED, True)) is True
     with pytest.raises(TypeError, match="cannot decide is used as a value"):
         bool(UNDECIDED)
+
+
+def test_static_sizes_that_differ_are_a_real_mismatch_not_coerced():
+    assert coerced([jax.numpy.zeros((2, 3))], torch.empty(2, 4), {}) is None
+    assert coerced([jax.numpy.zeros((2, 1))], torch.empty(2, 4), {}) is None  # (size 1 broadcasts)

@@ -12,8 +12,8 @@ records and jax can express (a polynomial of the symbols bound by the program's 
 
 torch records the same assumption as a runtime assertion on the dims (``Eq(s + Max(0, 16 - s), 16)``: the cache is
 shorter than the table): :func:`dims_equal` tells such a condition jax cannot decide (:data:`UNDECIDED`) from one it
-proves false, and the assertion (its value not a false bool) lowers to nothing, as one on traced values does (torch.export checked it on the
-sample inputs; an exported file cannot raise).
+proves false, and the assertion (its value not a false bool) lowers to nothing, as one on traced values does
+(torch.export checked it on the sample inputs; an exported file cannot raise).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def coerced(args: list, meta: Any, symbols: dict) -> list | None:
             offset = len(out) - a.ndim
             for axis, size in enumerate(a.shape):
                 want = out[offset + axis] if offset + axis >= 0 else None
-                if want is None or (type(size) is int and size == 1) or _provably_equal(size, want):
-                    continue
+                if want is None or (type(size) is int and (size == 1 or type(want) is int)) \
+                        or _provably_equal(size, want):
+                    continue  # (two static sizes that differ are a real mismatch: not hidden here)
                 index = jax.lax.iota(jnp.int32, want)
                 a = jnp.take(a, index, axis=axis, mode="clip")
                 changed = True
