@@ -30,8 +30,8 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from converter.errors import ConversionError, LoweringError, UnsupportedOpError, source_location
 from converter.lowering import control_flow, effects, registry, rng_ops
 from converter.lowering.context import LoweringContext, symbols_of
-from converter.lowering.unproven_dims import UNDECIDED, coerced, dims_differ, dims_equal, logic
 from converter.lowering.dtypes import tensor_to_numpy, to_jax_dtype
+from converter.lowering.unproven_dims import UNDECIDED, coerced, dims_differ, dims_equal, logic
 
 
 @dataclass(frozen=True)
