@@ -10,6 +10,7 @@ second — the loop an app on Android or the web runs with the two ``.tflite`` (
 
     python examples/generate.py --family llama --target litert --tokens 12
     python examples/generate.py --family llama --one-file --save llama.tflite
+    python examples/generate.py --family llama --one-file --quantize int8
 
 prints the tokens transformers' own ``generate`` picks and the converted model's (they agree: the tiny model is
 random, from its config; no download).
@@ -47,13 +48,15 @@ def export_decoder(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[Any, A
     return prefill, step
 
 
-def litert_file(prefill: Any, step: Any) -> Any:
+def litert_file(prefill: Any, step: Any, quantize: str | None = None) -> Any:
     """One LiteRT artifact with the ``prefill`` and ``decode`` signatures of :func:`export_decoder`'s programs (the
-    weights stored once)."""
+    weights stored once; ``quantize``: ``"fp16"`` or ``"int8"`` weights, as ``convert`` takes it)."""
     from converter.api import prepare
     from exporters.litert import build
 
-    return build(signatures={"prefill": prepare(prefill, target="litert"), "decode": prepare(step, target="litert")})
+    options = {"quantize": quantize} if quantize else {}
+    return build(signatures={"prefill": prepare(prefill, target="litert"), "decode": prepare(step, target="litert")},
+                 **options)
 
 
 def greedy(prefill: Callable, step: Callable, prompt: torch.Tensor, tokens: int) -> list[int]:
@@ -92,20 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=12)
     parser.add_argument("--one-file", action="store_true", help="litert: one file, prefill and decode signatures")
     parser.add_argument("--save", metavar="PATH", help="with --one-file: write the .tflite there")
+    parser.add_argument("--quantize", choices=["fp16", "int8"], help="litert: fp16 or int8 (dynamic-range) weights")
     opts = parser.parse_args(argv)
-    if opts.one_file:
+    if opts.one_file or opts.quantize:
         opts.target = "litert"
+    options = {"quantize": opts.quantize} if opts.quantize else {}
     transformers.logging.set_verbosity_error()
     model = tiny_model(opts.family)
     prompt = torch.randint(1, 64, (1, 6), generator=torch.Generator().manual_seed(0))
     programs = export_decoder(model, prompt)
     if opts.one_file:
-        art = litert_file(*programs)
+        art = litert_file(*programs, quantize=opts.quantize)
         prefill, step = (lambda *a: art(*a, signature="prefill")), (lambda *a: art(*a, signature="decode"))
         if opts.save:
             print(f"wrote {art.save(opts.save)} ({art.size:,} bytes, signatures {art.signatures})")
     else:
-        prefill, step = (convert(ep, target=opts.target) for ep in programs)
+        prefill, step = (convert(ep, target=opts.target, **options) for ep in programs)
     got = greedy(prefill, step, prompt, opts.tokens)
     want = model.generate(prompt, max_new_tokens=opts.tokens, min_new_tokens=opts.tokens, do_sample=False,
                           pad_token_id=0)[0, prompt.shape[1]:].tolist()

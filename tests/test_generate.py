@@ -48,3 +48,12 @@ def test_one_litert_file_holds_prefill_and_decode_over_one_copy_of_the_weights(l
     assert got == want
     weights = sum(t.numel() * 4 for t in prefill.state_dict.values())
     assert art.size < convert(prefill, target="litert").size + weights / 2  # (the decode signature adds its graph)
+
+
+def test_the_one_file_quantized_to_int8_weights_still_generates(llama):
+    (prefill, step), prompt, want = llama
+    art = litert_file(prefill, step, quantize="int8")
+    assert art.precision == "int8" and art.signatures == ["prefill", "decode"]
+    assert art.size < litert_file(prefill, step).size
+    got = greedy(lambda *a: art(*a, signature="prefill"), lambda *a: art(*a, signature="decode"), prompt, len(want))
+    assert sum(g == w for g, w in zip(got, want)) >= len(want) - 2  # (int8 weights may move a near tie)
