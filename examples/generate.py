@@ -11,6 +11,7 @@ second — the loop an app on Android or the web runs with the two ``.tflite`` (
     python examples/generate.py --family llama --target litert --tokens 12
     python examples/generate.py --family llama --one-file --save llama.tflite
     python examples/generate.py --family llama --one-file --quantize int8
+    tpu-export convert examples/generate.py:tiny_decoder --target litert -o llama.tflite   # the same file, CLI
 
 prints the tokens transformers' own ``generate`` picks and the converted model's (they agree: the tiny model is
 random, from its config; no download).
@@ -70,6 +71,17 @@ def greedy(prefill: Callable, step: Callable, prompt: torch.Tensor, tokens: int)
         chosen.append(token)
         out = _flat(step(torch.tensor([[token]]), *out[1:]))
     return chosen
+
+
+def tiny_decoder() -> dict:
+    """CLI factory: the tiny Llama's prefill and decode step as LiteRT signatures,
+    ``tpu-export convert examples/generate.py:tiny_decoder --target litert -o llama.tflite``."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    prompt = torch.randint(1, 64, (1, 6), generator=torch.Generator().manual_seed(0))
+    prefill, step = export_decoder(tiny_model("llama"), prompt)
+    return {"prefill": (prefill, ()), "decode": (step, ())}
 
 
 def _flat(out: Any) -> list:

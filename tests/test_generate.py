@@ -8,6 +8,7 @@ import torch
 
 pytest.importorskip("transformers.exporters.exporter_dynamo")
 
+import examples.generate as generate  # noqa: E402
 from converter import convert  # noqa: E402
 from examples.generate import export_decoder, greedy, litert_file, tiny_model  # noqa: E402
 
@@ -57,3 +58,19 @@ def test_the_one_file_quantized_to_int8_weights_still_generates(llama):
     assert art.size < litert_file(prefill, step).size
     got = greedy(lambda *a: art(*a, signature="prefill"), lambda *a: art(*a, signature="decode"), prompt, len(want))
     assert sum(g == w for g, w in zip(got, want)) >= len(want) - 2  # (int8 weights may move a near tie)
+
+
+def test_cli_writes_the_prefill_and_decode_signatures_of_a_factory(llama, tmp_path, capsys):
+    from converter.cli.main import main
+    from exporters.litert.artifact import LiteRTArtifact
+
+    _, prompt, want = llama
+    out = tmp_path / "llama.tflite"
+    factory = f"{generate.__file__}:tiny_decoder"
+    assert main(["convert", factory, "--target", "litert", "-o", str(out)]) == 0
+    art = LiteRTArtifact.load(out)
+    assert art.signatures == ["prefill", "decode"]
+    got = greedy(lambda *a: art(*a, signature="prefill"), lambda *a: art(*a, signature="decode"), prompt, len(want))
+    assert got == want
+    assert main(["convert", factory, "--target", "onnx", "-o", str(tmp_path / "x.onnx")]) == 2
+    assert "a factory of several signatures (prefill, decode) converts to --target litert" in capsys.readouterr().err

@@ -23,6 +23,8 @@ def load_factory(spec: str) -> tuple[torch.nn.Module | ExportedProgram, tuple, d
     The factory returns ``(model, args)`` or ``(model, args, kwargs)``; ``args`` may
     be a single tensor; ``model`` may be a ``torch.export.ExportedProgram``. A ``.pt2`` file is read with
     ``torch.export.load`` and converts with the sample inputs it was exported with (``args`` and ``kwargs`` empty).
+    A factory may also return a dict ``{signature name: (model, args[, kwargs])}`` (a LiteRT file's signatures:
+    ``prefill`` and ``decode``): ``model`` is then that dict, each entry normalized, and ``args`` / ``kwargs`` empty.
 
     Raises:
         InputError: bad spec, missing file or function, the factory raised, or it
@@ -57,9 +59,17 @@ def load_factory(spec: str) -> tuple[torch.nn.Module | ExportedProgram, tuple, d
         result = fn()
     except Exception as e:  # user code: report it on one line
         raise InputError(f"factory {spec} raised {type(e).__name__}: {e}") from e
+    if isinstance(result, dict) and result and all(isinstance(k, str) and k for k in result):
+        return {k: _normalized(v, f"{spec}[{k!r}]") for k, v in result.items()}, (), {}
+    return _normalized(result, spec)
+
+
+def _normalized(result: Any, what: str) -> tuple:
+    """A factory's ``(model, args[, kwargs])`` as ``(model, args tuple, kwargs dict)``."""
     if not isinstance(result, tuple) or len(result) not in (2, 3) or \
             not isinstance(result[0], (torch.nn.Module, ExportedProgram)):
-        raise InputError(f"factory {spec} must return (model, args) or (model, args, kwargs)")
+        raise InputError(f"factory {what} must return (model, args) or (model, args, kwargs), or a dict of them by "
+                         "signature name")
     model, args = result[0], result[1]
     kwargs = result[2] if len(result) == 3 else {}
     if isinstance(args, torch.Tensor):

@@ -91,6 +91,12 @@ def _convert(args: argparse.Namespace) -> int:
     from exporters.atomic import write_bytes
 
     model, margs, mkwargs = load_factory(args.factory)
+    if isinstance(model, dict) and args.target != "litert":
+        raise InputError(f"a factory of several signatures ({', '.join(model)}) converts to --target litert, "
+                         f"not {args.target}")
+    if isinstance(model, dict) and args.dynamic:
+        raise InputError("--dynamic applies to one model; give each signature's dynamic dims in the factory "
+                         "(an ExportedProgram exported with them)")
     dynamic = _dynamic(args.dynamic, model, margs, mkwargs)
     options = {"channels_last_io": True} if args.channels_last_io else {}
     if args.quantize:
@@ -103,7 +109,16 @@ def _convert(args: argparse.Namespace) -> int:
         options["calibration"] = _calibration_sets(args.calibration)
     if args.int8_io:
         options["int8_io"] = True
-    art = convert(model, margs, mkwargs, target=args.target, dynamic_shapes=dynamic, strict=args.strict, **options)
+    if isinstance(model, dict):  # one .tflite, a signature per entry, the weights they share stored once
+        from converter.api import prepare
+        from exporters.litert import build
+
+        lowered = {name: prepare(m, a, k, target="litert", strict=args.strict, **options)
+                   for name, (m, a, k) in model.items()}
+        art = build(signatures=lowered, **options)
+    else:
+        art = convert(model, margs, mkwargs, target=args.target, dynamic_shapes=dynamic, strict=args.strict,
+                      **options)
     out = Path(args.output)
     if args.target == "tpu":
         write_bytes(out, art.stablehlo().encode())
@@ -182,6 +197,9 @@ def _validate(args: argparse.Namespace) -> int:
     from validators.parity import validate
 
     model, margs, mkwargs = load_factory(args.factory)
+    if isinstance(model, dict):
+        raise InputError(f"validate takes one model; this factory gives several ({', '.join(model)}): validate "
+                         "each from a factory of its own")
     dynamic = _dynamic(args.dynamic, model, margs, mkwargs)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     target_options = {}
