@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("convert", help="convert a model for one target",
                        description="Convert the model returned by FACTORY (path/to/file.py:function or "
-                       "package.module:function returning (model, args[, kwargs])), or a program saved with "
+                       "package.module:function returning (model, args[, kwargs]), or for --target litert a dict of "
+                       "them by signature name: one file, a signature each), or a program saved with "
                        "torch.export.save (model.pt2).")
     c.add_argument("factory", metavar="FACTORY")
     c.add_argument("--target", required=True, choices=["tpu", "stablehlo", "litert", "onnx"])
