@@ -104,6 +104,25 @@ def prepare(model: torch.nn.Module | ExportedProgram, sample_args: Any = (), sam
     return lower(program, target=target, options=options)
 
 
+def convert_signatures(models: dict, *, strict: bool = False, **options: Any) -> Any:
+    """One LiteRT file with a signature per entry of ``models`` (``{name: (model, args[, kwargs])}``, each model a
+    module or an ``ExportedProgram``): a language model's ``prefill`` and ``decode``, the weights they share stored
+    once. ``options`` as :func:`convert` takes them for ``target="litert"`` (``quantize=``…).
+
+    Raises:
+        InputError: an entry that is not ``(model, args[, kwargs])``; as :func:`convert` otherwise.
+    """
+    from exporters.litert import build as build_litert
+
+    lowered = {}
+    for name, entry in models.items():
+        if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+            raise InputError(f"signature {name!r}: expected (model, args) or (model, args, kwargs)")
+        model, args, kwargs = entry if len(entry) == 3 else (*entry, None)
+        lowered[name] = prepare(model, args, kwargs, target="litert", strict=strict, **options)
+    return build_litert(signatures=lowered, **options)
+
+
 def target_builder(target: str) -> Any:
     """The builder function of ``target`` (raises InputError when unknown or not installed)."""
     if target not in TARGETS:

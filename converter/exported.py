@@ -159,9 +159,4 @@ def _active(node: torch.fx.Node) -> bool:
     return True
 
 
-def reference_module(ep: ExportedProgram) -> torch.nn.Module:
-    """The PyTorch module ``ep`` runs as (``ep.module()``): what validators compare its artifacts with."""
-    return ep.module()
-
-
-__all__ = ["is_exported", "prepared", "reference_module", "sample_inputs"]
+__all__ = ["is_exported", "prepared", "sample_inputs"]

@@ -52,12 +52,10 @@ def export_decoder(model: torch.nn.Module, prompt: torch.Tensor) -> tuple[Any, A
 def litert_file(prefill: Any, step: Any, quantize: str | None = None) -> Any:
     """One LiteRT artifact with the ``prefill`` and ``decode`` signatures of :func:`export_decoder`'s programs (the
     weights stored once; ``quantize``: ``"fp16"`` or ``"int8"`` weights, as ``convert`` takes it)."""
-    from converter.api import prepare
-    from exporters.litert import build
+    from converter.api import convert_signatures
 
     options = {"quantize": quantize} if quantize else {}
-    return build(signatures={"prefill": prepare(prefill, target="litert"), "decode": prepare(step, target="litert")},
-                 **options)
+    return convert_signatures({"prefill": (prefill, ()), "decode": (step, ())}, **options)
 
 
 def greedy(prefill: Callable, step: Callable, prompt: torch.Tensor, tokens: int) -> list[int]:

@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_map
 from converter.api import TARGETS, capture_program, target_builder
 from converter.capture import on_the_host, to_host
 from converter.errors import ConversionError, InputError, ParityError, first_line, source_location
-from converter.exported import is_exported, reference_module, sample_inputs
+from converter.exported import is_exported, sample_inputs
 from converter.lowering import lower
 from converter.lowering.interpreter import LoweredProgram
 from validators import localize as loc
@@ -127,7 +127,7 @@ def validate(model: torch.nn.Module | ExportedProgram, sample_args: Any = (), *,
     if is_exported(model):  # PyTorch runs it as its module; its sample inputs are its own unless given
         program, name = model, "ExportedProgram"
         sample_args, sample_kwargs = sample_inputs(program, sample_args, sample_kwargs)
-        model = reference_module(program)
+        model = program.module()
     # a model on the tpu device (or its inputs) is checked as a CPU copy: PyTorch on the CPU is the reference
     model, sample_args, sample_kwargs = on_the_host(model, sample_args, sample_kwargs)
     inputs = [tree_map(to_host, s) for s in inputs or []]

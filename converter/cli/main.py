@@ -111,12 +111,9 @@ def _convert(args: argparse.Namespace) -> int:
     if args.int8_io:
         options["int8_io"] = True
     if isinstance(model, dict):  # one .tflite, a signature per entry, the weights they share stored once
-        from converter.api import prepare
-        from exporters.litert import build
+        from converter.api import convert_signatures
 
-        lowered = {name: prepare(m, a, k, target="litert", strict=args.strict, **options)
-                   for name, (m, a, k) in model.items()}
-        art = build(signatures=lowered, **options)
+        art = convert_signatures(model, strict=args.strict, **options)
     else:
         art = convert(model, margs, mkwargs, target=args.target, dynamic_shapes=dynamic, strict=args.strict,
                       **options)
