@@ -123,11 +123,29 @@ def run_writing(func: Any, args: tuple, kwargs: dict, route: tuple, targets: lis
             if type(slot) is not _Slot or type(t) is not TpuTensor:
                 return False
             dsts[slot.i] = t
-    res = _MODE[0].run_into(plan, _values(plan, ins), dsts)
-    for dst, value, spec in zip(dsts, res, plan.out_specs):
+    write_outputs(plan, ins, dsts)
+    return True
+
+
+def write_outputs(plan: OpPlan, ins: list, dsts: Any) -> None:
+    """Run ``plan`` on the call's inputs ``ins`` and write its ``i``-th output into the tpu tensor ``dsts[i]``
+    (``None``: written nowhere) with no wrapper tensor in between: fused eager records the op and makes each output
+    the pending value of its base tensor in one loop (``record_writes``; an optimizer's foreach and fused steps
+    write every parameter and moment this way), strict eager may run it into the buffers it replaces
+    (``run_into``); otherwise each output is assigned as an in-place op's is (:func:`assign_value`)."""
+    mode = _MODE[0]
+    record_writes = getattr(mode, "record_writes", None)
+    if record_writes is not None and all(d is None or (type(d) is TpuTensor and not d._chain and d._spec == spec)
+                                         for d, spec in zip(dsts, plan.out_specs)):
+        record_writes(plan, _values(plan, ins), dsts)
+        return
+    run_into = getattr(mode, "run_into", None)
+    values = _values(plan, ins)
+    results = mode.run(plan, values) if run_into is None else run_into(plan, values, dsts)
+    del values
+    for dst, value, spec in zip(dsts, results, plan.out_specs):
         if dst is not None:
             assign_value(dst, value, spec)
-    return True
 
 
 def check_cast(result: torch.dtype, out: torch.dtype, func: Any = None, args: tuple = (),

@@ -61,7 +61,7 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
     Returns ``None`` for the in-place variants (their schema returns nothing) and the
     list of per-element results otherwise.
     """
-    from tpu_runtime.execute import _PLANS, execute_following
+    from tpu_runtime.execute import _PLANS, execute_following, write_outputs
     from tpu_runtime.plans import build_plan, flatten
 
     name = func._schema.name.split("::_foreach_", 1)[1]
@@ -84,7 +84,7 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
             if functional is func:
                 return execute_following(plan, ins)
             if not _overlapping(args):
-                _write_each(plan, ins, args[0])
+                write_outputs(plan, ins, args[0])
                 _increment_versions(args[0])
                 return None
     return _elementwise(func, name, args, kwargs)
@@ -115,28 +115,6 @@ def _overlapping(args: tuple) -> bool:
                 if where.get(id(getattr(t, "_storage", t)), j) != j:
                     return True
     return False
-
-
-def _write_each(plan: Any, ins: list, dsts: Any) -> None:
-    """Run the functional twin's ``plan`` and write its ``i``-th result straight into ``dsts[i]``
-    (no wrapper tensor in between: an optimizer's in-place foreach calls write every parameter
-    and state tensor this way)."""
-    from tpu_runtime.eager import executor
-    from tpu_runtime.execute import _values, assign_value
-    from tpu_runtime.tensor import TpuTensor
-
-    ex = executor()
-    record_writes = getattr(ex, "record_writes", None)
-    if record_writes is not None and all(type(d) is TpuTensor and not d._chain and d._spec == spec
-                                         for d, spec in zip(dsts, plan.out_specs)):
-        record_writes(plan, _values(plan, ins), dsts)
-        return
-    run_into = getattr(ex, "run_into", None)
-    values = _values(plan, ins)
-    results = ex.run(plan, values) if run_into is None else run_into(plan, values, dsts)
-    del values
-    for dst, value, spec in zip(dsts, results, plan.out_specs):
-        assign_value(dst, value, spec)
 
 
 def _base(func: Any, name: str) -> str:

@@ -154,7 +154,8 @@ def inplace_multi(functional: Any, mutated: tuple[tuple[int, str], ...], unchang
     in order; each is written into its tensor (or list of tensors), except the arguments
     ``unchanged(args, kwargs)`` names. Returns ``self`` if the op's schema returns it."""
     skip = unchanged(args, kwargs) if unchanged is not None else ()
-    if hasattr(executor(), "run_into"):  # strict: the results may go into the buffers they replace
+    ex = executor()
+    if hasattr(ex, "run_into") or hasattr(ex, "record_writes"):  # each result straight into what it replaces
         route = _dispatch.route_of(functional)
         targets = [None if pos in skip else args[pos] if pos < len(args) else kwargs.get(name)
                    for pos, name in mutated]

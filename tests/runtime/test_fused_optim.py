@@ -72,6 +72,27 @@ def test_fused_optimizer_step_is_one_node_of_the_fused_graph(monkeypatch):
     assert any("add" in n for n in others) and all("add" in n or n.startswith("view ") for n in others)
 
 
+def test_fused_eager_writes_the_step_into_the_parameters_without_wrappers(monkeypatch):
+    # each parameter's and moment's new value becomes its tensor's pending value directly (as a foreach step's
+    # do): no wrapper tensor per result, written back one by one (measured on examples' minGPT: 0.87 ms of
+    # dispatch per step that way, 0.37 ms this way)
+    from tpu_runtime import execute
+
+    model = tiny_mlp().to("tpu")
+    x, y = batch()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    wrapped, wrap = [], execute.wrap
+    with tpu_runtime.set_eager_mode("fused"):
+        train_steps(model, opt, x.to("tpu"), y.to("tpu"), 1)
+        model(x.to("tpu")).sum().backward()
+        before = [p.detach().cpu() for p in model.parameters()]
+        monkeypatch.setattr(execute, "wrap", lambda *a: wrapped.append(a) or wrap(*a))
+        opt.step()
+        monkeypatch.undo()
+    assert not wrapped
+    assert all(not torch.equal(p.detach().cpu(), b) for p, b in zip(model.parameters(), before))
+
+
 def test_grad_scale_unscales_and_found_inf_skips_the_step():
     g = torch.Generator().manual_seed(0)
     cpu = {name: [torch.randn(3, 2, generator=g), torch.randn(4, generator=g)]

@@ -210,20 +210,25 @@ class FusedGraph:
             return outs
 
     def record_writes(self, plan: Any, values: list, dsts: Any) -> None:
-        """:meth:`record` for an in-place op over a list (a foreach op): its ``i``-th output becomes the value
-        of ``dsts[i]``, a base tensor of that output's shape and dtype (the caller checked), as
-        :func:`~tpu_runtime.values.write` would make it, in one loop (an optimizer's foreach step writes every
-        parameter and moment this way: per element, one write and one replaced-leaf note, no calls)."""
+        """:meth:`record` for an in-place op over lists (a foreach op, a fused optimizer step): its ``i``-th
+        output becomes the value of ``dsts[i]`` (``None``: written nowhere), a base tensor of that output's
+        shape and dtype (the caller checked), as :func:`~tpu_runtime.values.write` would make it, in one loop
+        (an optimizer's step writes every parameter and moment this way: per element, one write and one
+        replaced-leaf note, no calls)."""
         with self._lock:
             outs = self.record(plan, values)
             if outs and outs[0].concrete is not None:  # (the size limit ran the graph: plain writes)
                 for dst, r in zip(dsts, outs):
+                    if dst is None:
+                        continue
                     s = dst._storage
                     s.value = r.concrete
                     s.version += 1
                 return
             leaf_ids, replaces = self._leaf_ids, self.replaces
             for dst, r in zip(dsts, outs):
+                if dst is None:  # (an output written nowhere: dead unless something else reads it)
+                    continue
                 s = dst._storage
                 old = s.value
                 t = type(old)
