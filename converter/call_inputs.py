@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+from converter.call_outputs import CallOutputs
 from converter.dim_links import carriers, check_links, linear_dims
 from converter.errors import InputError
 
@@ -50,8 +51,12 @@ class CallInputs:
     """
 
     def __init__(self, n_inputs: int, keywords: Sequence[str] = (), ranges: Sequence | None = None,
-                 constants: dict | None = None, links: Sequence | None = None, symbols: dict | None = None):
+                 constants: dict | None = None, links: Sequence | None = None, symbols: dict | None = None,
+                 outputs: CallOutputs | None = None):
         self.n_inputs = n_inputs
+        #: how the program's flat outputs make the model's result (:mod:`converter.call_outputs`; ``None``: a
+        #: file saved without it, whose outputs come back flat)
+        self.outputs = outputs
         self.keywords = tuple(keywords)
         #: per input: ``None``, or per dim ``None`` or the ``(lowest, highest)`` sizes it takes (either ``None``)
         self.ranges: tuple = tuple(ranges) if ranges is not None else (None,) * n_inputs
@@ -81,13 +86,15 @@ class CallInputs:
         except ValueError:  # (not torch.export's Dim API: nothing to check; the jaxpr exporters refuse it)
             links = None
         return cls(len(program.inputs), keywords, _input_ranges(program), _sample_constants(exported), links,
-                   _symbol_ranges(program, links))
+                   _symbol_ranges(program, links),
+                   CallOutputs.of(exported, len(program.outputs)) if exported is not None else None)
 
     @property
     def worth_saving(self) -> bool:
         """Whether a saved file needs it: keyword names or ranges (without either, positional calls of any size)."""
         return bool(self.keywords) or any(r is not None for r in self.ranges) or \
-            bool(self.constants["args"]) or any(self.constants["kwargs"].values()) or self._linked
+            bool(self.constants["args"]) or any(self.constants["kwargs"].values()) or self._linked or \
+            (self.outputs is not None and self.outputs.worth_saving)
 
     def check_links(self, names: Sequence[str], shapes: Sequence[Sequence[int]], what: str) -> None:
         """Refuse a call whose input ``shapes`` fit no value of a dynamic dim's symbol
@@ -100,18 +107,20 @@ class CallInputs:
         ranges = [None if r is None else [None if d is None else list(d) for d in r] for r in self.ranges]
         links = [None if r is None else [None if d is None else list(d) for d in r] for r in self.links]
         return {"keywords": list(self.keywords), "dim_ranges": ranges, "constants": self.constants,
-                "dim_links": links, "dim_symbols": {k: list(v) for k, v in self.symbols.items()}}
+                "dim_links": links, "dim_symbols": {k: list(v) for k, v in self.symbols.items()},
+                "outputs": self.outputs.to_json() if self.outputs is not None else None}
 
     @classmethod
-    def from_json(cls, data: str | dict | None, n_inputs: int) -> "CallInputs":
+    def from_json(cls, data: str | dict | None, n_inputs: int, n_outputs: int | None = None) -> "CallInputs":
         """A :meth:`to_json` dict (or its JSON text) read back (``None``, or a file written before it was
-        saved: positional inputs, no ranges).
+        saved: positional inputs, no ranges, flat outputs); ``n_outputs``: the file's outputs (its saved output
+        structure is read when given).
 
         Raises:
             InputError: a damaged entry.
         """
         if not data:
-            return cls(n_inputs)
+            return cls(n_inputs, outputs=CallOutputs(n_outputs) if n_outputs is not None else None)
         try:
             data = json.loads(data) if isinstance(data, str) else data
             ranges = data.get("dim_ranges")
@@ -132,7 +141,9 @@ class CallInputs:
                 if len(links) != n_inputs:
                     raise ValueError(f"{len(links)} dim links for {n_inputs} inputs")
             symbols = {str(k): (v[0], v[1]) for k, v in (data.get("dim_symbols") or {}).items()}
-            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges, constants, links, symbols)
+            outputs = CallOutputs.from_json(data.get("outputs"), n_outputs) if n_outputs is not None else None
+            return cls(n_inputs, tuple(str(k) for k in data.get("keywords", ())), ranges, constants, links, symbols,
+                       outputs)
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:  # (json's errors are ValueErrors)
             raise InputError(f"the artifact's saved call inputs are damaged ({type(e).__name__}: {e})") from e
 

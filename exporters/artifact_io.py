@@ -66,12 +66,15 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def from_numpy(outs: Sequence[np.ndarray], as_torch: bool) -> Any:
-    """Call results: torch tensors when ``as_torch``; one output as is, several as a tuple."""
+def from_numpy(outs: Sequence[np.ndarray], as_torch: bool, structure: Any = None) -> Any:
+    """Call results: torch tensors when ``as_torch``; in the model's output structure when ``structure`` (a
+    :class:`~converter.call_outputs.CallOutputs`) knows it (the model's own types for torch results, plain tuples,
+    lists and dicts for NumPy ones), else one output as is and several as a tuple."""
     if as_torch:
-        import torch
         # np.require keeps 0-d outputs 0-d (np.ascontiguousarray makes them shape (1,))
         from converter.lowering.dtypes import numpy_to_tensor
 
         outs = [numpy_to_tensor(np.require(o, requirements="C")) for o in outs]
+    if structure is not None:
+        return structure.build(outs, live=as_torch)
     return outs[0] if len(outs) == 1 else tuple(outs)

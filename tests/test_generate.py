@@ -37,8 +37,8 @@ def test_the_converted_decoder_generates_transformers_tokens(llama, target):
 def test_the_prefill_takes_prompts_of_other_lengths(llama):
     (prefill, _), prompt, _ = llama
     art = convert(prefill, target="litert")
-    outs = art(prompt[:, :3])
-    assert outs[0].shape == (1, 3, 64) and outs[1].shape[2] == 3  # the logits and the first layer's keys
+    outs = art(prompt[:, :3])  # the model's own output: the logits and its DynamicCache
+    assert outs.logits.shape == (1, 3, 64) and outs.past_key_values.layers[0].keys.shape[2] == 3
 
 
 def test_one_litert_file_holds_prefill_and_decode_over_one_copy_of_the_weights(llama):

@@ -106,8 +106,9 @@ class LiteRTArtifact(FileBytes):
         file without it takes positional inputs, nested or flat, in any sizes of its dynamic dims)."""
         call = self._call_inputs.get(sig)
         if call is None:
-            n = len(self._runner(sig).get_input_details())
-            call = self._call_inputs[sig] = CallInputs.from_json(self._saved_calls.get(sig), n)
+            runner = self._runner(sig)
+            call = self._call_inputs[sig] = CallInputs.from_json(
+                self._saved_calls.get(sig), len(runner.get_input_details()), len(runner.get_output_details()))
         return call
 
     def run_raw(self, *inputs: np.ndarray, signature: str | None = None) -> list[np.ndarray]:
@@ -150,10 +151,12 @@ class LiteRTArtifact(FileBytes):
         An 8-bit quantized input (``int8_io=True``) takes float values, quantized here with the file's
         parameters, and a quantized output comes back dequantized (:meth:`run_raw` feeds and returns the codes).
 
-        Returns a single output, or a tuple when the model has several.
+        Returns the outputs in the model's structure (:mod:`converter.call_outputs`; a file saved without it:
+        a single output, or a tuple when the model has several).
         """
         sig = signature or self.signatures[0]
-        inputs = self._call(sig).flatten(args, kwargs)
+        call = self._call(sig)
+        inputs = call.flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = []
         for x in inputs:
@@ -176,7 +179,7 @@ class LiteRTArtifact(FileBytes):
                     for o, p in zip(outs, quantized[1])]
         if self.channels_last_io:
             outs = [o.transpose(0, 3, 1, 2) if o.ndim == 4 else o for o in outs]
-        return from_numpy(outs, as_torch)
+        return from_numpy(outs, as_torch, call.outputs)
 
     def _quantized_io(self, sig: str) -> tuple[list, list] | None:
         """``(inputs, outputs)``: the ``(scale, zero point, dtype)`` of each 8-bit quantized input and output of

@@ -108,7 +108,8 @@ class OnnxArtifact(FileBytes):
         without it takes positional inputs, nested or flat, in any sizes of its dynamic dims)."""
         if self._call_inputs is None:
             saved = next((p.value for p in self.model().metadata_props if p.key == METADATA_NAME), None)
-            self._call_inputs = CallInputs.from_json(saved, len(self.session().get_inputs()))
+            self._call_inputs = CallInputs.from_json(saved, len(self.session().get_inputs()),
+                                                     len(self.session().get_outputs()))
         return self._call_inputs
 
     def run_raw(self, *inputs: Any) -> list[np.ndarray]:
@@ -141,16 +142,18 @@ class OnnxArtifact(FileBytes):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model on torch tensors or NumPy arrays (torch in → torch out), called as the model is.
 
-        Returns a single output, or a tuple when the model has several.
+        Returns the outputs in the model's structure (:mod:`converter.call_outputs`; a file saved without it:
+        a single output, or a tuple when the model has several).
         """
-        inputs = self.call_inputs().flatten(args, kwargs)
+        call = self.call_inputs()
+        inputs = call.flatten(args, kwargs)
         as_torch = any_torch(inputs)
         arrays = [to_numpy(x) for x in inputs]
         if self._carried is None:
-            return from_numpy(self.run_raw(*arrays), as_torch)
+            return from_numpy(self.run_raw(*arrays), as_torch, call.outputs)
         names, carrier = self._carried
         outs = self.run_raw(*arrays, *carrier.inputs(names))
-        return from_numpy(carrier.take(names, outs), as_torch)
+        return from_numpy(carrier.take(names, outs), as_torch, call.outputs)
 
     def reset_state(self) -> None:
         """Start the buffers the model writes in place over from their converted values (see ``notes``)."""

@@ -110,6 +110,7 @@ class StableHLOArtifact:
             "dim_ranges": self.call_inputs.to_json()["dim_ranges"],
             "constant_inputs": self.call_inputs.constants,
             "outputs": [s.to_json() for s in self.program.outputs],
+            "output_structure": self.call_inputs.outputs.to_json(),
             "dynamic_dims": sorted({d for s in self.program.inputs for d in s.shape if isinstance(d, str)}),
             "weights": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in sorted(self.state.items())],
             "notes": self.notes,
@@ -141,7 +142,7 @@ class StableHLOArtifact:
 
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs), random=self.random,
                             seed=seed, carried=self.carried, specs=[spec.to_json() for spec in self.program.inputs],
-                            ranges=self.call_inputs.ranges)
+                            ranges=self.call_inputs.ranges, structure=self.call_inputs.outputs)
 
 
 def draws_random_numbers(jaxpr: Any) -> bool:

@@ -17,14 +17,16 @@ from exporters.artifact_io import is_torch
 
 
 def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False, seed: int | None = None,
-                 carried: Sequence[str] = (), specs: Sequence[dict] = (), ranges: Sequence = ()) -> Any:
+                 carried: Sequence[str] = (), specs: Sequence[dict] = (), ranges: Sequence = (),
+                 structure: Any = None) -> Any:
     """Call an Exported module; torch tensors in → torch tensors out, else numpy. A module that draws random
     numbers (``random``) takes a uint32 seed after the weights: ``seed``, else a fresh one from NumPy's global
     generator (``np.random.seed`` makes the draws repeat). The buffers the model writes in place (``carried``)
     are its last outputs: written into ``state`` for the next call. ``specs``: the inputs' ``name`` / ``shape`` /
     ``dtype`` (``TensorSpec.to_json``), checked first (:func:`~converter.call_inputs.check_input`), with the
     ``ranges`` of their dynamic dims (:attr:`~converter.call_inputs.CallInputs.ranges`); a size jax.export's
-    symbolic shapes refuse besides (0 for a dynamic dim) is an :class:`InputError` too."""
+    symbolic shapes refuse besides (0 for a dynamic dim) is an :class:`InputError` too. The results come back in
+    the model's structure where ``structure`` (a :class:`~converter.call_outputs.CallOutputs`) knows it."""
     torch_io = any(is_torch(x) for x in inputs)
     with jax.enable_x64(True):
         arrays = [_to_array(x) for x in inputs]
@@ -52,6 +54,8 @@ def run_exported(exported: Any, state: dict, inputs: tuple, random: bool = False
         outs = [to_torch(o) for o in outs]
     else:
         outs = [np.asarray(o) for o in outs]
+    if structure is not None:
+        return structure.build(outs, live=torch_io)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
@@ -81,15 +85,16 @@ class LoadedStableHLO:
         self.mlir_text = (path / "model.mlir").read_text() if (path / "model.mlir").exists() else None
         self.call_inputs = CallInputs.from_json({"keywords": self.signature.get("keyword_inputs", ()),
                                                  "dim_ranges": self.signature.get("dim_ranges"),
-                                                 "constants": self.signature.get("constant_inputs")},
-                                                len(self.signature["inputs"]))
+                                                 "constants": self.signature.get("constant_inputs"),
+                                                 "outputs": self.signature.get("output_structure")},
+                                                len(self.signature["inputs"]), len(self.signature["outputs"]))
 
     def __call__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> Any:
         """Run with numpy arrays or torch tensors, called as the model is (``seed``: see :func:`run_exported`)."""
         return run_exported(self.exported, self.state, self.call_inputs.flatten(args, kwargs),
                             random=bool(self.signature.get("random_seed")), seed=seed,
                             carried=self.signature.get("mutated_buffers", ()), specs=self.signature["inputs"],
-                            ranges=self.call_inputs.ranges)
+                            ranges=self.call_inputs.ranges, structure=self.call_inputs.outputs)
 
 
 def _restore(v: np.ndarray, dtype: str | None) -> np.ndarray:
