@@ -113,7 +113,7 @@ def _encode(spec: Any, leaves: Any, fixed: dict) -> Any:
             return _SLOT
         value = fixed[i]
         return {"fixed": value} if isinstance(value, _PLAIN) else None
-    children = [_encode(child, leaves, fixed) for child in spec.children_specs]
+    children = [_encode(child, leaves, fixed) for child in spec.children()]
     if any(c is None for c in children):
         return None
     kind, keys = spec.type, spec.context
