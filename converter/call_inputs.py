@@ -147,9 +147,10 @@ class CallInputs:
         except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:  # (json's errors are ValueErrors)
             raise InputError(f"the artifact's saved call inputs are damaged ({type(e).__name__}: {e})") from e
 
-    def describe(self, names: Sequence[str]) -> list[str]:
+    def describe(self, names: Sequence[str], output_names: Sequence[str] = ()) -> list[str]:
         """Lines for ``tpu-export inspect``: the keyword arguments, the Python numbers and strings the program holds
-        fixed, and the declared ranges of the dynamic dims of the inputs named ``names`` (none without any)."""
+        fixed, the declared ranges of the dynamic dims of the inputs named ``names`` (none without any), and the
+        structure the outputs named ``output_names`` are returned in (:meth:`CallOutputs.describe`)."""
         lines = [f"keyword arguments: {', '.join(self.keywords)}"] if self.keywords else []
         kwargs = self.constants["kwargs"]
         fixed = [*self.constants["args"], *(pair for k in self.keywords for pair in kwargs.get(k, ()))]
@@ -159,6 +160,8 @@ class CallInputs:
             for i, bounds in enumerate(dims or ()):
                 if bounds is not None:
                     lines.append(f"input {name} dim {i}: sizes {_span(*bounds)}")
+        if self.outputs is not None:
+            lines += self.outputs.describe(output_names)
         return lines
 
     def flatten(self, args: Sequence[Any], kwargs: dict | None = None) -> list[Any]:

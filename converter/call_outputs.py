@@ -86,6 +86,13 @@ class CallOutputs:
             raise InputError(f"the artifact's saved output structure is damaged ({type(e).__name__}: {e})") from e
         return cls(n_outputs, data if slots == n_outputs else None)
 
+    def describe(self, names: Sequence[str]) -> list[str]:
+        """A line for ``tpu-export inspect``: the result's structure with the file's outputs ``names`` in place
+        (``returns: {'logits': output_0, 'hidden': (output_1, output_2)}``); none for one output or a flat tuple."""
+        if not self.worth_saving or len(names) != self.n_outputs:
+            return []
+        return [f"returns: {_render(self.structure, iter(names))}"]
+
     def build(self, outs: Sequence[Any], live: bool = True) -> Any:
         """The model's result from its flat ``outs``: with ``live`` and the program's own tree, in the model's
         types (torch's pytree); else from the JSON form (tuples, lists, dicts); without either, one output as is
@@ -102,6 +109,21 @@ class CallOutputs:
         if self.structure is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return _decode(self.structure, iter(outs))
+
+
+def _render(data: Any, names: Any) -> str:
+    """The JSON form ``data`` written as Python, its tensor outputs by ``names`` (an iterator)."""
+    if data == _SLOT and not isinstance(data, bool):
+        return next(names)
+    (kind, body), = data.items()
+    if kind == "fixed":
+        return repr(body)
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {_render(c, names)}" for k, c in body) + "}"
+    inner = [_render(c, names) for c in body]
+    if kind == "list":
+        return "[" + ", ".join(inner) + "]"
+    return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
 
 
 def _encode(spec: Any, leaves: Any, fixed: dict) -> Any:

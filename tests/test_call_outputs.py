@@ -136,3 +136,16 @@ def test_a_damaged_saved_structure_is_refused_and_another_count_is_not_used():
         CallOutputs.from_json({"set": [0]}, 1)
     assert CallOutputs.from_json({"tuple": [0, 0]}, 3).build([1, 2, 3]) == (1, 2, 3)
     assert CallOutputs.from_json({"dict": [["a", 0], ["b", {"fixed": None}]]}, 1).build([7]) == {"a": 7, "b": None}
+
+
+def test_inspect_shows_the_structure_a_file_returns_its_outputs_in(converted, tmp_path, capsys):
+    from converter.cli.main import main
+
+    target, art = converted
+    if target == "tpu":
+        return
+    path = tmp_path / f"m.{target}"
+    art.save(path)
+    assert main(["inspect", str(path)]) == 0
+    assert ("returns: {'sum': output_0, 'pair': (output_1, [output_2, output_3]), 'none': None, 'name': 'scores', "
+            "'single': (output_4,)}") in capsys.readouterr().out

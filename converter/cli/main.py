@@ -175,7 +175,7 @@ def _inspect(args: argparse.Namespace) -> int:
         for kind in ("inputs", "outputs"):
             for s in sig[kind]:
                 print(f"  {kind[:-1]:6} {s['name']:12} {s['dtype']:9} {s['shape']}")
-        for line in art.call_inputs.describe([s["name"] for s in sig["inputs"]]):
+        for line in art.call_inputs.describe([s["name"] for s in sig["inputs"]], [s["name"] for s in sig["outputs"]]):
             print(f"  {line}")
         print(f"  weights: {len(sig['weights'])} tensors")
         return EXIT_OK

@@ -194,8 +194,9 @@ def inspect_bytes(data: bytes, label: str = "model") -> str:
             lines += ["  outputs:"] + [_tensor_line(n, sub["tensors"][i]) for n, i in sig["outputs"]]
         except IndexError:
             raise ExportError(f"{label} is corrupt: signature {sig['key']!r} names a missing tensor") from None
-        names = [n for n, _ in sig["inputs"]]
-        lines += [f"  {line}" for line in CallInputs.from_json(calls.get(sig["key"]), len(names)).describe(names)]
+        names, outs = [n for n, _ in sig["inputs"]], [n for n, _ in sig["outputs"]]
+        call = CallInputs.from_json(calls.get(sig["key"]), len(names), len(outs))
+        lines += [f"  {line}" for line in call.describe(names, outs)]
         lines.append(f"  ops: {_hist(sub['ops'])}")
     named = {sig["subgraph"] for sig in info["signatures"] or [default]}
     for index, sub in enumerate(info["subgraphs"]):

@@ -81,8 +81,9 @@ def inspect_onnx(path: str | os.PathLike) -> str:
     for kind in ("inputs", "outputs"):
         for name, dtype, dims in info[kind]:
             lines.append(f"  {kind[:-1]:6} {name:12} {dtype:9} [{', '.join(str(d) for d in dims)}]")
-    calls = CallInputs.from_json(info["call_inputs"], len(info["inputs"]))
-    lines += [f"  {line}" for line in calls.describe([name for name, _, _ in info["inputs"]])]
+    calls = CallInputs.from_json(info["call_inputs"], len(info["inputs"]), len(info["outputs"]))
+    lines += [f"  {line}" for line in calls.describe([name for name, _, _ in info["inputs"]],
+                                                     [name for name, _, _ in info["outputs"]])]
     graph = info["size"] - info["weights_bytes"]
     lines.append(f"  size: weights {info['weights_bytes']} bytes in {info['initializers']} initializers, "
                  f"graph {graph} bytes" + (f" ({info['external_tensors']} tensors stored externally)"
