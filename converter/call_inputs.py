@@ -91,7 +91,8 @@ class CallInputs:
 
     @property
     def worth_saving(self) -> bool:
-        """Whether a saved file needs it: keyword names or ranges (without either, positional calls of any size)."""
+        """Whether a saved file needs it: keyword names, ranges, fixed numbers, linked dims or an output structure
+        (without any, positional calls of any size returning the outputs flat)."""
         return bool(self.keywords) or any(r is not None for r in self.ranges) or \
             bool(self.constants["args"]) or any(self.constants["kwargs"].values()) or self._linked or \
             (self.outputs is not None and self.outputs.worth_saving)
