@@ -23,7 +23,7 @@ import torch
 from converter.call_inputs import CallInputs, check_input
 from converter.lowering.context import check_options
 from converter.lowering.dtypes import to_jax_dtype, to_torch_dtype
-from converter.lowering.interpreter import LoweredProgram, fixed_outputs
+from converter.lowering.interpreter import LoweredProgram
 from tpu_runtime import graph_checks
 from tpu_runtime.cache import CACHE
 from tpu_runtime.tensor import TpuTensor
@@ -85,8 +85,6 @@ class TpuModule:
         weakref.finalize(self, CACHE.discard, self._keys)
         self.stats = CompileStats()
         self._call = CallInputs.of(program)  # the model's own call: keywords in any order, nested inputs
-        self._out_spec = program.exported.call_spec.out_spec
-        self._fixed = fixed_outputs(program.exported)  # (``return y, None``: not outputs of the program)
 
     def _flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         flat = self._call.flatten(args, kwargs)
@@ -112,9 +110,7 @@ class TpuModule:
         self.state.update(muts)
         # tpu tensors in, tpu tensors out (no host round trip); otherwise CPU tensors
         result = [array_to_tpu(o) if on_tpu else to_torch(o) for o in outs]
-        for i, value in self._fixed.items():
-            result.insert(i, value)
-        return torch.utils._pytree.tree_unflatten(result, self._out_spec)
+        return self._call.outputs.build(result)  # (the model's structure, its ``None``s and strings in place)
 
     def _run(self, key: Any, inputs: list[Any]) -> tuple:
         """Run the program's executable for this input signature, compiling it on a miss; then its error checks
