@@ -135,8 +135,7 @@ def write_outputs(plan: OpPlan, ins: list, dsts: Any) -> None:
     (``run_into``); otherwise each output is assigned as an in-place op's is (:func:`assign_value`)."""
     mode = _MODE[0]
     record_writes = getattr(mode, "record_writes", None)
-    if record_writes is not None and all(d is None or (type(d) is TpuTensor and not d._chain and d._spec == spec)
-                                         for d, spec in zip(dsts, plan.out_specs)):
+    if record_writes is not None and _plain_targets(dsts, plan.out_specs):
         record_writes(plan, _values(plan, ins), dsts)
         return
     run_into = getattr(mode, "run_into", None)
@@ -146,6 +145,14 @@ def write_outputs(plan: OpPlan, ins: list, dsts: Any) -> None:
     for dst, value, spec in zip(dsts, results, plan.out_specs):
         if dst is not None:
             assign_value(dst, value, spec)
+
+
+def _plain_targets(dsts: Any, specs: tuple) -> bool:
+    """Whether each of ``dsts`` is ``None`` or a base tpu tensor (no view chain) of its output's spec."""
+    for d, spec in zip(dsts, specs):
+        if d is not None and (type(d) is not TpuTensor or d._chain or d._spec != spec):
+            return False
+    return True
 
 
 def check_cast(result: torch.dtype, out: torch.dtype, func: Any = None, args: tuple = (),
@@ -189,25 +196,23 @@ def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:
 
 def _values(plan: OpPlan, ins: list) -> list:
     """The executor's inputs for ``ins``: tensor values, CPU tensors as NumPy, dynamic floats."""
-    values = []
-    for x in ins:
-        if type(x) is TpuTensor and not x._chain:  # the common case, inlined: a base tensor's value
-            v = x._storage.value
-            if type(v) is _ARRAY or (type(v) is LazyRef and v.concrete is None):  # concrete, or pending in fused
-                values.append(v)
-            else:
-                values.append(read(x))
-        elif isinstance(x, TpuTensor):
-            values.append(read(x))
-        elif isinstance(x, torch.Tensor):
-            values.append(host_operand(x))
-        elif _MODE[0].raw_floats:  # a dynamic python float, kept as one: fused eager makes it a graph input
-            values.append(x)
-        else:  # a dynamic python float, as a device scalar
-            values.append(_scalar(x))
+    values = [v if type(x) is TpuTensor and not x._chain  # the common case, inlined: a base tensor's value,
+              and (type(v := x._storage.value) is _ARRAY or (type(v) is LazyRef and v.concrete is None))  # concrete
+              else _value(x) for x in ins]  # or pending in fused
     if plan.random:
         values.append(rng.next_input())
     return values
+
+
+def _value(x: Any) -> Any:
+    """:func:`_values` of one input that is not a base tensor holding a ``jax.Array`` or a pending value."""
+    if isinstance(x, TpuTensor):
+        return read(x)
+    if isinstance(x, torch.Tensor):
+        return host_operand(x)
+    if _MODE[0].raw_floats:  # a dynamic python float, kept as one: fused eager makes it a graph input
+        return x
+    return _scalar(x)  # a dynamic python float, as a device scalar
 
 
 def _execute(plan: OpPlan, ins: list) -> Any:

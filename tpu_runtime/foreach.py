@@ -47,10 +47,10 @@ def is_foreach(func: Any) -> bool:
     return func._schema.name.startswith("aten::_foreach_")
 
 
-#: foreach overload → ``(functional overload, per-tensor op, floats dynamic, takes a CPU ``scalars``
-#: tensor)``, or ``None``: run
-#: element by element (resolved on the first call).
-_ROUTES: dict[Any, tuple | None] = {}
+#: id of a foreach overload → ``(overload, its name after "_foreach_", route)``; the route is ``(functional
+#: overload, per-tensor op, floats dynamic, takes a CPU ``scalars`` tensor)``, or ``None``: run element by element
+#: (resolved on the first call).
+_ROUTES: dict[int, tuple] = {}
 #: functional overload's plan key → plan, or ``None`` when this signature cannot be one plan.
 _UNPLANNED = object()
 
@@ -64,12 +64,13 @@ def run_foreach(func: Any, args: tuple, kwargs: dict) -> Any:
     from tpu_runtime.execute import _PLANS, execute_following, write_outputs
     from tpu_runtime.plans import build_plan, flatten
 
-    name = func._schema.name.split("::_foreach_", 1)[1]
-    route = _ROUTES.get(func, _UNPLANNED)
-    if route is _UNPLANNED:
+    entry = _ROUTES.get(id(func))
+    if entry is None or entry[0] is not func:  # (keyed by id: an op overload's hash is a python call)
+        name = func._schema.name.split("::_foreach_", 1)[1]
         if not args or not args[0]:  # nothing to resolve the per-tensor op on (an empty list)
             return _elementwise(func, name, args, kwargs)
-        route = _ROUTES[func] = _route(func, name, args, kwargs)
+        entry = _ROUTES[id(func)] = (func, name, _route(func, name, args, kwargs))
+    _, name, route = entry
     if route is not None:
         functional, element_op, dyn, indexing = route
         key, ins = flatten(functional, args, kwargs, dyn, indexing)
@@ -140,7 +141,7 @@ def _increment_versions(targets: Any) -> None:
     """Bump the autograd version of each tensor an in-place foreach call wrote (torch's foreach kernels do;
     reached through ``__torch_dispatch__`` they did not, so a backward through a graph that saved a parameter
     an optimizer step had since changed ran on the new values where the CPU raises)."""
-    torch.autograd.graph.increment_version([t for t in targets if isinstance(t, torch.Tensor)])
+    torch._C._increment_version(targets)  # (a Tensor[] argument: every element is a tensor)
 
 
 def _elements(func: Any, base: str, args: tuple, kwargs: dict) -> list[tuple[list, dict]]:

@@ -110,6 +110,27 @@ def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch)
         assert torch.equal(m.cpu(), expected.t())
 
 
+def test_fused_pending_values_nothing_holds_are_not_graph_outputs(monkeypatch):
+    # the graph keeps every pending value it handed out until the sync; there only those something else
+    # still holds (a tensor, a list) become outputs: the dropped intermediates are never written out
+    real, outputs = fused._graph_fn, []
+
+    def graph_fn(nodes, outs):
+        outputs.append(len(outs))
+        return real(nodes, outs)
+
+    monkeypatch.setattr(fused, "_graph_fn", graph_fn)
+    x = torch.arange(6.0).reshape(2, 3).to("tpu")
+    with tpu_runtime.set_eager_mode("fused"):
+        a = x * 3.25                     # (a new constant: this graph compiles)
+        b = a + 1
+        kept = [b * 2]
+        del a, b                         # dead: only the graph's list holds their pending values
+        tpu_runtime.sync()
+        assert outputs == [1]
+        assert torch.equal(kept[0].cpu(), (torch.arange(6.0).reshape(2, 3) * 3.25 + 1) * 2)
+
+
 def test_decompositions_with_named_results_record_one_node():
     # nll_loss_forward's decomposition returns torch's named result type: still traced into one plan (the other
     # node checks the targets' range: tpu_runtime.bounds)

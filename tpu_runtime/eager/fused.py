@@ -150,9 +150,9 @@ class FusedGraph:
         self.flops = 0  # their estimated multiply-adds (see SPLIT_FLOPS)
         self.trie: _Trie = _ROOT[0]   # the interned structure of ``nodes``
         self.leaves: list[Any] = []
-        self._leaf_ids: dict[int, int] = {}
-        self._float_ids: dict[float, int] = {}
-        self.refs: list = []  # weakref.ref to every LazyRef handed out (cheaper than a WeakSet)
+        self._leaf_ids: dict[int, tuple] = {}  # id of a leaf array → its ref ("L", position in leaves)
+        self._float_ids: dict[float, tuple] = {}  # a dynamic python float → its ref
+        self.refs: list = []  # every LazyRef handed out (those only this list holds at the sync are dead: _LIVE)
         self.view_caches: list = []  # (weakref to a view tensor, id of the pending value it caches)
         self.replaces: dict = {}  # (node, output) → the leaf whose storage it overwrote (see replaced)
 
@@ -166,28 +166,30 @@ class FusedGraph:
                 _check(plan, values)
             self.flops += plan.flops
             refs = []
+            add = refs.append
+            leaf_ids = self._leaf_ids
             for v in values:
                 t = type(v)
                 if t is LazyRef:
-                    if v.concrete is None and v.graph is self and v.error is None:
-                        refs.append((v.node, v.idx))
+                    if v.graph is self and v.concrete is None and v.error is None:
+                        add((v.node, v.idx))
                         continue
                     v = concrete(v)
-                elif t is _ARRAY:  # the common leaf, inlined from _leaf
-                    i = self._leaf_ids.get(id(v))
-                    if i is None:
-                        i = self._leaf_ids[id(v)] = len(self.leaves)
+                    t = type(v)
+                if t is _ARRAY:  # the common leaf, inlined from _leaf: one per array
+                    r = leaf_ids.get(id(v))
+                    if r is None:
+                        r = leaf_ids[id(v)] = ("L", len(self.leaves))
                         self.leaves.append(v)
-                    refs.append(("L", i))
-                    continue
+                    add(r)
                 elif t is float and v and v == v:  # a dynamic python float: one leaf per value (not 0.0/-0.0, NaN)
-                    i = self._float_ids.get(v)
-                    if i is None:
-                        i = self._float_ids[v] = len(self.leaves)
+                    r = self._float_ids.get(v)
+                    if r is None:
+                        r = self._float_ids[v] = ("L", len(self.leaves))
                         self.leaves.append(v)
-                    refs.append(("L", i))
-                    continue
-                refs.append(("L", self._leaf(v)))
+                    add(r)
+                else:
+                    add(self._leaf(v))
             node = len(self.nodes)
             refs = tuple(refs)
             self.nodes.append((plan, refs))
@@ -199,11 +201,11 @@ class FusedGraph:
             specs = plan.out_specs
             if len(specs) == 1:
                 r = LazyRef(self, node, 0, specs[0])
-                self.refs.append(_ref(r))
+                self.refs.append(r)
                 outs = (r,)
             else:
                 outs = tuple([LazyRef(self, node, i, spec) for i, spec in enumerate(specs)])
-                self.refs.extend(map(_ref, outs))
+                self.refs.extend(outs)
             self.size += len(specs)
             if self.size >= MAX_OPS:
                 self.flush("size limit")
@@ -234,24 +236,25 @@ class FusedGraph:
                 t = type(old)
                 if t is _ARRAY:
                     leaf = leaf_ids.get(id(old))
+                    if leaf is not None:
+                        replaces[(r.node, r.idx)] = leaf[1]
                 elif t is LazyRef and old.graph is self and old.concrete is None:
                     leaf = replaces.pop((old.node, old.idx), None)
-                else:
-                    leaf = None
-                if leaf is not None:
-                    replaces[(r.node, r.idx)] = leaf
+                    if leaf is not None:
+                        replaces[(r.node, r.idx)] = leaf
                 s.value = r
                 s.version += 1
 
-    def _leaf(self, v: Any) -> int:
+    def _leaf(self, v: Any) -> tuple:
+        """The ref ``("L", position)`` of the leaf ``v``: one per ``jax.Array``, a new one for anything else."""
         if type(v) is _ARRAY or (hasattr(v, "shape") and hasattr(v, "devices")):  # a jax.Array: one leaf per array
-            i = self._leaf_ids.get(id(v))
-            if i is None:
-                i = self._leaf_ids[id(v)] = len(self.leaves)
+            r = self._leaf_ids.get(id(v))
+            if r is None:
+                r = self._leaf_ids[id(v)] = ("L", len(self.leaves))
                 self.leaves.append(v)
-            return i
+            return r
         self.leaves.append(v)
-        return len(self.leaves) - 1
+        return ("L", len(self.leaves) - 1)
 
     def replaced(self, ref: LazyRef, old: Any) -> None:
         """Note that the pending value ``ref`` replaced ``old`` as a storage's value (an in-place op).
@@ -264,6 +267,7 @@ class FusedGraph:
             t = type(old)
             if t is _ARRAY:
                 leaf = self._leaf_ids.get(id(old))  # a live leaf: its id is its own
+                leaf = None if leaf is None else leaf[1]
             elif t is LazyRef and old.graph is self and old.concrete is None:
                 leaf = self.replaces.pop((old.node, old.idx), None)
             else:
@@ -291,20 +295,20 @@ class FusedGraph:
             self.view_caches = []
             if not self.nodes:
                 return
-            live = [r for w in self.refs if (r := w()) is not None and r.concrete is None]
-            outs = sorted({(r.node, r.idx) for r in live})
+            live = [r for r in self.refs if _refcount(r) > _LIVE and r.concrete is None]
             nodes, token, leaves, replaces = self.nodes, self.trie.token, self.leaves, self.replaces
             self._reset()
-            if not outs:
+            if not live:
                 return
-            outs, donate = _donation(leaves, nodes, outs, replaces, token)
-            key = ("fused", token, tuple(outs), len(leaves), donate)
+            outs = [(r.node, r.idx) for r in live]  # (unique and in order: one ref per output, made in order)
+            ordered, donate = _donation(leaves, nodes, outs, replaces, token)
+            key = ("fused", token, tuple(ordered), len(leaves), donate)
             prev = swap_on()  # x64(), without a context manager's cost
             try:
                 exe = CACHE.lookup(key)
                 REPORT.note(cause, len(nodes), exe is None)
                 if exe is None:
-                    results = CACHE.compile(key, _graph_fn(nodes, outs), tuple(leaves),
+                    results = CACHE.compile(key, _graph_fn(nodes, ordered), tuple(leaves),
                                             describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
                 else:
                     results = exe(*leaves)
@@ -314,9 +318,13 @@ class FusedGraph:
                 return
             finally:
                 restore(prev)
-            where = {o: i for i, o in enumerate(outs)}
-            for r in live:
-                r.concrete = results[where[(r.node, r.idx)]]
+            if ordered is outs:
+                for r, value in zip(live, results):
+                    r.concrete = value
+            else:
+                where = _positions(ordered)
+                for r, o in zip(live, outs):
+                    r.concrete = results[where[o]]
 
 
 def _recover(nodes: list, leaves: list, live: list, error: Exception) -> bool:
@@ -360,13 +368,13 @@ def _check(plan: Any, values: list) -> None:
 
 
 #: Reference count of a leaf array that only the graph's leaf list holds, as :func:`_donation` sees it
-#: (the list, its local variable, ``getrefcount``'s argument).
-_UNHELD = 3
+#: (the list and ``getrefcount``'s argument).
+_UNHELD = 2
 
 
 def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int | None = None) -> tuple[list, tuple]:
     """The graph's outputs in the order that pairs them with the leaves it may write them into, and
-    those leaves' positions (``donate_argnums``).
+    those leaves' positions (``donate_argnums``); ``outs`` itself when nothing is donated.
 
     An in-place op of the graph replaced a storage's value, a leaf, with an output
     (:meth:`FusedGraph.replaced`): an optimizer's parameters and moments. When nothing but the
@@ -378,11 +386,13 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int 
     What depends on the graph's structure alone (``token``: its interned ops; the live outputs; which
     output replaced which leaf) — the pairs whose shapes and dtypes agree, and the order each set of
     donated pairs gives — is worked out once per structure (a training loop's graph is the same every
-    step); each call only checks which of those leaves nothing else holds.
+    step) and kept in one entry; each call only checks which of those leaves nothing else holds.
     """
-    key = (token, tuple(outs), tuple(replaces.items())) if token is not None else None
-    candidates = _CANDIDATES.get(key) if key is not None else None
-    if candidates is None:
+    entry = None
+    if token is not None:
+        key = (token, tuple(outs), tuple(replaces.items()))
+        entry = _STRUCTURES.get(key)
+    if entry is None:
         candidates, taken = [], set()
         for out in outs:
             leaf = replaces.get(out)
@@ -392,36 +402,42 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int 
             if type(v) is _ARRAY and (v.shape, JAX_TO_TORCH.get(v.dtype)) == nodes[out[0]][0].out_specs[out[1]]:
                 candidates.append((leaf, out))
                 taken.add(leaf)
-        candidates = tuple(candidates)
-        if key is not None:
-            if len(_CANDIDATES) > 4096:
-                _CANDIDATES.clear()
-            _CANDIDATES[key] = candidates
-    held = []
-    for pair in candidates:
-        v = leaves[pair[0]]
-        if _refcount(v) == _UNHELD:  # (the list, ``v``, getrefcount's argument)
-            held.append(pair)
-    v = None
-    pairs = tuple(held)
+        v = None
+        entry = (tuple(candidates), {})  # the candidates; donated pairs → their order
+        if token is not None:
+            if len(_STRUCTURES) > 4096:
+                _STRUCTURES.clear()
+            _STRUCTURES[key] = entry
+    candidates, orders = entry
+    if not candidates:
+        return outs, ()
+    pairs = tuple([pair for pair in candidates if _refcount(leaves[pair[0]]) == _UNHELD])
     if not pairs:
         return outs, ()
-    order = _ORDERS.get((key, pairs)) if key is not None else None
+    order = orders.get(pairs)
     if order is None:
-        order = donation_order(list(pairs), outs)
-        if key is not None:
-            if len(_ORDERS) > 4096:
-                _ORDERS.clear()
-            _ORDERS[(key, pairs)] = order
+        order = orders[pairs] = donation_order(list(pairs), outs)
     donate, ordered = order
     return ordered, donate
 
 
-#: Per graph structure (see :func:`_donation`): its donation candidates, and the order of each donated set.
-_CANDIDATES: dict = {}
-_ORDERS: dict = {}
-CACHE.on_clear(_CANDIDATES.clear)
-CACHE.on_clear(_ORDERS.clear)
+def _positions(ordered: list) -> dict:
+    """Output ``(node, index)`` → its position in ``ordered`` (a donation order, see :func:`_donation`), made once
+    per order."""
+    where = _WHERE.get(id(ordered))
+    if where is None or where[0] is not ordered:
+        if len(_WHERE) > 4096:
+            _WHERE.clear()
+        where = _WHERE[id(ordered)] = (ordered, {o: i for i, o in enumerate(ordered)})
+    return where[1]
+
+
+#: Per graph structure (see :func:`_donation`): its donation candidates and the order of each donated set; per
+#: donation order, where each output is (:func:`_positions`).
+_STRUCTURES: dict = {}
+_WHERE: dict = {}
+CACHE.on_clear(_STRUCTURES.clear)
+CACHE.on_clear(_WHERE.clear)
 
 
 def _graph_fn(nodes: list, outs: list) -> Any:
@@ -436,6 +452,11 @@ def _graph_fn(nodes: list, outs: list) -> Any:
 
     return run
 
+
+#: Reference count of a pending value that only the graph's list of handed-out values holds, as :meth:`FusedGraph.flush`
+#: sees it (the list, the loop's variable, ``getrefcount``'s argument): it is dead, not an output (holding the values
+#: and counting references at the sync costs less than a weak reference to each).
+_LIVE = 3
 
 #: The graph being recorded (shared by every thread: autograd runs backward on its own thread).
 GRAPH = FusedGraph()
