@@ -87,7 +87,8 @@ def test_fused_graph_flushes_at_the_size_limit(monkeypatch):
         assert all(torch.equal(p.cpu(), torch.full((2,), 2.0)) for p in params)
 
 
-def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch):
+def _graph_outputs(monkeypatch) -> list:
+    """The number of outputs of each fused graph compiled from now on (appended as each one compiles)."""
     real, outputs = fused._graph_fn, []
 
     def graph_fn(nodes, outs):
@@ -95,6 +96,11 @@ def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch)
         return real(nodes, outs)
 
     monkeypatch.setattr(fused, "_graph_fn", graph_fn)
+    return outputs
+
+
+def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch):
+    outputs = _graph_outputs(monkeypatch)
     x = torch.arange(6.0).reshape(2, 3).to("tpu")
     with tpu_runtime.set_eager_mode("fused"):
         m = x * 2.5                      # a pending value (a new constant: this graph compiles)
@@ -113,13 +119,7 @@ def test_a_views_cached_value_is_recomputed_not_made_a_graph_output(monkeypatch)
 def test_fused_pending_values_nothing_holds_are_not_graph_outputs(monkeypatch):
     # the graph keeps every pending value it handed out until the sync; there only those something else
     # still holds (a tensor, a list) become outputs: the dropped intermediates are never written out
-    real, outputs = fused._graph_fn, []
-
-    def graph_fn(nodes, outs):
-        outputs.append(len(outs))
-        return real(nodes, outs)
-
-    monkeypatch.setattr(fused, "_graph_fn", graph_fn)
+    outputs = _graph_outputs(monkeypatch)
     x = torch.arange(6.0).reshape(2, 3).to("tpu")
     with tpu_runtime.set_eager_mode("fused"):
         a = x * 3.25                     # (a new constant: this graph compiles)
