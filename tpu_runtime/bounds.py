@@ -271,13 +271,20 @@ _PENDING: list[tuple] = []
 _MAX_PENDING = 256
 
 
+#: ``id`` of a checked op → its argument names (the ops are the module-level overloads of CHECKS: never freed).
+_NAMES: dict[int, tuple] = {}
+
+
 def check(func: Any, args: tuple, kwargs: dict) -> None:
     """Check the index arguments of ``func(*args, **kwargs)`` (see the module docstring).
 
     Raises:
         IndexError, RuntimeError: an index out of range on the CPU or in debug mode (the CPU's message).
     """
-    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    names = _NAMES.get(id(func))
+    if names is None:  # (an op's argument names, read from its schema once: the schema makes new objects per read)
+        names = _NAMES[id(func)] = tuple(a.name for a in func._schema.arguments)
+    named = dict(zip(names, args), **kwargs)
     try:
         checks = CHECKS[func](named)
     except (IndexError, RuntimeError, TypeError, KeyError):  # a bad call (a dim out of range): the op says so
