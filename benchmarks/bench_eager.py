@@ -9,7 +9,9 @@ warm-up, reporting the median over rounds of the per-round time ratio
    (target ≥ 2); with ``AdamW()`` (torch's default for the tpu device, as for any
    PrivateUse1 device: its foreach path, one op per foreach call) and, on more lines,
    ``AdamW(foreach=False)`` (the per-parameter loop: one op per parameter and update)
-   and ``AdamW(fused=True)`` (one optimizer op per step). Each side runs its timed blocks in its eager mode,
+   and ``AdamW(fused=True)`` (one optimizer op per step); the paired measurement runs ``--repeats`` times (default
+   3) and the median of those is printed with their range (this machine's speed drifts by ±15% within minutes:
+   one paired run of 9 rounds read anywhere from 1.7x to 2.2x for the same code). Each side runs its timed blocks in its eager mode,
    entered once per block as a training loop runs in one mode (a mode switch is a sync point: switching
    around every step flushed a second fused graph per step that no training loop has). ``mlp`` and ``mingpt`` are
    ``examples/train.py``'s tiny models (per-op overhead dominates); ``mlp-wide`` is the
@@ -102,6 +104,17 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) 
         ta.append(times[a])
         tb.append(times[b])
     return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
+
+
+def repeated(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int,
+             repeats: int) -> tuple[float, float, float, float, float]:
+    """:func:`paired` run ``repeats`` times one after the other: the median of the repeats' ratios, the lowest and
+    highest of them (how far this machine's drift moved the ratio while it was measured), and the median seconds of
+    each side."""
+    runs = [paired(a, b, rounds, block) for _ in range(max(1, repeats))]
+    ratios = [r[0] for r in runs]
+    return (statistics.median(ratios), min(ratios), max(ratios), statistics.median(r[1] for r in runs),
+            statistics.median(r[2] for r in runs))
 
 
 def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
@@ -362,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="mlp,mingpt,mlp-wide,mlp-large")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--block", type=int, default=3, help="calls per timed block")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="part 1: times the paired fused/strict measurement runs (the median of them is printed, "
+                        "with their range)")
     p.add_argument("--ops", type=int, default=200, help="ops in the dispatch chain (even)")
     p.add_argument("--optimizers", default="default,loop,fused",
                    help="AdamW variants of part 1 (default, loop, fused)")
@@ -379,10 +395,11 @@ def main(argv: list[str] | None = None) -> int:
             for fn in (strict, fused, strict, fused, fused):  # compile, then reach the steady-state graph
                 with _mode_of(fn):
                     fn()
-            ratio, ts, tf = paired(strict, fused, args.rounds, args.block)
+            ratio, low, high, ts, tf = repeated(strict, fused, args.rounds, args.block, args.repeats)
             label = name + "".join(f", AdamW({k}={v})" for k, v in _OPTIMIZERS[optimizer].items())
+            spread = f"; {args.repeats} repeats {low:.2f}-{high:.2f}x" if args.repeats > 1 else ""
             print(f"   {label:30s} fused/strict throughput {ratio:5.2f}x   (strict {ts * 1e3:8.1f} ms, fused "
-                  f"{tf * 1e3:8.1f} ms per step)")
+                  f"{tf * 1e3:8.1f} ms per step{spread})")
             if args.breakdown and optimizer == "default":
                 (s_total, s_runtime, s_wait), (f_total, f_runtime, f_wait) = paired_breakdown(
                     strict, fused, args.rounds, max(5, args.block * 3))

@@ -106,3 +106,11 @@ def test_subclass_floor_runs_a_training_step_with_the_shapes_of_the_real_one():
         assert p.mul_(0.5) is p and torch.add(p, 0.25).shape == p.shape
         torch.add(p, 0.75)  # another float: the same signature
     assert len(subclass_floor._OUTPUTS) == seen + 2  # (mul_ and add: nothing per step)
+
+
+def test_repeated_reports_the_median_of_the_paired_runs_and_their_range(monkeypatch):
+    import benchmarks.bench_eager as bench
+
+    runs = iter([(1.5, 2.0, 1.0), (2.5, 4.0, 1.0), (2.0, 3.0, 1.5)])
+    monkeypatch.setattr(bench, "paired", lambda a, b, rounds, block: next(runs))
+    assert bench.repeated(None, None, 9, 3, 3) == (2.0, 1.5, 2.5, 3.0, 1.0)
