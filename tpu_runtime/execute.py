@@ -196,23 +196,25 @@ def assign_value(dst: TpuTensor, value: Any, spec: tuple) -> None:
 
 def _values(plan: OpPlan, ins: list) -> list:
     """The executor's inputs for ``ins``: tensor values, CPU tensors as NumPy, dynamic floats."""
-    values = [v if type(x) is TpuTensor and not x._chain  # the common case, inlined: a base tensor's value,
-              and (type(v := x._storage.value) is _ARRAY or (type(v) is LazyRef and v.concrete is None))  # concrete
-              else _value(x) for x in ins]  # or pending in fused
+    values = []
+    for x in ins:
+        if type(x) is TpuTensor and not x._chain:  # the common case, inlined: a base tensor's value
+            v = x._storage.value
+            if type(v) is _ARRAY or (type(v) is LazyRef and v.concrete is None):  # concrete, or pending in fused
+                values.append(v)
+            else:
+                values.append(read(x))
+        elif isinstance(x, TpuTensor):
+            values.append(read(x))
+        elif isinstance(x, torch.Tensor):
+            values.append(host_operand(x))
+        elif _MODE[0].raw_floats:  # a dynamic python float, kept as one: fused eager makes it a graph input
+            values.append(x)
+        else:  # a dynamic python float, as a device scalar
+            values.append(_scalar(x))
     if plan.random:
         values.append(rng.next_input())
     return values
-
-
-def _value(x: Any) -> Any:
-    """:func:`_values` of one input that is not a base tensor holding a ``jax.Array`` or a pending value."""
-    if isinstance(x, TpuTensor):
-        return read(x)
-    if isinstance(x, torch.Tensor):
-        return host_operand(x)
-    if _MODE[0].raw_floats:  # a dynamic python float, kept as one: fused eager makes it a graph input
-        return x
-    return _scalar(x)  # a dynamic python float, as a device scalar
 
 
 def _execute(plan: OpPlan, ins: list) -> Any:

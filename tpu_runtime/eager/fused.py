@@ -322,7 +322,7 @@ class FusedGraph:
                 for r, value in zip(live, results):
                     r.concrete = value
             else:
-                where = _positions(ordered)
+                where = {o: i for i, o in enumerate(ordered)}
                 for r, o in zip(live, outs):
                     r.concrete = results[where[o]]
 
@@ -421,23 +421,9 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int 
     return ordered, donate
 
 
-def _positions(ordered: list) -> dict:
-    """Output ``(node, index)`` → its position in ``ordered`` (a donation order, see :func:`_donation`), made once
-    per order."""
-    where = _WHERE.get(id(ordered))
-    if where is None or where[0] is not ordered:
-        if len(_WHERE) > 4096:
-            _WHERE.clear()
-        where = _WHERE[id(ordered)] = (ordered, {o: i for i, o in enumerate(ordered)})
-    return where[1]
-
-
-#: Per graph structure (see :func:`_donation`): its donation candidates and the order of each donated set; per
-#: donation order, where each output is (:func:`_positions`).
+#: Per graph structure (see :func:`_donation`): its donation candidates and the order of each donated set.
 _STRUCTURES: dict = {}
-_WHERE: dict = {}
 CACHE.on_clear(_STRUCTURES.clear)
-CACHE.on_clear(_WHERE.clear)
 
 
 def _graph_fn(nodes: list, outs: list) -> Any:
