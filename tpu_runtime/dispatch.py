@@ -38,7 +38,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 from converter.lowering import registry
 from tpu_runtime import compile_tensors, dynamic, fastpath, kernels, lazy, memory_format, optim_kernels, resize, rng
 from tpu_runtime import adjusted, attention, bounds, index_checks, serialization, strided, view_cache
-from tpu_runtime import inplace
+from tpu_runtime import inplace, module_moves
 from tpu_runtime import tensor as tensor_module
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE
@@ -319,6 +319,7 @@ def _copy_to(x: Any, kwargs: dict) -> Any:
         check_index(device)
     if type(x) is not TpuTensor and type(x) in lazy.LAZY_CLASSES:  # no data, no shape: a new one of the dtype
         return lazy.keep_class(x, new_tensor(None, x._spec[0], dtype or x._spec[1]))
+    module_moves.check_move(x)  # (a tpu model's ``.half()``: the swap of each parameter that follows)
     if dtype is None or dtype == x.dtype:
         return new_tensor(read(x), x._spec[0], x._spec[1])
     return run_op(aten._to_copy.default, (x,), {"dtype": dtype})
@@ -334,6 +335,7 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
         if src._spec != dst._spec:
             value = executor().run(convert_plan(src._spec, dst._spec), [value])[0]
     else:
+        module_moves.check_move(src)  # (``model.to("tpu")``: the swap of each parameter that follows)
         value = upload(src.detach().to(dst.dtype).expand(dst._spec[0]))
     write(dst, value)
     return dst
