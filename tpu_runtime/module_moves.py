@@ -58,8 +58,8 @@ def check_move(param: Any) -> None:
         if fn is None or fn in _CHECKED:
             return
         _CHECKED.add(fn)
-    except TypeError:  # (a conversion function without weak references: check every parameter's copy)
-        pass
+    except TypeError:  # (a conversion function without weak references: its first copy is not known; as before)
+        return
     while frame is not None:  # the outermost _apply of this move: the module the user moved
         if frame.f_code is _APPLY and frame.f_locals.get("fn") is fn:
             outer = frame
