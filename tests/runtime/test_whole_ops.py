@@ -188,11 +188,12 @@ def test_debug_mode_compares_the_backward_ops_with_the_cpu():
 
 
 @pytest.mark.parametrize("context", [torch.inference_mode, torch.no_grad, torch.enable_grad])
-@pytest.mark.parametrize("case", ["mixed_dtypes", "sizes", "int64", "bool_matmul"])
+@pytest.mark.parametrize("case", ["mixed_dtypes", "sizes", "batch_sizes", "int64", "bool_matmul"])
 def test_calls_the_cpu_refuses_are_refused_and_integer_ones_computed(context, case):
     # in inference mode linear reaches the table row whole: it computed float32 @ float64 the CPU refuses
     a, b, fn = {"mixed_dtypes": (torch.ones(2, 3), torch.ones(4, 3, dtype=torch.float64), F.linear),
                 "sizes": (torch.ones(2, 3), torch.ones(4, 4), F.linear),
+                "batch_sizes": (torch.ones(2, 3, 4), torch.ones(3, 4, 5), torch.matmul),  # batch dims that do not broadcast
                 "int64": (torch.arange(6).view(2, 3), torch.arange(12).view(3, 4), torch.matmul),
                 "bool_matmul": (torch.ones(2, 3, dtype=torch.bool), torch.ones(3, 4, dtype=torch.bool),
                                 torch.matmul)}[case]
