@@ -103,13 +103,20 @@ def _clear_trie() -> None:
 CACHE.on_clear(_clear_trie)
 
 
+#: A graph's ops name their inputs by refs, plain ints (hashed and compared at C speed each time an op steps down the
+#: trie): a leaf's is ``~position`` (negative), an op's output's ``node << _SHIFT | output``.
+_SHIFT = 32
+_OUTPUT = (1 << _SHIFT) - 1
+
+
 class LazyRef:
-    """A pending output of the fused graph (``concrete`` is set once it has run)."""
+    """A pending output of the fused graph (``ref``: its ref, see :data:`_SHIFT`; ``concrete`` is set once it has
+    run)."""
 
-    __slots__ = ("graph", "node", "idx", "shape", "dtype", "concrete", "error", "__weakref__")
+    __slots__ = ("graph", "ref", "shape", "dtype", "concrete", "error", "__weakref__")
 
-    def __init__(self, graph: "FusedGraph", node: int, idx: int, spec: tuple):
-        self.graph, self.node, self.idx = graph, node, idx
+    def __init__(self, graph: "FusedGraph", ref: int, spec: tuple):
+        self.graph, self.ref = graph, ref
         self.shape, self.dtype = spec
         self.concrete = None
         self.error = None
@@ -145,16 +152,16 @@ class FusedGraph:
         self._reset()
 
     def _reset(self) -> None:
-        self.nodes: list[tuple] = []   # (plan, refs); a ref is ("L", leaf) or (node, output)
+        self.nodes: list[tuple] = []   # (plan, refs); a ref: see _SHIFT
         self.size = 0  # tensor outputs of the nodes (see MAX_OPS)
         self.flops = 0  # their estimated multiply-adds (see SPLIT_FLOPS)
         self.trie: _Trie = _ROOT[0]   # the interned structure of ``nodes``
         self.leaves: list[Any] = []
-        self._leaf_ids: dict[int, tuple] = {}  # id of a leaf array → its ref ("L", position in leaves)
-        self._float_ids: dict[float, tuple] = {}  # a dynamic python float → its ref
+        self._leaf_ids: dict[int, int] = {}  # id of a leaf array → its ref (~position in leaves)
+        self._float_ids: dict[float, int] = {}  # a dynamic python float → its ref
         self.refs: list = []  # every LazyRef handed out (those only this list holds at the sync are dead: _LIVE)
         self.view_caches: list = []  # (weakref to a view tensor, id of the pending value it caches)
-        self.replaces: dict = {}  # (node, output) → the leaf whose storage it overwrote (see replaced)
+        self.replaces: dict = {}  # an output's ref → the position of the leaf whose storage it overwrote (see replaced)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -172,20 +179,20 @@ class FusedGraph:
                 t = type(v)
                 if t is LazyRef:
                     if v.graph is self and v.concrete is None and v.error is None:
-                        add((v.node, v.idx))
+                        add(v.ref)
                         continue
                     v = concrete(v)
                     t = type(v)
                 if t is _ARRAY:  # the common leaf, inlined from _leaf: one per array
                     r = leaf_ids.get(id(v))
                     if r is None:
-                        r = leaf_ids[id(v)] = ("L", len(self.leaves))
+                        r = leaf_ids[id(v)] = ~len(self.leaves)
                         self.leaves.append(v)
                     add(r)
                 elif t is float and v and v == v:  # a dynamic python float: one leaf per value (not 0.0/-0.0, NaN)
                     r = self._float_ids.get(v)
                     if r is None:
-                        r = self._float_ids[v] = ("L", len(self.leaves))
+                        r = self._float_ids[v] = ~len(self.leaves)
                         self.leaves.append(v)
                     add(r)
                 else:
@@ -199,12 +206,13 @@ class FusedGraph:
                 trie = self.trie.next[edge] = _Trie()
             self.trie = trie
             specs = plan.out_specs
+            base = node << _SHIFT
             if len(specs) == 1:
-                r = LazyRef(self, node, 0, specs[0])
+                r = LazyRef(self, base, specs[0])
                 self.refs.append(r)
                 outs = (r,)
             else:
-                outs = tuple([LazyRef(self, node, i, spec) for i, spec in enumerate(specs)])
+                outs = tuple([LazyRef(self, base | i, spec) for i, spec in enumerate(specs)])
                 self.refs.extend(outs)
             self.size += len(specs)
             if self.size >= MAX_OPS:
@@ -237,24 +245,24 @@ class FusedGraph:
                 if t is _ARRAY:
                     leaf = leaf_ids.get(id(old))
                     if leaf is not None:
-                        replaces[(r.node, r.idx)] = leaf[1]
+                        replaces[r.ref] = ~leaf
                 elif t is LazyRef and old.graph is self and old.concrete is None:
-                    leaf = replaces.pop((old.node, old.idx), None)
+                    leaf = replaces.pop(old.ref, None)
                     if leaf is not None:
-                        replaces[(r.node, r.idx)] = leaf
+                        replaces[r.ref] = leaf
                 s.value = r
                 s.version += 1
 
     def _leaf(self, v: Any) -> tuple:
-        """The ref ``("L", position)`` of the leaf ``v``: one per ``jax.Array``, a new one for anything else."""
+        """The ref (``~position``) of the leaf ``v``: one per ``jax.Array``, a new one for anything else."""
         if type(v) is _ARRAY or (hasattr(v, "shape") and hasattr(v, "devices")):  # a jax.Array: one leaf per array
             r = self._leaf_ids.get(id(v))
             if r is None:
-                r = self._leaf_ids[id(v)] = ("L", len(self.leaves))
+                r = self._leaf_ids[id(v)] = ~len(self.leaves)
                 self.leaves.append(v)
             return r
         self.leaves.append(v)
-        return ("L", len(self.leaves) - 1)
+        return -len(self.leaves)  # (~(len - 1))
 
     def replaced(self, ref: LazyRef, old: Any) -> None:
         """Note that the pending value ``ref`` replaced ``old`` as a storage's value (an in-place op).
@@ -267,13 +275,13 @@ class FusedGraph:
             t = type(old)
             if t is _ARRAY:
                 leaf = self._leaf_ids.get(id(old))  # a live leaf: its id is its own
-                leaf = None if leaf is None else leaf[1]
+                leaf = None if leaf is None else ~leaf
             elif t is LazyRef and old.graph is self and old.concrete is None:
-                leaf = self.replaces.pop((old.node, old.idx), None)
+                leaf = self.replaces.pop(old.ref, None)
             else:
                 return
             if leaf is not None:
-                self.replaces[(ref.node, ref.idx)] = leaf
+                self.replaces[ref.ref] = leaf
 
     def cache_view(self, view: Any, ref: LazyRef) -> None:
         """Note that ``view`` caches the pending value ``ref`` (its view chain replayed on its storage)."""
@@ -300,7 +308,7 @@ class FusedGraph:
             self._reset()
             if not live:
                 return
-            outs = [(r.node, r.idx) for r in live]  # (unique and in order: one ref per output, made in order)
+            outs = [r.ref for r in live]  # (unique and in order: one ref per output, made in order)
             ordered, donate = _donation(leaves, nodes, outs, replaces, token)
             key = ("fused", token, tuple(ordered), len(leaves), donate)
             prev = swap_on()  # x64(), without a context manager's cost
@@ -337,10 +345,10 @@ def _recover(nodes: list, leaves: list, live: list, error: Exception) -> bool:
 
     env: list = []
     for plan, refs in nodes:
-        ins = [leaves[r[1]] if r[0] == "L" else env[r[0]] for r in refs]
+        ins = [leaves[~r] if r < 0 else env[r >> _SHIFT] for r in refs]
         bad = next((x for x in ins if isinstance(x, BaseException)), None)
         if bad is None:
-            ins = [x[r[1]] if r[0] != "L" else x for x, r in zip(ins, refs)]
+            ins = [x[r & _OUTPUT] if r >= 0 else x for x, r in zip(ins, refs)]
             bad = error if any(type(x) is _ARRAY and x.is_deleted() for x in ins) else None  # (donated to it)
         if bad is None:
             try:
@@ -349,11 +357,11 @@ def _recover(nodes: list, leaves: list, live: list, error: Exception) -> bool:
                 bad = e
         env.append(bad if bad is not None else outs)
     for r in live:
-        got = env[r.node]
+        got = env[r.ref >> _SHIFT]
         if isinstance(got, BaseException):
             r.error = got
         else:
-            r.concrete = got[r.idx]
+            r.concrete = got[r.ref & _OUTPUT]
     return all(r.error is None for r in live)
 
 
@@ -399,7 +407,8 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int 
             if leaf is None or leaf in taken:
                 continue
             v = leaves[leaf]
-            if type(v) is _ARRAY and (v.shape, JAX_TO_TORCH.get(v.dtype)) == nodes[out[0]][0].out_specs[out[1]]:
+            if type(v) is _ARRAY and (v.shape, JAX_TO_TORCH.get(v.dtype)) == \
+                    nodes[out >> _SHIFT][0].out_specs[out & _OUTPUT]:
                 candidates.append((leaf, out))
                 taken.add(leaf)
         v = None
@@ -432,9 +441,9 @@ def _graph_fn(nodes: list, outs: list) -> Any:
     def run(*leaves: Any) -> tuple:
         env: list[tuple] = []
         for plan, refs in nodes:
-            ins = [leaves[r[1]] if r[0] == "L" else env[r[0]][r[1]] for r in refs]
+            ins = [leaves[~r] if r < 0 else env[r >> _SHIFT][r & _OUTPUT] for r in refs]
             env.append(plan.fn(*ins))
-        return tuple(env[n][i] for n, i in outs)
+        return tuple(env[o >> _SHIFT][o & _OUTPUT] for o in outs)
 
     return run
 
