@@ -9,6 +9,10 @@ call (and a call of the op's ``out=`` overload) is checked here first, as its CP
 its message:
 
 * an index on the CPU (``x[torch.tensor([7])]``): at once, on the host;
+* an index on the device whose values are known on the host and not written since (uploaded from a CPU tensor of up
+  to :data:`~tpu_runtime.values._MAX_RANGED` elements, an int64 ``arange``: the storage keeps their smallest and largest), or a
+  view of it of the same dtype: passed at once when that range is inside the bounds (a training loop's token ids,
+  targets and position ids; no check on the device); otherwise checked as below;
 * in debug eager mode: at once (a sync, as every debug op);
 * an index on the device in strict and fused eager: a small check that runs with the op (an executable in strict,
   a node of the graph in fused) finds whether an index is out of range and the first one; the error is raised at
@@ -305,6 +309,11 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
             bad, first, at = _host_flags(host.numpy(force=True), low, size, ignore, part)
             if bad:
                 raise error(message(first, at))
+            continue
+        s = idx._storage
+        known = s.range  # (its values as uploaded, when nothing wrote them since: any view of them lies within)
+        if (known is not None and known[2] == s.version and idx._spec[1] is s.spec[1] and part is None
+                and (low is None or known[0] >= low) and (size is None or known[1] < size)):
             continue
         from tpu_runtime.eager import executor
         from tpu_runtime.values import read

@@ -194,7 +194,24 @@ def _factory(op: Any, *args: Any, **kwargs: Any) -> Any:
     from tpu_runtime.dispatch import dispatch
 
     check_index(kwargs.get("device"))
-    return dispatch(op, args, kwargs)
+    out = dispatch(op, args, kwargs)
+    if op._overloadpacket is _ARANGE:
+        _note_arange(out, args)
+    return out
+
+
+_ARANGE = torch.ops.aten.arange
+
+
+def _note_arange(t: Any, args: tuple) -> None:
+    """Keep the range of an int64 ``arange`` of python ints with its storage, as an upload's is
+    (:func:`tpu_runtime.values.upload_into`): an index check of it (a model's position ids) is then decided at once."""
+    shape, dtype = t._spec
+    if dtype is torch.int64 and shape[0] and all(type(a) is int for a in args):
+        start, _, step = (0, 0, 1) if len(args) == 1 else (args + (1,))[:3]
+        last = start + (shape[0] - 1) * step
+        s = t._storage
+        s.range = (min(start, last), max(start, last), s.version)
 
 
 def _register_foreach_type() -> None:

@@ -52,7 +52,7 @@ from tpu_runtime.plans import (DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, 
                                raise_unsupported_dtype)
 from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
 from tpu_runtime.traced import traced_plan
-from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, write
+from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, upload_into, write
 
 aten = torch.ops.aten
 #: id(op) → route: ``(kind, ..., op)``; the op itself is last, checked on each hit (an id can be reused
@@ -334,10 +334,10 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
         value = read(src)
         if src._spec != dst._spec:
             value = executor().run(convert_plan(src._spec, dst._spec), [value])[0]
+        write(dst, value)
     else:
         module_moves.check_move(src)  # (``model.to("tpu")``: the swap of each parameter that follows)
-        value = upload(src.detach().to(dst.dtype).expand(dst._spec[0]))
-    write(dst, value)
+        upload_into(dst, src.detach().to(dst.dtype).expand(dst._spec[0]))
     return dst
 
 

@@ -36,7 +36,7 @@ DEVICE = torch.device("tpu", 0)
 class Storage:
     """The shared value behind a base tensor and all of its views (``spec``: its shape, dtype)."""
 
-    __slots__ = ("value", "version", "spec", "handle", "twin", "placed", "__weakref__")
+    __slots__ = ("value", "version", "spec", "handle", "twin", "placed", "range", "__weakref__")
 
     def __init__(self, value: Any, spec: tuple):
         self.value = value
@@ -47,6 +47,7 @@ class Storage:
         # where the elements of its (dense) value sit in the storage torch sees: ``None``, in order from 0;
         # else ``(strides, offset)``, the layout an opaque tensor reports (channels-last, compiled outputs)
         self.placed = None
+        self.range = None  # (smallest, largest, version): an index's values as uploaded (values.upload_into)
 
 
 #: Addresses of storage handles: a 64 GiB range each (see storage_handle).

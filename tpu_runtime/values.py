@@ -313,6 +313,25 @@ def upload(cpu: torch.Tensor) -> jax.Array:
     return jax.device_put(host_operand(cpu), _DEVICE)
 
 
+#: Integer dtypes whose uploaded values are kept as a range (:func:`upload_into`).
+_RANGED = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+#: Uploads of more elements than this are not scanned for their range (a host pass over the copy, on each upload).
+_MAX_RANGED = 1 << 16
+
+
+def upload_into(dst: TpuTensor, cpu: torch.Tensor) -> None:
+    """Write the CPU tensor ``cpu`` (of ``dst``'s shape and dtype) into ``dst``, uploaded (``x.to("tpu")``). An
+    integer tensor's smallest and largest values (of up to :data:`_MAX_RANGED` elements) are kept with ``dst``'s
+    storage, read on the host copy: an index check of it (or of a view of it) before anything writes it again is then
+    decided at once, with no check on the device and no flag to read at the next sync (:func:`tpu_runtime.bounds.check`:
+    a training loop's token ids and targets, uploaded each step)."""
+    host = host_operand(cpu)
+    write(dst, jax.device_put(host, _DEVICE))
+    if dst._spec[1] in _RANGED and 0 < host.size <= _MAX_RANGED and not dst._chain:
+        s = dst._storage
+        s.range = (int(host.min()), int(host.max()), s.version)
+
+
 def host_operand(cpu: torch.Tensor) -> np.ndarray:
     """A CPU tensor operand of a tpu op (a wrapped scalar of a backward formula, an index
     tensor) as a NumPy copy: the executable takes it like an array on the default device,

@@ -148,3 +148,32 @@ def test_out_variants_are_checked_as_their_op(name):
         _OUT_CASES[name]("tpu")
     assert str(info.value) == str(cpu.value)
     tpu_runtime.sync()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_indices_uploaded_in_range_are_not_checked_again_on_the_device(mode):
+    # token ids and targets uploaded from the host: their range is read there, so no check runs on the device
+    # (nothing pending); once written, or read as another dtype, they are checked on the device again
+    from tpu_runtime import bounds
+
+    with tpu_runtime.set_eager_mode(mode):
+        weight, cpu_ids, cpu_targets = _X.to("tpu"), torch.tensor([[0, 4], [3, 1]]), torch.tensor([[0, 1, 1, 0, 1]])
+        ids, targets = cpu_ids.to("tpu"), cpu_targets.to("tpu")
+        got = [F.embedding(ids, weight), F.embedding(ids.view(-1)[1:], weight),
+               F.cross_entropy(weight, targets.view(-1))]
+        assert bounds._PENDING == []
+        want = [F.embedding(cpu_ids, _X), F.embedding(cpu_ids.view(-1)[1:], _X), F.cross_entropy(_X, cpu_targets.view(-1))]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g.cpu(), w)
+        ids.add_(1)  # (now 5: out of range)
+        with pytest.raises(IndexError, match="index out of range in self"):
+            F.embedding(ids, weight).cpu()
+        halves = torch.tensor([4, 1], dtype=torch.int32).to("tpu")  # (in range as int32; as one int64: 4 + 2**32)
+        with pytest.raises(IndexError, match="index out of range in self"):
+            F.embedding(halves.view(torch.int64), weight).cpu()
+        tpu_runtime.sync()
+        positions = torch.arange(1, 5, 2, device="tpu")  # (1, 3: a factory's known range, as an upload's)
+        torch.testing.assert_close(F.embedding(positions, weight).cpu(), _X[[1, 3]])
+        assert bounds._PENDING == []
+        with pytest.raises(IndexError, match="index out of range in self"):
+            F.embedding(torch.arange(2, 6, device="tpu"), weight).cpu()
