@@ -9,6 +9,7 @@ where ``with jax.enable_x64(True)`` costs ~7 µs, which matters once per op.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator
 
 import jax
@@ -35,18 +36,19 @@ def x64() -> Iterator[None]:
         _STATE.set_local(prev)
 
 
-def swap_on() -> object:
-    """Enable 64-bit mode; returns the token :func:`restore` needs (fast path of :func:`x64`)."""
-    if _STATE is None:  # pragma: no cover
+if _STATE is None:  # pragma: no cover - a JAX without the fast switch
+    def swap_on() -> object:
+        """Enable 64-bit mode; returns the token :func:`restore` needs (fast path of :func:`x64`)."""
         ctx = jax.enable_x64(True)
         ctx.__enter__()
         return ctx
-    return _STATE.swap_local(True)
 
-
-def restore(token: object) -> None:
-    """Undo :func:`swap_on`."""
-    if _STATE is None:  # pragma: no cover
+    def restore(token: object) -> None:
+        """Undo :func:`swap_on`."""
         token.__exit__(None, None, None)
-        return
-    _STATE.set_local(token)
+else:
+    #: ``swap_on()``: enable 64-bit mode; returns the token :func:`restore` needs (fast path of :func:`x64`). JAX's
+    #: own switch, called with no Python frame around it (~100 ns less per op, twice per op).
+    swap_on = functools.partial(_STATE.swap_local, True)
+    #: ``restore(token)``: undo :func:`swap_on`.
+    restore = _STATE.set_local
