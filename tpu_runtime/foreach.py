@@ -101,8 +101,9 @@ def _overlapping(args: tuple) -> bool:
     try:  # the common case, at C speed: tpu tensor lists with no storage in common (a scalar list has none)
         targets = set(map(id, map(_STORAGE, args[0])))
         if len(targets) == len(args[0]) and all(
-                targets.isdisjoint(map(id, map(_STORAGE, a))) for a in args[1:]
-                if type(a) in (list, tuple) and a and isinstance(a[0], torch.Tensor)):
+                targets.isdisjoint(map(id, map(_STORAGE, a))) for i, a in enumerate(args[1:], 1)
+                if type(a) in (list, tuple) and a and isinstance(a[0], torch.Tensor)
+                and a is not args[i - 1]):  # (a list passed twice is looked at once: addcmul_(v, g, g))
             return False
     except AttributeError:  # an element that is not a tpu tensor (a CPU scalar tensor)
         pass

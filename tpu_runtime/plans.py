@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -129,6 +130,8 @@ def flatten(func: Any, args: tuple, kwargs: dict, dyn: bool | None = None, index
 _default_dtype = torch.get_default_dtype
 _FLOAT32 = torch.float32
 
+_SPEC = operator.attrgetter("_spec")
+
 #: Element types of an argument list that is its own key part (shapes, dims).
 _PLAIN = frozenset({int, type(None), str})
 
@@ -143,7 +146,7 @@ def _key(a: Any, ins: list, dyn: bool) -> Any:
             return tuple(a)
         if len(types) == 1 and TpuTensor in types:  # a foreach op's tensor list
             ins.extend(a)
-            return tuple([x._spec for x in a])
+            return tuple(map(_SPEC, a))
         return tuple(_key(x, ins, dyn) for x in a)
     if t is float:
         if dyn:
