@@ -478,6 +478,12 @@ def rebuild(plan: OpPlan, tensors: list) -> Any:
     s = plan.structure
     if type(s) is _Slot:
         return tensors[s.i]
+    flat = plan.extra.get("flat")
+    if flat is None:  # (once per plan: a plain tuple or list of the outputs in order, as most multi-output ops return)
+        flat = plan.extra["flat"] = type(s) in (tuple, list) and len(s) == len(tensors) and all(
+            type(x) is _Slot and x.i == k for k, x in enumerate(s))
+    if flat:
+        return tuple(tensors) if type(s) is tuple else list(tensors)
     return _fill(s, tensors)
 
 
