@@ -155,8 +155,9 @@ def test_a_frame_dynamo_skips_runs_the_runtimes_kernels_eagerly():
     # the dispatcher's calls of the runtime's kernels (matmul, linear, sdpa, the factories) too, which failed on
     # their real tpu tensors (DeBERTa under torch.compile)
     torch._dynamo.reset()
-    g = torch.Generator().manual_seed(0)  # (unseeded, 1 draw in 40 differed from the CPU by 5e-6 relative: XLA's order
-    x, w = torch.randn(2, 4, 8, generator=g), torch.randn(8, 8, generator=g)  # of float32 sums, not a wrong value)
+    # (seeded: unseeded, 1 draw in 40 differed from the CPU by 5e-6 relative, XLA's order of float32 sums)
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 4, 8, generator=g), torch.randn(8, 8, generator=g)
     got = torch.compile(_looped, backend="tpu")(x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_())
     torch.testing.assert_close(got.detach().cpu(), _looped(x, w), rtol=1e-5, atol=1e-5)
 
