@@ -310,9 +310,8 @@ def check(func: Any, args: tuple, kwargs: dict) -> None:
             if bad:
                 raise error(message(first, at))
             continue
-        s = idx._storage
-        known = s.range  # (its values as uploaded, when nothing wrote them since: any view of them lies within)
-        if (known is not None and known[2] == s.version and idx._spec[1] is s.spec[1] and part is None
+        known = idx._storage.known_range()  # (any view of the storage's values of its dtype lies within)
+        if (known is not None and idx._spec[1] is idx._storage.spec[1] and part is None
                 and (low is None or known[0] >= low) and (size is None or known[1] < size)):
             continue
         from tpu_runtime.eager import executor

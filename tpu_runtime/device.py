@@ -210,8 +210,7 @@ def _note_arange(t: Any, args: tuple) -> None:
     if dtype is torch.int64 and shape[0] and all(type(a) is int for a in args):
         start, _, step = (0, 0, 1) if len(args) == 1 else (args + (1,))[:3]
         last = start + (shape[0] - 1) * step
-        s = t._storage
-        s.range = (min(start, last), max(start, last), s.version)
+        t._storage.note_range(min(start, last), max(start, last))
 
 
 def _register_foreach_type() -> None:

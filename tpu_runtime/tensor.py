@@ -47,7 +47,18 @@ class Storage:
         # where the elements of its (dense) value sit in the storage torch sees: ``None``, in order from 0;
         # else ``(strides, offset)``, the layout an opaque tensor reports (channels-last, compiled outputs)
         self.placed = None
-        self.range = None  # (smallest, largest, version): an index's values as uploaded (values.upload_into)
+        self.range = None  # (smallest, largest, version) of its values, when known: see note_range
+
+    def note_range(self, low: int, high: int) -> None:
+        """Remember that every element of the value lies in ``[low, high]``, until the next write (an index's
+        values as uploaded, ``values.upload_into``, or made by ``arange``: :func:`tpu_runtime.bounds.check` reads
+        them)."""
+        self.range = (low, high, self.version)
+
+    def known_range(self) -> tuple | None:
+        """``(low, high)`` as :meth:`note_range` noted them, or ``None`` (none noted, or written since)."""
+        r = self.range
+        return r[:2] if r is not None and r[2] == self.version else None
 
 
 #: Addresses of storage handles: a 64 GiB range each (see storage_handle).

@@ -328,8 +328,7 @@ def upload_into(dst: TpuTensor, cpu: torch.Tensor) -> None:
     host = host_operand(cpu)
     write(dst, jax.device_put(host, _DEVICE))
     if dst._spec[1] in _RANGED and 0 < host.size <= _MAX_RANGED and not dst._chain:
-        s = dst._storage
-        s.range = (int(host.min()), int(host.max()), s.version)
+        dst._storage.note_range(int(host.min()), int(host.max()))
 
 
 def host_operand(cpu: torch.Tensor) -> np.ndarray:

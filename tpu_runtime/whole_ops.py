@@ -174,12 +174,11 @@ def _check_batches(x: tuple, y: tuple) -> None:
         RuntimeError: torch's ``infer_size`` message.
     """
     n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + tuple(x), (1,) * (n - len(y)) + tuple(y)
     for i in range(n - 1, -1, -1):  # (as infer_size: from the last dimension, numbered in the broadcast shape)
-        p = x[i - n + len(x)] if i - n + len(x) >= 0 else 1
-        q = y[i - n + len(y)] if i - n + len(y) >= 0 else 1
-        if p != q and p != 1 and q != 1:
-            raise RuntimeError(f"The size of tensor a ({p}) must match the size of tensor b ({q}) at non-singleton "
-                               f"dimension {i}")
+        if x[i] != y[i] and x[i] != 1 and y[i] != 1:
+            raise RuntimeError(f"The size of tensor a ({x[i]}) must match the size of tensor b ({y[i]}) at "
+                               f"non-singleton dimension {i}")
 
 
 def matmul(a: Any, b: Any) -> Any:
