@@ -171,12 +171,16 @@ def training_step(name: str, where: str, optimizer: str = "default") -> Callable
 
     def sync() -> None:
         """Wait for the step's device work: the parameters' and optimizer state's last writes."""
-        from tpu_runtime.values import materialize
+        from tpu_runtime.values import ready_array
 
         state = [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        arrays = {}  # (values a fused graph packed share one array: waited for once, not cut out)
         for t in [*model.parameters(), *state]:
             if t.device.type == "tpu":
-                materialize(t).block_until_ready()
+                a = ready_array(t)
+                arrays[id(a)] = a
+        for a in arrays.values():
+            a.block_until_ready()
 
     step.sync = sync
     if device == "tpu":

@@ -138,6 +138,18 @@ def materialize(t: TpuTensor, cause: str = "value read") -> jax.Array:
     return v
 
 
+def ready_array(t: TpuTensor) -> jax.Array:
+    """An array that is ready once ``t``'s value is (a sync point in fused mode, as :func:`materialize`): its value,
+    or for a value a fused graph returned packed the packed array, which waiting for does not cut the value out
+    (:mod:`tpu_runtime.eager.packing`)."""
+    v = read(t)
+    if type(v) is LazyRef and v.concrete is None and v.packed is None:
+        concrete(v)  # (runs the graph: the value may come back packed)
+    if _PENDING_CHECKS:
+        raise_pending()
+    return v.packed[0] if type(v) is LazyRef and v.packed is not None else concrete(v)
+
+
 def _chain_key(chain: tuple) -> tuple:
     # a plan's uid stands for its key (one plan per key), and hashes as one int
     return tuple((p.uid, i) for p, i in chain)

@@ -11,9 +11,10 @@ the graph becomes one JAX function whose inputs are the concrete arrays it read
 values still referenced from Python; everything else is dead and XLA never
 materializes it. An input that an in-place op of the graph replaced and that
 nothing else holds (an optimizer's old parameters and moments) is donated: XLA
-may write the output that replaced it into its buffer (:func:`_donation`).
+may write the output that replaced it into its buffer (:func:`_donation`). Small outputs come back packed, one flat
+array per dtype, which later graphs read as one leaf (:mod:`tpu_runtime.eager.packing`).
 
-A graph that fails to compile or run (out of memory) is rerun op by op (:func:`_recover`): the pending
+A graph that fails to compile or run (out of memory) is rerun op by op (:mod:`tpu_runtime.eager.recover`): the pending
 values that do not depend on the failing op get their values, the others raise its error when read (a
 leaf the failed run had already been given as a donated buffer is lost with it).
 
@@ -47,6 +48,8 @@ from converter.lowering.dtypes import JAX_TO_TORCH, to_jax_dtype
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE, donation_order
 from tpu_runtime.eager.fused_stats import REPORT
+from tpu_runtime.eager.packing import SLICE, cut, packed_dtypes, plan_packing, small, unpack
+from tpu_runtime.eager.recover import recover
 from tpu_runtime.eager.work import work_of
 
 _ref = weakref.ref
@@ -111,15 +114,17 @@ _OUTPUT = (1 << _SHIFT) - 1
 
 class LazyRef:
     """A pending output of the fused graph (``ref``: its ref, see :data:`_SHIFT`; ``concrete`` is set once it has
-    run)."""
+    run, or, for an output returned packed, ``packed``: ``(packed array, offset)``, with ``graph`` ``None``: see
+    :mod:`tpu_runtime.eager.packing`)."""
 
-    __slots__ = ("graph", "ref", "shape", "dtype", "concrete", "error", "__weakref__")
+    __slots__ = ("graph", "ref", "shape", "dtype", "concrete", "error", "packed", "__weakref__")
 
     def __init__(self, graph: "FusedGraph", ref: int, spec: tuple):
         self.graph, self.ref = graph, ref
         self.shape, self.dtype = spec
         self.concrete = None
         self.error = None
+        self.packed = None
 
 
 def concrete(v: Any, cause: str = "value read") -> Any:
@@ -128,12 +133,14 @@ def concrete(v: Any, cause: str = "value read") -> Any:
     if type(v) is not LazyRef:
         return v
     if v.concrete is None:
-        if v.error is None:
+        if v.error is None and v.packed is None:
             try:
                 v.graph.flush(cause)
             except Exception:
-                if v.concrete is None:
+                if v.concrete is None and v.packed is None:
                     raise  # (else another value of the graph failed: it raises when read)
+        if v.packed is not None:  # (a packed output: see tpu_runtime.eager.packing)
+            return unpack(v)
         if v.error is not None:
             raise RuntimeError(f"a value of the fused graph was lost because the graph failed: {v.error}") \
                 from v.error
@@ -162,6 +169,9 @@ class FusedGraph:
         self.refs: list = []  # every LazyRef handed out (those only this list holds at the sync are dead: _LIVE)
         self.view_caches: list = []  # (weakref to a view tensor, id of the pending value it caches)
         self.replaces: dict = {}  # an output's ref → the position of the leaf whose storage it overwrote (see replaced)
+        self.slices: list = []  # a slice leaf (see SLICE): (ref of the packed array it is cut from, offset, shape)
+        self._slice_ids: dict[int, int] = {}  # id of a packed LazyRef read → its slice leaf's ref
+        self._sliced: list = []  # those LazyRefs (their ids stay theirs until the sync)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -180,6 +190,9 @@ class FusedGraph:
                 if t is LazyRef:
                     if v.graph is self and v.concrete is None and v.error is None:
                         add(v.ref)
+                        continue
+                    if v.packed is not None:
+                        add(self._slice_leaf(v))
                         continue
                     v = concrete(v)
                     t = type(v)
@@ -253,6 +266,16 @@ class FusedGraph:
                 s.value = r
                 s.version += 1
 
+    def _slice_leaf(self, v: LazyRef) -> int:
+        """The ref of the slice leaf that reads the packed value ``v`` (see :data:`SLICE`)."""
+        r = self._slice_ids.get(id(v))
+        if r is None:
+            flat, offset = v.packed
+            r = self._slice_ids[id(v)] = SLICE - len(self.slices)
+            self.slices.append((self._leaf(flat), offset, v.shape))
+            self._sliced.append(v)
+        return r
+
     def _leaf(self, v: Any) -> tuple:
         """The ref (``~position``) of the leaf ``v``: one per ``jax.Array``, a new one for anything else."""
         if type(v) is _ARRAY or (hasattr(v, "shape") and hasattr(v, "devices")):  # a jax.Array: one leaf per array
@@ -304,65 +327,46 @@ class FusedGraph:
             if not self.nodes:
                 return
             live = [r for r in self.refs if _refcount(r) > _LIVE and r.concrete is None]
-            nodes, token, leaves, replaces = self.nodes, self.trie.token, self.leaves, self.replaces
+            nodes, token, leaves, replaces, slices = self.nodes, self.trie.token, self.leaves, self.replaces, self.slices
             self._reset()
             if not live:
                 return
             outs = [r.ref for r in live]  # (unique and in order: one ref per output, made in order)
             ordered, donate = _donation(leaves, nodes, outs, replaces, token)
-            key = ("fused", token, tuple(ordered), len(leaves), donate)
+            key = ("fused", token, tuple(ordered), len(leaves), donate, tuple(slices))
+            packing = _PACKINGS.get(key)
+            if packing is None:
+                if len(_PACKINGS) > 4096:
+                    _PACKINGS.clear()
+                packing = _PACKINGS[key] = plan_packing(_specs(nodes, ordered), len(donate))
             prev = swap_on()  # x64(), without a context manager's cost
             try:
                 exe = CACHE.lookup(key)
                 REPORT.note(cause, len(nodes), exe is None)
                 if exe is None:
-                    results = CACHE.compile(key, _graph_fn(nodes, ordered), tuple(leaves),
+                    results = CACHE.compile(key, _graph_fn(nodes, ordered, slices, packing), tuple(leaves),
                                             describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
                 else:
                     results = exe(*leaves)
             except Exception as e:
-                if not _recover(nodes, leaves, live, e):
+                if not recover(nodes, leaves, slices, live, e):
                     raise
                 return
             finally:
                 restore(prev)
-            if ordered is outs:
+            slots = packing[2]
+            if ordered is outs and not packing[1]:
                 for r, value in zip(live, results):
                     r.concrete = value
-            else:
-                where = {o: i for i, o in enumerate(ordered)}
-                for r, o in zip(live, outs):
-                    r.concrete = results[where[o]]
-
-
-def _recover(nodes: list, leaves: list, live: list, error: Exception) -> bool:
-    """After the graph failed to compile or run (``error``: out of memory, say), run its nodes one by one, as strict
-    eager would have: each pending value that does not depend on a failing op gets its value, the others that
-    op's error (raised when they are read), so one failing op does not lose the unrelated values pending with it
-    (an optimizer's updates, when a too-large batch runs out of memory). Returns whether every live value
-    was resolved (nothing to raise at this sync)."""
-    from tpu_runtime.eager.strict import run_now
-
-    env: list = []
-    for plan, refs in nodes:
-        ins = [leaves[~r] if r < 0 else env[r >> _SHIFT] for r in refs]
-        bad = next((x for x in ins if isinstance(x, BaseException)), None)
-        if bad is None:
-            ins = [x[r & _OUTPUT] if r >= 0 else x for x, r in zip(ins, refs)]
-            bad = error if any(type(x) is _ARRAY and x.is_deleted() for x in ins) else None  # (donated to it)
-        if bad is None:
-            try:
-                outs = run_now(plan, list(ins))
-            except Exception as e:  # this op's own error
-                bad = e
-        env.append(bad if bad is not None else outs)
-    for r in live:
-        got = env[r.ref >> _SHIFT]
-        if isinstance(got, BaseException):
-            r.error = got
-        else:
-            r.concrete = got[r.ref & _OUTPUT]
-    return all(r.error is None for r in live)
+                return
+            where = None if ordered is outs else {o: i for i, o in enumerate(ordered)}
+            for i, (r, o) in enumerate(zip(live, outs)):
+                slot = slots[i if where is None else where[o]]
+                if type(slot) is int:
+                    r.concrete = results[slot]
+                else:  # a packed output: cut from its array when read (see plan_packing)
+                    r.graph = None
+                    r.packed = (results[slot[0]], slot[1])
 
 
 def _check(plan: Any, values: list) -> None:
@@ -402,13 +406,14 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int 
         entry = _STRUCTURES.get(key)
     if entry is None:
         candidates, taken = [], set()
-        for out in outs:
+        specs = _specs(nodes, outs)
+        packed = packed_dtypes(specs)  # (a small output of these is packed, not written into its leaf)
+        for out, spec in zip(outs, specs):
             leaf = replaces.get(out)
-            if leaf is None or leaf in taken:
+            if leaf is None or leaf in taken or (spec[1] in packed and small(spec[0])):
                 continue
             v = leaves[leaf]
-            if type(v) is _ARRAY and (v.shape, JAX_TO_TORCH.get(v.dtype)) == \
-                    nodes[out >> _SHIFT][0].out_specs[out & _OUTPUT]:
+            if type(v) is _ARRAY and (v.shape, JAX_TO_TORCH.get(v.dtype)) == spec:
                 candidates.append((leaf, out))
                 taken.add(leaf)
         v = None
@@ -430,20 +435,36 @@ def _donation(leaves: list, nodes: list, outs: list, replaces: dict, token: int 
     return ordered, donate
 
 
+#: Per graph key: how its outputs are returned (:func:`~tpu_runtime.eager.packing.plan_packing`).
+_PACKINGS: dict = {}
+CACHE.on_clear(_PACKINGS.clear)
+
 #: Per graph structure (see :func:`_donation`): its donation candidates and the order of each donated set.
 _STRUCTURES: dict = {}
 CACHE.on_clear(_STRUCTURES.clear)
 
 
-def _graph_fn(nodes: list, outs: list) -> Any:
-    """The pure function replaying ``nodes`` on the leaves and returning ``outs``."""
+def _specs(nodes: list, outs: list) -> list:
+    """The ``(shape, dtype)`` of each of the graph's outputs ``outs``."""
+    return [nodes[o >> _SHIFT][0].out_specs[o & _OUTPUT] for o in outs]
+
+
+def _graph_fn(nodes: list, outs: list, slices: list = (), packing: tuple | None = None) -> Any:
+    """The pure function replaying ``nodes`` on the leaves (and the slice leaves ``slices``) and returning ``outs`` as
+    ``packing`` says (:func:`~tpu_runtime.eager.packing.plan_packing`)."""
 
     def run(*leaves: Any) -> tuple:
+        cuts = [cut(leaves[~f], offset, shape) for f, offset, shape in slices]
         env: list[tuple] = []
         for plan, refs in nodes:
-            ins = [leaves[~r] if r < 0 else env[r >> _SHIFT][r & _OUTPUT] for r in refs]
+            ins = [(leaves[~r] if r > SLICE else cuts[SLICE - r]) if r < 0 else env[r >> _SHIFT][r & _OUTPUT]
+                   for r in refs]
             env.append(plan.fn(*ins))
-        return tuple(env[o >> _SHIFT][o & _OUTPUT] for o in outs)
+        values = [env[o >> _SHIFT][o & _OUTPUT] for o in outs]
+        if packing is None or not packing[1]:
+            return tuple(values)
+        return tuple([values[i] for i in packing[0]]
+                     + [jnp.concatenate([values[i].ravel() for i in group]) for group in packing[1]])
 
     return run
 
