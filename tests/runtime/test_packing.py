@@ -103,3 +103,21 @@ def test_plan_packing_packs_each_dtype_with_enough_small_outputs():
     assert slots == ((3, 0), 0, 1, (3, 3), 2, (3, 7), (3, 8))
     kept, groups, slots = plan_packing(specs, donated=1)  # a donated output (written into its leaf) stays alone
     assert groups == () and kept == tuple(range(7))
+
+
+def test_a_strict_in_place_op_donating_its_target_reads_a_packed_value():
+    # strict eager gives a large target's buffer to the op (run_into); the op's other input, a value a fused graph
+    # packed, is cut out first
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 300).to("tpu")
+    opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+    with tpu_runtime.set_eager_mode("fused"):
+        for _ in range(2):
+            m(torch.ones(4, 3, device="tpu")).sum().backward()
+            opt.step()
+    assert m.bias._storage.value.packed is not None
+    cpu = torch.randn(300, 300)
+    big = cpu.to("tpu")
+    with torch.no_grad():
+        big.add_(m.bias)  # (strict: the default mode)
+    torch.testing.assert_close(big.cpu(), cpu + m.bias.detach().cpu())

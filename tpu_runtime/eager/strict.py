@@ -52,6 +52,9 @@ def run_into(plan: Any, values: list, dsts: Any) -> tuple:
     tensor ``dsts[i]`` (``None``: an output written nowhere): a destination's current array of at
     least :data:`MIN_DONATED_BYTES` that nothing else holds is donated, so XLA writes the output into
     its buffer (the caller writes the results back right after)."""
+    for i, v in enumerate(values):
+        if type(v) is LazyRef:  # (a value a fused graph returned packed: cut out, see tpu_runtime.eager.packing)
+            values[i] = concrete(v)
     pairs = []
     for i, dst in enumerate(dsts):
         if dst is None:
