@@ -364,7 +364,7 @@ def raise_pending() -> None:
     """
     if not _PENDING:
         return
-    from tpu_runtime.eager.fused import concrete
+    from tpu_runtime.eager.lazy import concrete
 
     pending = list(_PENDING)
     _PENDING.clear()

@@ -47,7 +47,7 @@ from tpu_runtime.compile_writes import donatable, input_writes, write_back
 from tpu_runtime.eager.fused import _ARRAY
 from tpu_runtime.module import host_array, to_jax, to_torch
 from tpu_runtime.tensor import DEVICE, TpuTensor, wrap_strided
-from tpu_runtime.values import array_to_tpu, host_operand, materialize
+from tpu_runtime.values import array_to_tpu, host_operand, materialize_all
 
 #: Compile statistics: the shared cache's counters (eager modes included).
 STATS = CACHE.stats
@@ -82,17 +82,16 @@ def _decompositions() -> dict:
     return table
 
 
-def _array(t: torch.Tensor, device: Any) -> Any:
-    """The JAX array behind a graph input: read from a tpu tensor or its payload; from a CPU tensor (an optimizer's
-    step count), a NumPy copy the executable uploads itself on the default device (~5 µs against ~25 µs for
-    ``jax.device_put``; a copy: the graph may run after torch writes to the tensor), else uploaded to ``device``."""
-    if isinstance(t, TpuPayload):
-        return materialize(t.tensor, "compiled call")
-    if isinstance(t, TpuTensor):
-        return materialize(t, "compiled call")
-    if device == _DEFAULT_DEVICE:
-        return host_operand(t)
-    return to_jax(t, device)
+def _arrays(tensors: list, device: Any, host: bool) -> list:
+    """The JAX arrays behind a graph's inputs: read from a tpu tensor or its payload (all at once: values a fused graph
+    returned packed are cut out together, :func:`~tpu_runtime.values.materialize_all`); from a CPU tensor, with
+    ``host`` its array as :func:`~tpu_runtime.module.host_array` gives it, else (an optimizer's step count) a NumPy
+    copy the executable uploads itself on the default device (~5 µs against ~25 µs for ``jax.device_put``; a copy:
+    the graph may run after torch writes to the tensor), or one uploaded to another ``device``."""
+    on_tpu = [t.tensor if isinstance(t, TpuPayload) else t for t in tensors if isinstance(t, (TpuTensor, TpuPayload))]
+    values = iter(materialize_all(on_tpu, "compiled call"))
+    return [next(values) if isinstance(t, (TpuTensor, TpuPayload)) else host_array(t) if host
+            else host_operand(t) if device == _DEFAULT_DEVICE else to_jax(t, device) for t in tensors]
 
 
 _DEFAULT_DEVICE = jax.devices()[0]
@@ -262,8 +261,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         prev = swap_on()  # x64, without a context manager's cost
         try:
             bound = _bindings(placeholders, args) if symbolic else None
-            arrays = [host_array(t) if host and not isinstance(t, (TpuTensor, TpuPayload)) else _array(t, device)
-                      for t in tensors]
+            arrays = _arrays(tensors, device, host)
             key = rng.next_input() if draws else no_draw
             pairs = donatable(args, arrays, positions, writes, n_out) if writes else ()
             if pairs:  # (the executable returns its outputs in the order that pairs them with their inputs)

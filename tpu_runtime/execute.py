@@ -24,7 +24,7 @@ from tpu_runtime import rng
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import _CURRENT as _MODE
 from tpu_runtime.eager import executor
-from tpu_runtime.eager.fused import LazyRef
+from tpu_runtime.eager.lazy import LazyRef
 from tpu_runtime.memory_format import laid_out
 from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, raise_cpu_refusal, rebuild
 from tpu_runtime.tensor import TpuTensor, wrap

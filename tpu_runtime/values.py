@@ -30,7 +30,7 @@ from tpu_runtime.bounds import _PENDING as _PENDING_CHECKS
 from tpu_runtime.bounds import raise_pending
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
-from tpu_runtime.eager.fused import LazyRef, concrete
+from tpu_runtime.eager.lazy import LazyRef, concrete, concrete_all
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
 from tpu_runtime.plans import OpPlan, _Slot, custom_plan
 from tpu_runtime.tensor import Storage, TpuTensor, dense_strides, view_tensor, wrap
@@ -136,6 +136,15 @@ def materialize(t: TpuTensor, cause: str = "value read") -> jax.Array:
     if _PENDING_CHECKS:
         raise_pending()
     return v
+
+
+def materialize_all(ts: list, cause: str = "value read") -> list:
+    """:func:`materialize` of each tpu tensor of ``ts``, the values fused graphs returned packed cut out together: one
+    call per packed array (:func:`~tpu_runtime.eager.packing.unpack_many`)."""
+    out = concrete_all([read(t) for t in ts], cause)
+    if _PENDING_CHECKS:
+        raise_pending()
+    return out
 
 
 def ready_array(t: TpuTensor) -> jax.Array:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tpu_runtime
-from tpu_runtime.eager.fused import LazyRef
+from tpu_runtime.eager.lazy import LazyRef
 from tpu_runtime.values import read
 
 _X = torch.tensor([[0.5, -1.0, 2.0, 0.0], [3.0, 0.5, -2.0, 0.5], [0.0, 1.0, 0.5, -0.5]])

@@ -15,7 +15,7 @@ from converter.errors import ParityError
 from converter.lowering.registry import override
 from tests.runtime.conftest import batch, tiny_mlp, train_steps
 from tpu_runtime.eager import fused
-from tpu_runtime.eager.fused import LazyRef
+from tpu_runtime.eager.lazy import LazyRef
 
 
 def _train(model, x, y, steps):
@@ -204,7 +204,7 @@ def test_fused_training_matches_strict_and_steady_state_hits_the_cache():
                 opt.step()
                 assert len(fused.GRAPH) == 0     # the step's end ran the optimizer's graph (not waited for)
                 value = model[0].weight._storage.value  # (run: an array, or a LazyRef with its value or packed)
-                assert type(value) is not fused.LazyRef or value.concrete is not None or value.packed is not None
+                assert type(value) is not LazyRef or value.concrete is not None or value.packed is not None
                 got.append(loss.item())
     assert got == pytest.approx(want, rel=1e-5)
 

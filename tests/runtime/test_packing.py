@@ -11,7 +11,8 @@ import torch
 import tpu_runtime
 from tests.runtime.conftest import batch, train_steps
 from tpu_runtime.eager import fused
-from tpu_runtime.eager.fused import LazyRef
+from tpu_runtime.eager import lazy
+from tpu_runtime.eager.lazy import LazyRef
 from tpu_runtime.eager.packing import PACK_MAX, plan_packing
 
 
@@ -121,3 +122,33 @@ def test_a_strict_in_place_op_donating_its_target_reads_a_packed_value():
     with torch.no_grad():
         big.add_(m.bias)  # (strict: the default mode)
     torch.testing.assert_close(big.cpu(), cpu + m.bias.detach().cpu())
+
+
+def test_a_compiled_call_cuts_the_packed_values_it_reads_in_one_call_per_packed_array(monkeypatch):
+    # a compiled function reading the parameters a fused-eager optimizer step returned packed (one array for all)
+    model, _, ref = _trained(2)
+    params, ref_params = list(model.parameters()), list(ref.parameters())
+    assert all(p._storage.value.packed is not None for p in params)
+    F = torch.nn.functional
+    compiled = torch.compile(lambda ps, x: F.linear(F.relu(F.linear(x, ps[0], ps[1])), ps[2], ps[3]) + ps[4].sum(),
+                             backend="tpu")
+    x = torch.randn(4, 3).to("tpu")
+    want = compiled(ref_params + ref_params[:1], x)  # (compiled here: tracing may print its inputs, which reads them)
+    cut_alone: list = []
+    real = lazy.unpack
+    monkeypatch.setattr(lazy, "unpack", lambda v: cut_alone.append(v) or real(v))
+    got = compiled(params + params[:1], x)  # (a value read twice is cut once)
+    assert not cut_alone  # one executable cut the four parameters out together
+    torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_strict_op_reading_many_packed_values_cuts_them_in_one_call(monkeypatch):
+    model, _, ref = _trained(2)
+    cut_alone: list = []
+    real = lazy.unpack
+    monkeypatch.setattr(lazy, "unpack", lambda v: cut_alone.append(v) or real(v))
+    with torch.no_grad():  # (strict: the default mode) one foreach op over the four packed parameters
+        got = torch._foreach_add(list(model.parameters()), 1)
+    assert not cut_alone
+    for g, q in zip(got, ref.parameters()):
+        torch.testing.assert_close(g.cpu(), q.detach().cpu() + 1, rtol=1e-5, atol=1e-6)

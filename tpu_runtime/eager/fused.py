@@ -1,7 +1,7 @@
 """Fused eager: ops are recorded and run later as one jitted graph.
 
 Each op appends a node (its :class:`~tpu_runtime.plans.OpPlan` and where its
-inputs come from) and returns :class:`LazyRef` placeholders with the output's
+inputs come from) and returns :class:`~tpu_runtime.eager.lazy.LazyRef` placeholders with the output's
 shape and dtype. At a sync point — ``.cpu()``, ``.item()``, ``print``,
 :func:`tpu_runtime.sync`, the end of ``loss.backward()`` or of an optimizer's ``step()`` and the start of
 ``loss.backward()`` after a forward with enough work (:data:`SPLIT_FLOPS`) (not waited for: the graph runs
@@ -48,7 +48,8 @@ from converter.lowering.dtypes import JAX_TO_TORCH, to_jax_dtype
 from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE, donation_order
 from tpu_runtime.eager.fused_stats import REPORT
-from tpu_runtime.eager.packing import SLICE, cut, packed_dtypes, plan_packing, small, unpack
+from tpu_runtime.eager.lazy import LazyRef, concrete
+from tpu_runtime.eager.packing import SLICE, cut, packed_dtypes, plan_packing, small
 from tpu_runtime.eager.recover import recover
 from tpu_runtime.eager.work import work_of
 
@@ -110,41 +111,6 @@ CACHE.on_clear(_clear_trie)
 #: trie): a leaf's is ``~position`` (negative), an op's output's ``node << _SHIFT | output``.
 _SHIFT = 32
 _OUTPUT = (1 << _SHIFT) - 1
-
-
-class LazyRef:
-    """A pending output of the fused graph (``ref``: its ref, see :data:`_SHIFT`; ``concrete`` is set once it has
-    run, or, for an output returned packed, ``packed``: ``(packed array, offset)``, with ``graph`` ``None``: see
-    :mod:`tpu_runtime.eager.packing`)."""
-
-    __slots__ = ("graph", "ref", "shape", "dtype", "concrete", "error", "packed", "__weakref__")
-
-    def __init__(self, graph: "FusedGraph", ref: int, spec: tuple):
-        self.graph, self.ref = graph, ref
-        self.shape, self.dtype = spec
-        self.concrete = None
-        self.error = None
-        self.packed = None
-
-
-def concrete(v: Any, cause: str = "value read") -> Any:
-    """``v`` itself, or for a :class:`LazyRef` its value (running the graph first if needed, for ``cause``: see
-    :meth:`FusedGraph.flush`)."""
-    if type(v) is not LazyRef:
-        return v
-    if v.concrete is None:
-        if v.error is None and v.packed is None:
-            try:
-                v.graph.flush(cause)
-            except Exception:
-                if v.concrete is None and v.packed is None:
-                    raise  # (else another value of the graph failed: it raises when read)
-        if v.packed is not None:  # (a packed output: see tpu_runtime.eager.packing)
-            return unpack(v)
-        if v.error is not None:
-            raise RuntimeError(f"a value of the fused graph was lost because the graph failed: {v.error}") \
-                from v.error
-    return v.concrete
 
 
 class FusedGraph:

@@ -4,7 +4,7 @@ Calling a jitted executable costs JAX and PJRT about a microsecond or two per in
 signatures, buffer holds, an output array object each), whatever their size: an AdamW step over minGPT's 28
 parameters returns 84 small arrays and reads 119. So a fused graph returns each dtype's small outputs (at most
 :data:`PACK_MAX` elements, not 0-d, when there are at least :data:`PACK_MIN` of them) concatenated into one flat
-array, and each of their :class:`~tpu_runtime.eager.fused.LazyRef` keeps ``(flat array, offset)`` instead of a
+array, and each of their :class:`~tpu_runtime.eager.lazy.LazyRef` keeps ``(flat array, offset)`` instead of a
 value. A later graph that reads such a value takes the flat array as one leaf (shared by all the values cut from
 it) and cuts the value inside (a *slice leaf*); anything else that needs the array itself (strict eager, ``.cpu()``,
 a compiled function's input) cuts it out once with :func:`unpack`. Measured on ``benchmarks/bench_eager.py``'s
@@ -89,7 +89,7 @@ def cut(flat: Any, offset: int, shape: tuple) -> Any:
 
 
 def unpack(v: Any) -> Any:
-    """The array of the packed :class:`~tpu_runtime.eager.fused.LazyRef` ``v``, cut from its packed array and kept as
+    """The array of the packed :class:`~tpu_runtime.eager.lazy.LazyRef` ``v``, cut from its packed array and kept as
     ``v.concrete``: one executable per packed array's shape and value's shape (the offset is an argument), from the
     compile cache."""
     flat, offset = v.packed
@@ -111,4 +111,35 @@ def unpack(v: Any) -> Any:
     return out
 
 
-__all__ = ["PACK_MAX", "PACK_MIN", "SLICE", "cut", "numel", "packed_dtypes", "plan_packing", "small", "unpack"]
+def unpack_many(refs: list) -> None:
+    """:func:`unpack` each of the packed :class:`~tpu_runtime.eager.lazy.LazyRef` ``refs``, those cut from one packed
+    array in one call (a compiled model reading the parameters a fused-eager optimizer step returned packed: one call
+    per step instead of one per parameter). One executable per packed array's shape and the offsets and shapes cut."""
+    groups: dict = {}
+    for v in refs:
+        if v.packed is not None:
+            groups.setdefault(id(v.packed[0]), {})[id(v)] = v  # (a value read twice is cut once)
+    for group in groups.values():
+        if len(group) == 1:
+            unpack(next(iter(group.values())))
+            continue
+        values = list(group.values())
+        flat = values[0].packed[0]
+        spans = tuple([(v.packed[1], v.shape) for v in values])
+        key = ("unpack", flat.shape, flat.dtype, spans)
+        prev = swap_on()
+        try:
+            fn = CACHE.lookup(key)
+            if fn is None:
+                outs = CACHE.compile(key, lambda f: tuple([cut(f, o, s) for o, s in spans]), (flat,),
+                                     describe=lambda: f"{len(spans)} packed values")
+            else:
+                outs = fn(flat)
+        finally:
+            restore(prev)
+        for v, out in zip(values, outs):
+            v.concrete, v.packed = out, None
+
+
+__all__ = ["PACK_MAX", "PACK_MIN", "SLICE", "cut", "numel", "packed_dtypes", "plan_packing", "small", "unpack",
+           "unpack_many"]

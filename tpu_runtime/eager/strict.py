@@ -13,14 +13,16 @@ import sys
 from typing import Any
 
 from tpu_runtime.cache import CACHE, donation_order
-from tpu_runtime.eager.fused import _ARRAY, LazyRef, concrete
+from tpu_runtime.eager.fused import _ARRAY
+from tpu_runtime.eager.lazy import LazyRef, concrete_all
 
 
 def run_now(plan: Any, values: list) -> tuple:
     """Run one plan's cached executable on concrete ``values`` (compiling it on a miss)."""
-    for i, v in enumerate(values):
-        if type(v) is LazyRef:
-            values[i] = concrete(v)
+    for v in values:
+        if type(v) is LazyRef:  # (a value of a fused graph: its value, see tpu_runtime.eager.lazy)
+            concrete_all(values)
+            break
     exe = plan.exe
     if exe is not None:  # the plan remembers its executable: no second hash of its key
         CACHE.stats.requests += 1
@@ -52,9 +54,10 @@ def run_into(plan: Any, values: list, dsts: Any) -> tuple:
     tensor ``dsts[i]`` (``None``: an output written nowhere): a destination's current array of at
     least :data:`MIN_DONATED_BYTES` that nothing else holds is donated, so XLA writes the output into
     its buffer (the caller writes the results back right after)."""
-    for i, v in enumerate(values):
+    for v in values:
         if type(v) is LazyRef:  # (a value a fused graph returned packed: cut out, see tpu_runtime.eager.packing)
-            values[i] = concrete(v)
+            concrete_all(values)
+            break
     pairs = []
     for i, dst in enumerate(dsts):
         if dst is None:
