@@ -126,8 +126,11 @@ _Linear = _node("_Linear", aten.linear.default,
 def _linear_taken(tensors: tuple, input: Any, weight: Any, bias: Any) -> bool:
     """The one-op path takes ``linear`` of an input of any rank ≥ 1, a 2-D weight and no bias or a 1-D one
     (``tensors``: those of them given)."""
-    return (_tpu(*tensors) and weight.dim() == 2 and input.dim() >= 1 and input.size(-1) == weight.size(1)
-            and (bias is None or (bias.dim() == 1 and bias.size(0) == weight.size(0))) and _untransformed())
+    if not _tpu(*tensors):
+        return False
+    w, x = weight._spec[0], input._spec[0]  # (their shapes, read without a call into torch)
+    return (len(w) == 2 and len(x) >= 1 and x[-1] == w[1] and (bias is None or tuple(bias._spec[0]) == (w[0],))
+            and _untransformed())
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Any:
@@ -159,10 +162,13 @@ def _matmul_taken(a: Any, b: Any) -> bool:
     """The one-op path takes ``matmul`` of matrices or batches of them whose batch dimensions broadcast (vector
     operands take torch's composite: its ``mv`` / ``dot`` pieces are one op each already); batch dimensions that do
     not broadcast are refused here (:func:`_check_batches`)."""
-    if not (_tpu(a, b) and a.dim() >= 2 and b.dim() >= 2 and a.size(-1) == b.size(-2)):
+    if not _tpu(a, b):
         return False
-    if a.shape[:-2] != b.shape[:-2]:
-        _check_batches(a.shape[:-2], b.shape[:-2])
+    x, y = a._spec[0], b._spec[0]  # (their shapes, read without a call into torch)
+    if not (len(x) >= 2 and len(y) >= 2 and x[-1] == y[-2]):
+        return False
+    if tuple(x[:-2]) != tuple(y[:-2]):
+        _check_batches(x[:-2], y[:-2])
     return _untransformed()
 
 
