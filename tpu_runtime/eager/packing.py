@@ -7,7 +7,8 @@ parameters returns 84 small arrays and reads 119. So a fused graph returns each 
 array, and each of their :class:`~tpu_runtime.eager.lazy.LazyRef` keeps ``(flat array, offset)`` instead of a
 value. A later graph that reads such a value takes the flat array as one leaf (shared by all the values cut from
 it) and cuts the value inside (a *slice leaf*); anything else that needs the array itself (strict eager, ``.cpu()``,
-a compiled function's input) cuts it out once with :func:`unpack`. Measured on ``benchmarks/bench_eager.py``'s
+a compiled function's input) cuts it out once with :func:`unpack`, and the values one strict op or compiled call reads
+together with :func:`unpack_many` (one call per packed array). Measured on ``benchmarks/bench_eager.py``'s
 minGPT step (this project's 2-core CPU, paired runs): the two executable calls of a step took 143 + 196 µs with
 every output returned alone, 110 + 81 µs packed.
 
