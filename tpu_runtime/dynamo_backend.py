@@ -89,7 +89,7 @@ def _arrays(tensors: list, device: Any, host: bool) -> list:
     copy the executable uploads itself on the default device (~5 µs against ~25 µs for ``jax.device_put``; a copy:
     the graph may run after torch writes to the tensor), or one uploaded to another ``device``."""
     on_tpu = [t.tensor if isinstance(t, TpuPayload) else t for t in tensors if isinstance(t, (TpuTensor, TpuPayload))]
-    values = iter(materialize_all(on_tpu, "compiled call"))
+    values = iter(materialize_all(on_tpu, "compiled call") if on_tpu else ())
     return [next(values) if isinstance(t, (TpuTensor, TpuPayload)) else host_array(t) if host
             else host_operand(t) if device == _DEFAULT_DEVICE else to_jax(t, device) for t in tensors]
 
