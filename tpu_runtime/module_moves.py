@@ -14,8 +14,9 @@ tensor type; PyTorch has no hook for a Python one.)
 dtype copy on the device): it finds the module being moved on the Python stack (``Module._apply``'s frame, the one
 place that knows it; as :mod:`tpu_runtime.lazy` finds an uninitialized tensor's), asks of every other parameter
 what the swap will ask, and raises one error naming each parameter that would be refused, and why, before any is
-swapped. The parameter being copied is left to PyTorch's own check (its use count is raised by the copy in
-flight): if only it is held, PyTorch refuses it, and nothing has been moved either.
+swapped. Of the parameter being copied only weak references are asked about: its use count is raised by the copy in
+flight (by one on a move to the device, by three on a dtype change there), so a view of it or a graph holding it is
+left to PyTorch's own check: if only it is held, PyTorch refuses it, and nothing has been moved either.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ def check_move(param: Any) -> None:
     root = outer.f_locals.get("self") if outer is not None else None
     if not isinstance(root, torch.nn.Module):
         return
-    refused = [f"{name} ({why})" for name, p in _parameters(root) if p is not param
-               for why in [_refusal(p)] if why is not None]
+    refused = [f"{name} ({why})" for name, p in _parameters(root)
+               for why in [_refusal(p) if p is not param else _weak(p)] if why is not None]
     if refused:
         raise RuntimeError(
             f"cannot move {type(root).__name__} (at {caller_location()}): PyTorch moves a module's parameters to the "
@@ -89,13 +90,19 @@ def _parameters(root: torch.nn.Module) -> list[tuple[str, Any]]:
     return found
 
 
+def _weak(p: Any) -> str | None:
+    """Why the swap will refuse ``p`` for a weak reference to it (a reason its copy in flight does not hide)."""
+    return "a weak reference to it exists" if weakref.getweakrefs(p) else None
+
+
 def _refusal(p: Any) -> str | None:
     """Why ``torch.utils.swap_tensors`` will refuse to swap the parameter ``p`` (its own checks), or ``None`` when it
     may not: a use count of 2 on a leaf that requires grad passes when the other holder is its gradient accumulator,
     which cannot be told from here without making one (below autograd no node is made), so that case is left to the
     swap."""
-    if weakref.getweakrefs(p):
-        return "a weak reference to it exists"
+    weak = _weak(p)
+    if weak is not None:
+        return weak
     held = p._use_count()
     if held > 2 or (held == 2 and not (p.is_leaf and p.requires_grad)):
         return "an autograd graph or a view still holds it"

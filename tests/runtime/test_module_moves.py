@@ -49,6 +49,17 @@ def test_weak_reference_to_a_parameter_is_named():
     assert held() is not None and net[2].bias.device.type == "cpu"
 
 
+@pytest.mark.parametrize("dtype_change", [False, True])
+def test_weak_reference_to_the_first_parameter_is_named(dtype_change):
+    # the first parameter is the one being copied when the check runs: its weak references are asked about too
+    net = _net().to("tpu") if dtype_change else _net()
+    held = weakref.ref(net[0].weight)
+    with pytest.raises(RuntimeError, match=r"refuses 0\.weight \(a weak reference to it exists\)\. Nothing was moved"):
+        net.half() if dtype_change else net.to("tpu")
+    assert held() is not None and {(p.device.type, p.dtype) for p in net.parameters()} == \
+        {("tpu" if dtype_change else "cpu", torch.float32)}
+
+
 def test_ordinary_moves_are_untouched():
     # no graph held (under no_grad, after backward, an optimizer's state), tied weights, a second move, a dtype change
     net = _net()
