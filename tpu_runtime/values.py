@@ -30,7 +30,7 @@ from tpu_runtime.bounds import _PENDING as _PENDING_CHECKS
 from tpu_runtime.bounds import raise_pending
 from tpu_runtime.cache import CACHE
 from tpu_runtime.eager import executor
-from tpu_runtime.eager.lazy import LazyRef, concrete, concrete_all
+from tpu_runtime.eager.lazy import LazyRef, concrete, concrete_all, run
 from tpu_runtime.layout import LAYOUT_VIEWS, meta_layouts
 from tpu_runtime.plans import OpPlan, _Slot, custom_plan
 from tpu_runtime.tensor import Storage, TpuTensor, dense_strides, view_tensor, wrap
@@ -152,8 +152,8 @@ def ready_array(t: TpuTensor) -> jax.Array:
     or for a value a fused graph returned packed the packed array, which waiting for does not cut the value out
     (:mod:`tpu_runtime.eager.packing`)."""
     v = read(t)
-    if type(v) is LazyRef and v.concrete is None and v.packed is None:
-        concrete(v)  # (runs the graph: the value may come back packed)
+    if type(v) is LazyRef:
+        run(v)  # (runs its graph if pending: the value may come back packed, and stays so)
     if _PENDING_CHECKS:
         raise_pending()
     return v.packed[0] if type(v) is LazyRef and v.packed is not None else concrete(v)

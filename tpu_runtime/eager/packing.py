@@ -94,20 +94,10 @@ def unpack(v: Any) -> Any:
     ``v.concrete``: one executable per packed array's shape and value's shape (the offset is an argument), from the
     compile cache."""
     flat, offset = v.packed
-    shape = v.shape
-    key = ("unpack", flat.shape, flat.dtype, shape)
-    prev = swap_on()  # (the runtime's executables are traced and run with 64-bit types on)
-    try:
-        fn = CACHE.lookup(key)
-        args = (flat, np.int32(offset))
-        if fn is None:
-            n = numel(shape)
-            out = CACHE.compile(key, lambda f, o: (jax.lax.dynamic_slice(f, (o,), (n,)).reshape(shape),), args,
-                                describe=lambda: f"a packed value of shape {list(shape)}")[0]
-        else:
-            out = fn(*args)[0]
-    finally:
-        restore(prev)
+    shape, n = v.shape, numel(v.shape)
+    out = _cached(("unpack", flat.shape, flat.dtype, shape),
+                  lambda f, o: (jax.lax.dynamic_slice(f, (o,), (n,)).reshape(shape),), (flat, np.int32(offset)),
+                  lambda: f"a packed value of shape {list(shape)}")[0]
     v.concrete, v.packed = out, None
     return out
 
@@ -127,19 +117,21 @@ def unpack_many(refs: list) -> None:
         values = list(group.values())
         flat = values[0].packed[0]
         spans = tuple([(v.packed[1], v.shape) for v in values])
-        key = ("unpack", flat.shape, flat.dtype, spans)
-        prev = swap_on()
-        try:
-            fn = CACHE.lookup(key)
-            if fn is None:
-                outs = CACHE.compile(key, lambda f: tuple([cut(f, o, s) for o, s in spans]), (flat,),
-                                     describe=lambda: f"{len(spans)} packed values")
-            else:
-                outs = fn(flat)
-        finally:
-            restore(prev)
+        outs = _cached(("unpack", flat.shape, flat.dtype, spans), lambda f: tuple([cut(f, o, s) for o, s in spans]),
+                       (flat,), lambda: f"{len(spans)} packed values")
         for v, out in zip(values, outs):
             v.concrete, v.packed = out, None
+
+
+def _cached(key: tuple, fn: Any, args: tuple, describe: Any) -> tuple:
+    """``fn(*args)`` through the compile cache's executable for ``key`` (compiled on a miss), with 64-bit types on
+    as the runtime's executables are traced and run."""
+    prev = swap_on()
+    try:
+        exe = CACHE.lookup(key)
+        return CACHE.compile(key, fn, args, describe=describe) if exe is None else exe(*args)
+    finally:
+        restore(prev)
 
 
 __all__ = ["PACK_MAX", "PACK_MIN", "SLICE", "cut", "numel", "packed_dtypes", "plan_packing", "small", "unpack",
