@@ -114,3 +114,16 @@ def test_repeated_reports_the_median_of_the_paired_runs_and_their_range(monkeypa
     runs = iter([(1.5, 2.0, 1.0), (2.5, 4.0, 1.0), (2.0, 3.0, 1.5)])
     monkeypatch.setattr(bench, "paired", lambda a, b, rounds, block: next(runs))
     assert bench.repeated(None, None, 9, 3, 3) == (2.0, 1.5, 2.5, 3.0, 1.0)
+
+
+def test_plain_floor_runs_the_same_step_beside_the_subclass_floor_in_its_own_process():
+    # (it names PrivateUse1 itself: a process of its own; it checks its logits' shape against the CPU model's)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "plain_floor.py"
+    run = subprocess.run([sys.executable, str(script), "--rounds", "1", "--block", "1", "--repeats", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "logits [4, 8, 64]" in run.stdout and "subclass-floor/plain-floor time" in run.stdout, run.stdout
