@@ -63,7 +63,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -73,6 +73,7 @@ import torch  # noqa: E402
 
 import tpu_runtime  # noqa: E402
 from benchmarks.subclass_floor import floor_training_step  # noqa: E402
+from benchmarks.timing import alternating  # noqa: E402
 from benchmarks.xla_floor import floor_step  # noqa: E402
 from examples.models import MLP  # noqa: E402
 from examples.train import Task, make_task  # noqa: E402
@@ -87,23 +88,17 @@ def paired(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) 
     all done: work one side left in flight would otherwise be paid for in the other side's block); its
     ``mode`` attribute, the eager mode each of its blocks runs in (entered once per block, as a training
     loop runs in one mode: switching modes is a sync point)."""
-    ratios, ta, tb = [], [], []
-    for r in range(rounds):
-        order = (a, b) if r % 2 == 0 else (b, a)
-        times = {}
-        for fn in order:
-            start = time.perf_counter()
-            with _mode_of(fn):
-                for _ in range(block):
-                    fn()
-                done = getattr(fn, "sync", None)
-                if done is not None:
-                    done()
-            times[fn] = (time.perf_counter() - start) / block
-        ratios.append(times[a] / times[b])
-        ta.append(times[a])
-        tb.append(times[b])
-    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
+    return alternating(a, b, rounds, block, around=_timed_block)
+
+
+@contextlib.contextmanager
+def _timed_block(fn: Callable[[], Any]) -> Iterator[None]:
+    """What one of ``fn``'s timed blocks runs in (see :func:`paired`): its eager mode, its ``sync`` at the end."""
+    with _mode_of(fn):
+        yield
+        done = getattr(fn, "sync", None)
+        if done is not None:
+            done()
 
 
 def repeated(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int,

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
-import time
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +31,9 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.subclass_floor import _on_meta, _spec, _written, floor_training_step  # noqa: E402
+from benchmarks.subclass_floor import (_make, _on_meta, _spec, _written, floor_training_step,  # noqa: E402
+                                       training_step)
+from benchmarks.timing import alternating  # noqa: E402
 from examples.models import MinGPT  # noqa: E402
 
 aten = torch.ops.aten
@@ -52,15 +52,9 @@ class _Guard(torch._C._acc.DeviceGuard):
     type_ = staticmethod(lambda: torch._C._autograd.DeviceType.PrivateUse1)
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
-    def is_available(self) -> bool:
-        return True
-
-    def has_primary_context(self, device_index: int) -> bool:
-        return True
-
-    def is_built(self) -> bool:
-        return True
+#: What PyTorch's C++ side asks a PrivateUse1 backend: yes to all.
+_Hooks = type("_Hooks", (torch._C._acc.PrivateUse1Hooks,), {
+    "is_available": lambda self: True, "has_primary_context": lambda self, index: True, "is_built": lambda self: True})
 
 
 def _new(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
@@ -95,14 +89,6 @@ def _plan(func: Any, args: tuple, kwargs: dict) -> tuple:
     return "make", _spec(func(*_on_meta(args), **_on_meta(kwargs)))
 
 
-def _make(spec: Any) -> Any:
-    if type(spec) is tuple and len(spec) == 3 and spec[0] == "T":
-        return _new(spec[1], spec[2])
-    if isinstance(spec, (list, tuple)):
-        return type(spec)(_make(x) for x in spec)
-    return spec
-
-
 def kernel(func: Any, *args: Any, **kwargs: Any) -> Any:
     """Every op's kernel (registered per op, and as the key's fallback): outputs of the right shapes, no work."""
     key = (func, *[_describe(a) for a in args], *[(k, _describe(v)) for k, v in kwargs.items()]) if kwargs \
@@ -114,7 +100,7 @@ def kernel(func: Any, *args: Any, **kwargs: Any) -> Any:
     if kind == "make":
         if type(what) is tuple and len(what) == 3 and what[0] == "T":
             return _new(what[1], what[2])
-        return _make(what)
+        return _make(what, _new)
     if kind == "arg":
         got = [args[w] if w < len(args) else kwargs[func._schema.arguments[w].name] for w in what]
         return got[0] if len(got) == 1 else tuple(got)
@@ -160,17 +146,8 @@ def plain_training_step(model: torch.nn.Module, batch: tuple, loss_fn: Callable[
     """``subclass_floor.floor_training_step``'s step on plain device tensors: ``model`` (a CPU module) moved to the
     device; after one step, a kernel registered in ``library`` for every ATen op the step called."""
     model = model.to(NAME)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **adamw)
     x, y = (t.to(NAME) for t in batch)
-
-    def step() -> float:
-        loss = loss_fn(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        with torch.autograd.set_multithreading_enabled(False):
-            loss.backward()
-        opt.step()
-        return loss.item()
-
+    step = training_step(model, x, y, loss_fn, **adamw)
     step.logits_shape = lambda: tuple(model(x).shape)
     with _Seen() as seen:
         step()
@@ -183,22 +160,6 @@ def plain_training_step(model: torch.nn.Module, batch: tuple, loss_fn: Callable[
 
 def _lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-
-
-def _alternating(a: Callable[[], Any], b: Callable[[], Any], rounds: int, block: int) -> tuple[float, float, float]:
-    """Median of time(a)/time(b) over rounds of A B / B A blocks, and the median seconds per call of each."""
-    ratios, ta, tb = [], [], []
-    for r in range(rounds):
-        times = {}
-        for fn in ((a, b) if r % 2 == 0 else (b, a)):
-            start = time.perf_counter()
-            for _ in range(block):
-                fn()
-            times[fn] = (time.perf_counter() - start) / block
-        ratios.append(times[a] / times[b])
-        ta.append(times[a])
-        tb.append(times[b])
-    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     assert plain.logits_shape() == tuple(want), (plain.logits_shape(), want)  # (the same step, shape for shape)
     print(f"minGPT AdamW step (logits {list(want)}), rounds {args.rounds} x block {args.block}")
     for _ in range(max(1, args.repeats)):
-        ratio, ts, tp = _alternating(shadow, plain, args.rounds, args.block)
+        ratio, ts, tp = alternating(shadow, plain, args.rounds, args.block)
         print(f"   subclass-floor/plain-floor time {ratio:.2f}  (subclass floor {ts * 1e3:.2f} ms, plain floor "
               f"{tp * 1e3:.2f} ms per step)")
     return 0

@@ -116,11 +116,12 @@ def _spec(out: Any) -> Any:
     return out
 
 
-def _make(spec: Any) -> Any:
+def _make(spec: Any, new: Callable[[tuple, torch.dtype], torch.Tensor] | None = None) -> Any:
+    """The outputs ``spec`` (:func:`_spec`) describes, each tensor ``new(shape, dtype)`` (default: a shadow)."""
     if type(spec) is tuple and len(spec) == 3 and spec[0] == "T":
-        return Shadow(spec[1], spec[2])
+        return (new or Shadow)(spec[1], spec[2])
     if isinstance(spec, (list, tuple)):
-        return type(spec)(_make(x) for x in spec)
+        return type(spec)(_make(x, new) for x in spec)
     return spec
 
 
@@ -144,9 +145,14 @@ def floor_training_step(model: torch.nn.Module, batch: tuple, loss_fn: Callable[
     """One step of ``bench_eager.py``'s training loop (forward, ``zero_grad``, backward on the calling thread as
     the tpu device runs it, ``AdamW(lr=1e-3, **adamw)`` step, ``loss.item()``) on shadows of ``model`` (a CPU
     module, changed in place) and ``batch``."""
-    model = shadow_model(model)
+    return training_step(shadow_model(model), *(Shadow(tuple(t.shape), t.dtype) for t in batch), loss_fn, **adamw)
+
+
+def training_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable[..., torch.Tensor],
+                  **adamw: Any) -> Callable[[], float]:
+    """``bench_eager.py``'s training step on ``model``, ``x`` and ``y`` as they are (the floors' tensors): forward,
+    ``zero_grad``, backward on the calling thread, ``AdamW(lr=1e-3, **adamw)`` step, ``loss.item()``."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **adamw)
-    x, y = (Shadow(tuple(t.shape), t.dtype) for t in batch)
 
     def step() -> float:
         loss = loss_fn(model(x), y)
@@ -159,4 +165,4 @@ def floor_training_step(model: torch.nn.Module, batch: tuple, loss_fn: Callable[
     return step
 
 
-__all__ = ["Shadow", "floor_training_step", "shadow_model"]
+__all__ = ["Shadow", "floor_training_step", "shadow_model", "training_step"]
