@@ -47,7 +47,8 @@ _INTO_SECOND = (aten._copy_from.default, aten._copy_from_and_resize.default)
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    """A Python device guard, as ``tpu_runtime`` registers (its cost is part of either floor's autograd)."""
+    """A Python device guard, as ``tpu_runtime`` registers (the autograd engine asks it about each device tensor's
+    node). The subclass floor's tensors are on the meta device, whose guard is C++: the comparison leans its way."""
 
     type_ = staticmethod(lambda: torch._C._autograd.DeviceType.PrivateUse1)
 
