@@ -396,10 +396,7 @@ def _user_state(t: TpuTensor) -> dict:
 def wrap(value: Any, spec: tuple) -> TpuTensor:
     """:func:`new_tensor` from a ``(shape, dtype)`` spec: the per-op fast path."""
     shape = spec[0]
-    if 0 in shape:
-        r = _empty(shape, spec[1])
-    else:
-        r = _MAKE(TpuTensor, shape, None, None, None, spec[1], _STRIDED, DEVICE)
+    r = _empty(shape, spec[1]) if 0 in shape else _MAKE(TpuTensor, shape, None, None, None, spec[1], _STRIDED, DEVICE)
     r._storage = Storage(value, spec)
     r._spec = spec
     return r
@@ -466,10 +463,7 @@ def alias(t: TpuTensor) -> TpuTensor:
     if t._opaque:  # keeps the layout it reports (a channels-last tensor's parameter, a compiled output's alias)
         return opaque_tensor(t._storage, spec, t.stride(), t.storage_offset())
     shape = spec[0]
-    if 0 in shape:
-        r = _empty(shape, spec[1])
-    else:
-        r = _MAKE(TpuTensor, shape, None, None, None, spec[1], _STRIDED, DEVICE)
+    r = _empty(shape, spec[1]) if 0 in shape else _MAKE(TpuTensor, shape, None, None, None, spec[1], _STRIDED, DEVICE)
     r._storage = t._storage
     r._spec = spec
     if t._chain:
