@@ -49,7 +49,7 @@ from tpu_runtime._x64 import restore, swap_on
 from tpu_runtime.cache import CACHE, donation_order
 from tpu_runtime.eager.fused_stats import REPORT
 from tpu_runtime.eager.lazy import LazyRef, concrete
-from tpu_runtime.eager.packing import SLICE, cut, packed_dtypes, plan_packing, small
+from tpu_runtime.eager.packing import SLICE, leaf_value, packed_dtypes, plan_packing, slice_cuts, small
 from tpu_runtime.eager.recover import recover
 from tpu_runtime.eager.work import work_of
 
@@ -420,11 +420,10 @@ def _graph_fn(nodes: list, outs: list, slices: list = (), packing: tuple | None 
     ``packing`` says (:func:`~tpu_runtime.eager.packing.plan_packing`)."""
 
     def run(*leaves: Any) -> tuple:
-        cuts = [cut(leaves[~f], offset, shape) for f, offset, shape in slices]
+        cuts = slice_cuts(leaves, slices)
         env: list[tuple] = []
         for plan, refs in nodes:
-            ins = [(leaves[~r] if r > SLICE else cuts[SLICE - r]) if r < 0 else env[r >> _SHIFT][r & _OUTPUT]
-                   for r in refs]
+            ins = [leaf_value(r, leaves, cuts) if r < 0 else env[r >> _SHIFT][r & _OUTPUT] for r in refs]
             env.append(plan.fn(*ins))
         values = [env[o >> _SHIFT][o & _OUTPUT] for o in outs]
         if packing is None or not packing[1]:

@@ -89,6 +89,17 @@ def cut(flat: Any, offset: int, shape: tuple) -> Any:
     return jax.lax.slice(flat, (offset,), (offset + numel(shape),)).reshape(shape)
 
 
+def slice_cuts(leaves: Any, slices: list) -> list:
+    """The values of a graph's slice leaves (``slices``: ``(leaf ref of the packed array, offset, shape)`` each), cut
+    from its ``leaves`` (traced inside the graph, or eager in its op-by-op rerun)."""
+    return [cut(leaves[~f], offset, shape) for f, offset, shape in slices]
+
+
+def leaf_value(r: int, leaves: Any, cuts: list) -> Any:
+    """The value of the negative ref ``r``: a leaf (``~position``) or a slice leaf (:data:`SLICE` ``- k``)."""
+    return leaves[~r] if r > SLICE else cuts[SLICE - r]
+
+
 def unpack(v: Any) -> Any:
     """The array of the packed :class:`~tpu_runtime.eager.lazy.LazyRef` ``v``, cut from its packed array and kept as
     ``v.concrete``: one executable per packed array's shape and value's shape (the offset is an argument), from the
@@ -134,5 +145,5 @@ def _cached(key: tuple, fn: Any, args: tuple, describe: Any) -> tuple:
         restore(prev)
 
 
-__all__ = ["PACK_MAX", "PACK_MIN", "SLICE", "cut", "numel", "packed_dtypes", "plan_packing", "small", "unpack",
-           "unpack_many"]
+__all__ = ["PACK_MAX", "PACK_MIN", "SLICE", "cut", "leaf_value", "numel", "packed_dtypes", "plan_packing",
+           "slice_cuts", "small", "unpack", "unpack_many"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpu_runtime.eager.packing import SLICE, cut
+from tpu_runtime.eager.packing import leaf_value, slice_cuts
 
 
 def recover(nodes: list, leaves: list, slices: list, live: list, error: Exception) -> bool:
@@ -15,9 +15,9 @@ def recover(nodes: list, leaves: list, slices: list, live: list, error: Exceptio
     from tpu_runtime.eager.strict import run_now
 
     env: list = []
-    cuts = [cut(leaves[~f], offset, shape) for f, offset, shape in slices]
+    cuts = slice_cuts(leaves, slices)
     for plan, refs in nodes:
-        ins = [(leaves[~r] if r > SLICE else cuts[SLICE - r]) if r < 0 else env[r >> _SHIFT] for r in refs]
+        ins = [leaf_value(r, leaves, cuts) if r < 0 else env[r >> _SHIFT] for r in refs]
         bad = next((x for x in ins if isinstance(x, BaseException)), None)
         if bad is None:
             ins = [x[r & _OUTPUT] if r >= 0 else x for x, r in zip(ins, refs)]
