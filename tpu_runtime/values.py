@@ -76,7 +76,7 @@ def read(t: TpuTensor) -> Any:
     plan = _replay_plan(t._chain, s.spec)
     v = executor().run(plan, [storage_value(s)])[0]
     t._cached, t._seen = v, s.version
-    if type(v) is LazyRef:
+    if type(v) is LazyRef and v.graph is not None:
         v.graph.cache_view(t, v)
     return v
 
@@ -93,7 +93,7 @@ def write(t: TpuTensor, value: Any, uniform: bool = False) -> None:
     """
     s = t._storage
     if not t._chain:
-        if type(value) is LazyRef and value.concrete is None:
+        if type(value) is LazyRef and value.concrete is None and value.graph is not None:  # (not a packed one)
             value.graph.replaced(value, s.value)
         s.value = value
         s.version += 1
@@ -106,12 +106,12 @@ def write(t: TpuTensor, value: Any, uniform: bool = False) -> None:
     plan = _scatter_plan(t._chain, s.spec)
     old = storage_value(s)
     s.value = executor().run(plan, [old, value])[0]
-    if type(s.value) is LazyRef:
+    if type(s.value) is LazyRef and s.value.graph is not None:
         s.value.graph.replaced(s.value, old)
     del old  # not held past the write: a graph may write into its buffer (fused._donation)
     s.version += 1
     t._cached, t._seen = value, s.version
-    if type(value) is LazyRef and value.concrete is None:
+    if type(value) is LazyRef and value.concrete is None and value.graph is not None:
         value.graph.cache_view(t, value)
 
 

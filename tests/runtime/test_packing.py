@@ -83,6 +83,24 @@ def test_packed_values_are_read_written_and_viewed_as_any_value(mode):
     torch.testing.assert_close(w.detach().cpu(), v.detach().cpu())
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_packed_value_copied_into_another_tensor_becomes_its_value(mode):
+    """``copy_`` of a packed value (its graph has run: no graph to note the write in) into a base tensor and into
+    a view: ``load_state_dict`` of a model just trained in fused eager (a target network, an EMA copy)."""
+    model, _, ref = _trained(2)
+    target = _mlp().to("tpu")
+    assert model[0].weight._storage.value.packed is not None
+    with tpu_runtime.set_eager_mode(mode):
+        target.load_state_dict(model.state_dict())
+        rows = torch.zeros(2, 3, device="tpu")
+        with torch.no_grad():
+            rows[1].copy_(model[0].bias[:3])
+    for p, q in zip(target.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rows.cpu()[1], ref[0].bias.detach().cpu()[:3], rtol=1e-5, atol=1e-6)
+    assert not rows.cpu()[0].any()
+
+
 def test_a_failing_graph_that_read_packed_values_keeps_the_others():
     """The op-by-op rerun of a failed graph (:func:`tpu_runtime.eager.recover.recover`) cuts its slice leaves too."""
     model, _, ref = _trained(2)
