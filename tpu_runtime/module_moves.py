@@ -68,8 +68,9 @@ def check_move(param: Any) -> None:
     root = outer.f_locals.get("self") if outer is not None else None
     if not isinstance(root, torch.nn.Module):
         return
+    dropped = _dropped_refs(root)
     refused = [f"{name} ({why})" for name, p in _parameters(root)
-               for why in [_refusal(p) if p is not param else _weak(p)] if why is not None]
+               for why in [_refusal(p, dropped) if p is not param else _weak(p, dropped)] if why is not None]
     if refused:
         raise RuntimeError(
             f"cannot move {type(root).__name__} (at {caller_location()}): PyTorch moves a module's parameters to the "
@@ -90,17 +91,34 @@ def _parameters(root: torch.nn.Module) -> list[tuple[str, Any]]:
     return found
 
 
-def _weak(p: Any) -> str | None:
-    """Why the swap will refuse ``p`` for a weak reference to it (a reason its copy in flight does not hide)."""
-    return "a weak reference to it exists" if weakref.getweakrefs(p) else None
+def _dropped_refs(root: torch.nn.Module) -> set[int]:
+    """The ids of the weak references to parameters that modules of ``root`` drop themselves before theirs are
+    swapped: an ``nn.RNNBase``'s ``_flat_weight_refs`` (its ``_apply`` empties the list first, then makes it anew)."""
+    return {id(r) for m in root.modules() if isinstance(m, torch.nn.RNNBase)
+            for r in getattr(m, "_flat_weight_refs", ()) if r is not None}
 
 
-def _refusal(p: Any) -> str | None:
+#: ``sys.getrefcount`` of a weak reference nothing holds but an RNN's list, as :func:`_weak` reads it (that list,
+#: ``getweakrefs``' result, the loop's name, the call's argument). A user's ``weakref.ref(p)`` is the same object
+#: (CPython shares a callback-less one), one count more: that one is still there when the swap comes.
+_RNN_ONLY = 4
+
+
+def _weak(p: Any, dropped: set[int]) -> str | None:
+    """Why the swap will refuse ``p`` for a weak reference to it (a reason its copy in flight does not hide); one
+    only an RNN module holds (``dropped``: :func:`_dropped_refs`) is gone by then."""
+    for r in weakref.getweakrefs(p):
+        if id(r) not in dropped or sys.getrefcount(r) > _RNN_ONLY:
+            return "a weak reference to it exists"
+    return None
+
+
+def _refusal(p: Any, dropped: set[int]) -> str | None:
     """Why ``torch.utils.swap_tensors`` will refuse to swap the parameter ``p`` (its own checks), or ``None`` when it
     may not: a use count of 2 on a leaf that requires grad passes when the other holder is its gradient accumulator,
     which cannot be told from here without making one (below autograd no node is made), so that case is left to the
     swap."""
-    weak = _weak(p)
+    weak = _weak(p, dropped)
     if weak is not None:
         return weak
     held = p._use_count()

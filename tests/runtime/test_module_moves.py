@@ -74,3 +74,27 @@ def test_ordinary_moves_are_untouched():
     assert net[0].weight.grad.device.type == "tpu" and opt.param_groups[0]["params"][0] is net[0].weight
     both.to(torch.float64)
     assert net[0].weight.dtype is torch.float64 and ref.device.type == "cpu"
+
+
+@pytest.mark.parametrize("dtype_change", [False, True])
+def test_recurrent_layers_after_other_modules_move(dtype_change):
+    """An RNN holds weak references to its weights (``_flat_weight_refs``) and drops them itself before they are
+    swapped: an RNN after another module, or a second RNN, moves; a weak reference of the user's is still named."""
+    torch.manual_seed(0)
+    net = nn.ModuleDict({"emb": nn.Embedding(10, 4), "lstm": nn.LSTM(4, 6, batch_first=True), "gru": nn.GRU(6, 3)})
+    ids = torch.randint(0, 10, (2, 5))
+
+    def run(m, dev):
+        with torch.no_grad():
+            h, _ = m["lstm"](m["emb"](ids.to(dev)))
+            return m["gru"](h)[0].cpu()
+
+    want = run(net, "cpu")
+    moved = net.to("tpu").half().float() if dtype_change else net.to("tpu")
+    assert moved["gru"].weight_hh_l0.device.type == "tpu"
+    torch.testing.assert_close(run(moved, "tpu"), want, atol=1e-2 if dtype_change else 1e-5, rtol=1e-2)
+    other = nn.ModuleDict({"emb": nn.Embedding(10, 4), "lstm": nn.LSTM(4, 6)})
+    held = weakref.ref(other["lstm"].weight_hh_l0)
+    with pytest.raises(RuntimeError, match=r"lstm\.weight_hh_l0 \(a weak reference to it exists\)"):
+        other.to("tpu")
+    assert held() is not None and {p.device.type for p in other.parameters()} == {"cpu"}
