@@ -157,3 +157,26 @@ def test_sdpa_in_inference_mode_takes_the_fused_op_and_the_cpu_layout(mode):
             assert got.stride() == want.stride() == (L * H * E, E, H * E, 1)
             torch.testing.assert_close(got.transpose(1, 2).view(B, L, H * E).cpu(),
                                        want.transpose(1, 2).view(B, L, H * E), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_sdpa_row_masked_with_a_large_finite_number_averages_the_values_as_on_the_cpu(mode):
+    """A query row whose additive mask is ``finfo.min`` everywhere (Hugging Face's fill: Falcon's alibi mask, a
+    left-padded row) gets equal weights, the mean of V, as on the CPU (``exp(s - logsumexp(s))`` gave each weight 1:
+    ``max + log(n)`` rounds back to ``max``); its gradients are the CPU's math path's (the CPU's flash kernel's
+    backward has that rounding itself: 1.0 off a float64 reference where the math path and ours are ~4e-8 off)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 1, 2, 8), torch.randn(1, 1, 16, 8), torch.randn(1, 1, 16, 8)
+    mask = torch.zeros(1, 1, 2, 16)
+    mask[..., 0, :] = torch.finfo(torch.float32).min
+    ins = [t.clone().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(SDPBackend.MATH):
+        want = F.scaled_dot_product_attention(*ins, attn_mask=mask)
+    want.square().sum().backward()
+    with tpu_runtime.set_eager_mode(mode):
+        dev = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+        got = F.scaled_dot_product_attention(*dev, attn_mask=mask.to("tpu"))
+        got.square().sum().backward()
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=1e-5, rtol=1e-5)
+        for a, b in zip(dev, ins):
+            torch.testing.assert_close(a.grad.cpu(), b.grad, atol=1e-5, rtol=1e-5)

@@ -82,10 +82,16 @@ def lower_scaled_dot_product_attention_default(ctx, query, key, value, attn_mask
 
 def _weights(q, k, attn_mask, is_causal, scale):
     """The attention weights ``softmax(q·kᵀ * scale + mask)`` in ``q``'s dtype (fully masked rows give 0)."""
-    acc = q.dtype
-    s = _scores(q, k, attn_mask, is_causal, scale)
+    return _softmax(_scores(q, k, attn_mask, is_causal, scale))
+
+
+def _softmax(s):
+    """``softmax(s)`` over the last axis, the row's maximum subtracted first (fully masked rows give 0). Not
+    ``exp(s - logsumexp(s))``: in a row masked with a large finite number (``finfo.min``, as Hugging Face
+    masks) ``max + log(n)`` rounds back to ``max``, and every weight would come out 1."""
     if s.shape[-1] == 0:
         return s  # no keys: no weights (the output is a sum over none: zeros, as torch gives)
+    acc = s.dtype
     m = jnp.max(s, axis=-1, keepdims=True)
     m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), acc))
     p = jnp.exp(s - m)
@@ -163,7 +169,7 @@ def lower__scaled_dot_product_fused_attention_overrideable_default(ctx, query, k
     acc = opmath_dtype(dtype)
     s = _scores(query.astype(acc), key.astype(acc), attn_bias, is_causal, scale)
     lse = jax.nn.logsumexp(s, axis=-1)
-    p = jnp.where(jnp.isfinite(lse)[..., None], jnp.exp(s - jnp.where(jnp.isfinite(lse), lse, 0)[..., None]), 0)
+    p = _softmax(s)
     out = jnp.einsum("...ls,...sv->...lv", p.astype(acc), value.astype(acc), precision=_HIGHEST)
     if lse.ndim == 2:  # a 3-D (H, L, E) query: the logsumexp has a batch of one
         lse = lse[None]
