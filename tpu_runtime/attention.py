@@ -152,6 +152,41 @@ def _query_layout(q: torch.Tensor, shape: tuple) -> tuple:
     return strides
 
 
+def _cpu_forward(query: Any, key: Any, value: Any, attn_bias: Any = None, dropout_p: float = 0.0,
+                 is_causal: bool = False, return_debug_mask: bool = False, *, scale: float | None = None) -> tuple:
+    """The CPU's reference of the fused attention op (debug eager compares with it): torch's CPU flash kernel, its
+    output and ``logsumexp``, the op's other outputs left out (nothing to compare them with)."""
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal,
+                                                                attn_mask=attn_bias, scale=scale)
+    return out, lse, None, None, None, None, None, None, None
+
+
+def _cpu_backward(grad_out: Any, query: Any, key: Any, value: Any, attn_bias: Any, grad_input_mask: list, *rest: Any,
+                  scale: float | None = None) -> tuple:
+    """The CPU's reference of the fused attention op's backward: the gradients of torch's math path, in CPU ops
+    (the CPU flash kernel's own backward rounds a row masked with ``finfo.min`` to 1.0 off; the debug executor runs
+    below autograd, so the formula is written out), for the inputs ``grad_input_mask`` asks for."""
+    is_causal = rest[7]
+    scale = query.size(-1) ** -0.5 if scale is None else scale
+    s = query @ key.transpose(-2, -1) * scale
+    if is_causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    if attn_bias is not None:
+        s = s + attn_bias
+    p = aten._safe_softmax(s, -1)  # (the math path's softmax: a fully masked row gives zeros)
+    dp = grad_out @ value.transpose(-2, -1)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    grads = (ds @ key * scale, ds.transpose(-2, -1) @ query * scale, p.transpose(-2, -1) @ grad_out,
+             None if attn_bias is None else ds.sum_to_size(attn_bias.shape))
+    return tuple(g if m else None for g, m in zip(grads, grad_input_mask))
+
+
+#: PyTorch CPU references of the fused attention ops, which have no CPU kernel (debug eager compares with them).
+CPU_REFERENCES = {
+    aten._scaled_dot_product_fused_attention_overrideable.default: _cpu_forward,
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default: _cpu_backward,
+}
+
 #: Special routes of :mod:`tpu_runtime.dispatch`: ``_fused_sdp_choice`` (asked by torch's composite: its math
 #: decomposition) and the fused op.
 HANDLERS: dict[Any, Callable] = {
@@ -162,4 +197,4 @@ HANDLERS: dict[Any, Callable] = {
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: fused_attention_backward,
 }
 
-__all__ = ["HANDLERS", "sdpa"]
+__all__ = ["CPU_REFERENCES", "HANDLERS", "sdpa"]

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from tpu_runtime import attention
 from tpu_runtime.tensor import TpuTensor
 
 aten = torch.ops.aten
@@ -224,11 +225,12 @@ AUTOGRAD_KERNELS = {"linear": linear, "matmul": matmul,
                     **{name: _activation_backward(getattr(aten, name).default)
                        for name in ("silu_backward", "mish_backward")}}
 
-#: PyTorch CPU references of the backward ops, which have no CPU kernel in torch (debug eager compares with
-#: them): the gradient formulas in plain ops.
+#: PyTorch CPU references of the runtime's ops that have no CPU kernel in torch (debug eager compares with them):
+#: the gradient formulas in plain ops, and the fused attention ops'.
 CPU_REFERENCES = {
     aten.linear_backward.default: lambda input, grad, weight, mask: linear_grads(grad, input, weight, mask),
     aten.matmul_backward.default: lambda grad, a, b, mask: matmul_grads(grad, a, b, mask),
+    **attention.CPU_REFERENCES,
 }
 
 __all__ = ["AUTOGRAD_KERNELS", "CPU_REFERENCES", "decomposed", "linear", "linear_grads", "matmul", "matmul_grads"]

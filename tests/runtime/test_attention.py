@@ -180,3 +180,39 @@ def test_sdpa_row_masked_with_a_large_finite_number_averages_the_values_as_on_th
         torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=1e-5, rtol=1e-5)
         for a, b in zip(dev, ins):
             torch.testing.assert_close(a.grad.cpu(), b.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["causal", "float_mask", "finfo_min_row"])
+def test_debug_eager_compares_the_fused_attention_ops_with_the_cpu(case, monkeypatch):
+    """``compare_cpu=True`` compares the fused attention op (tagged random for its dropout, which the runtime never
+    asks of it: it was skipped, counted neither compared nor uncompared) with the CPU's flash kernel, and its
+    backward (no CPU kernel: it was uncompared) with the gradients of the CPU's math path; a difference is named."""
+    from tpu_runtime import whole_ops
+    from tpu_runtime.eager import REPORT
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(B, H, n, E, generator=g) for n in (L, S, S))
+    mask = torch.randn(B, 1, L, S, generator=g)
+    mask[..., 1, :] = float("-inf") if case == "float_mask" else torch.finfo(torch.float32).min
+    kw = {"is_causal": True} if case == "causal" else {"attn_mask": mask}
+    fwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    with tpu_runtime.set_eager_mode("debug", compare_cpu=True):
+        dev = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+        kw_dev = {n: x.to("tpu") if isinstance(x, torch.Tensor) else x for n, x in kw.items()}
+        before = REPORT.compared
+        out = F.scaled_dot_product_attention(*dev, **kw_dev)
+        assert REPORT.compared == before + 1
+        out.square().sum().backward()
+        assert REPORT.findings == [] and REPORT.uncompared == 0 and REPORT.compared >= before + 2
+        bwd = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default
+        monkeypatch.setitem(whole_ops.CPU_REFERENCES, bwd, _shifted(whole_ops.CPU_REFERENCES[bwd]))
+        with pytest.raises(Exception, match="_scaled_dot_product_fused_attention_overrideable_backward.* output 0"):
+            F.scaled_dot_product_attention(*dev, **kw_dev).sum().backward()
+        monkeypatch.setitem(whole_ops.CPU_REFERENCES, fwd, _shifted(whole_ops.CPU_REFERENCES[fwd]))
+        with pytest.raises(Exception, match="_scaled_dot_product_fused_attention_overrideable.default output 0"):
+            F.scaled_dot_product_attention(*dev, **kw_dev)
+
+
+def _shifted(reference):
+    """``reference`` with its first output moved by 1e-3."""
+    return lambda *a, **kw: (reference(*a, **kw)[0] + 1e-3, *reference(*a, **kw)[1:])

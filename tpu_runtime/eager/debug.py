@@ -8,7 +8,7 @@
 * ``compare_cpu``: run the same ATen op with PyTorch on CPU copies of the inputs
   and raise :class:`~converter.errors.ParityError` naming the first op whose
   output differs beyond tolerance. Random ops are not compared (JAX's PRNG draws
-  other values by design), nor ops whose CPU output is uninitialized memory
+  other values by design; the fused attention op, tagged random for a dropout it is never asked for, is), nor ops whose CPU output is uninitialized memory
   (``empty_like``, ``new_empty``), runtime-internal steps (view replay, scatter) have
   no ATen op to compare against, and ops PyTorch's CPU kernels lack for a dtype
   (float8 arithmetic) are counted in ``REPORT.uncompared``. Outputs that are not unique
@@ -92,6 +92,10 @@ REPORT = DebugReport()
 _UNINITIALIZED = frozenset({"aten::empty_like", "aten::new_empty", "aten::new_empty_strided", "aten::empty",
                             "aten::empty_strided", "aten::empty_permuted"})
 
+#: Ops tagged random (for their dropout) that draw nothing as the runtime calls them (the fused attention op: the
+#: runtime passes ``dropout_p=0``, its lowering refuses another): compared as any other op.
+_NO_DRAW = frozenset({"aten::_scaled_dot_product_fused_attention_overrideable"})
+
 
 #: Outputs the CPU and the device may both get right and still differ in: op → {output index: why}. Not compared.
 _NOT_UNIQUE = {
@@ -141,8 +145,8 @@ class DebugExecutor:
                     self._finding(NonFiniteError, f"{plan.name} produced {what} in output {i} (shape "
                                                   f"{list(arr.shape)}, dtype {arr.dtype}) {_where()}"
                                                   f"{_held_before(values, what)}")
-        if self.options.compare_cpu and plan.op is not None and not plan.random and "targs" in plan.extra \
-                and plan.op._schema.name not in _UNINITIALIZED:
+        if self.options.compare_cpu and plan.op is not None and "targs" in plan.extra \
+                and (not plan.random or plan.op._schema.name in _NO_DRAW) and plan.op._schema.name not in _UNINITIALIZED:
             self._compare(plan, values, outs)
         return outs
 

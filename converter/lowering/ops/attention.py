@@ -89,14 +89,21 @@ def _softmax(s):
     """``softmax(s)`` over the last axis, the row's maximum subtracted first (fully masked rows give 0). Not
     ``exp(s - logsumexp(s))``: in a row masked with a large finite number (``finfo.min``, as Hugging Face
     masks) ``max + log(n)`` rounds back to ``max``, and every weight would come out 1."""
-    if s.shape[-1] == 0:
-        return s  # no keys: no weights (the output is a sum over none: zeros, as torch gives)
+    return _softmax_lse(s)[0]
+
+
+def _softmax_lse(s):
+    """:func:`_softmax` of ``s`` and each row's ``logsumexp`` as PyTorch's CPU flash kernel gives it: ``max +
+    log(sum)``, a fully masked row's maximum taken as 0 and its sum as 1 (so its logsumexp is 0, not ``-inf``)."""
+    if s.shape[-1] == 0:  # no keys: no weights (the output is a sum over none: zeros, as torch gives)
+        return s, jnp.zeros(s.shape[:-1], s.dtype)
     acc = s.dtype
     m = jnp.max(s, axis=-1, keepdims=True)
     m = jnp.where(jnp.isfinite(m), m, jnp.zeros((), acc))
     p = jnp.exp(s - m)
     denom = jnp.sum(p, axis=-1, keepdims=True)
-    return p / jnp.where(denom == 0, jnp.ones((), acc), denom)
+    denom = jnp.where(denom == 0, jnp.ones((), acc), denom)
+    return p / denom, (m + jnp.log(denom))[..., 0]
 
 
 def _scores(q, k, attn_mask, is_causal, scale):
@@ -157,7 +164,8 @@ def lower__scaled_dot_product_fused_attention_overrideable_default(ctx, query, k
     overrideable backend (the tpu runtime does for ``F.scaled_dot_product_attention`` without dropout): one
     op instead of the math decomposition's matmuls and softmax, and an output laid out as the query (as
     torch's CPU flash kernel). The reference attention (fully masked rows give 0) and the float32
-    ``logsumexp`` of each query row; the philox seed and offset are zeros (no dropout).
+    ``logsumexp`` of each query row as that kernel gives it (0 for a fully masked row); the philox seed and
+    offset are zeros (no dropout).
 
     Raises:
         UnsupportedOpError: ``dropout_p > 0`` (the backward could not replay the mask).
@@ -168,8 +176,7 @@ def lower__scaled_dot_product_fused_attention_overrideable_default(ctx, query, k
     dtype = query.dtype
     acc = opmath_dtype(dtype)
     s = _scores(query.astype(acc), key.astype(acc), attn_bias, is_causal, scale)
-    lse = jax.nn.logsumexp(s, axis=-1)
-    p = _softmax(s)
+    p, lse = _softmax_lse(s)
     out = jnp.einsum("...ls,...sv->...lv", p.astype(acc), value.astype(acc), precision=_HIGHEST)
     if lse.ndim == 2:  # a 3-D (H, L, E) query: the logsumexp has a batch of one
         lse = lse[None]
