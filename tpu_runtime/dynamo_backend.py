@@ -32,6 +32,7 @@ import sympy
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._prims_common import make_contiguous_strides_for
+from torch.fx.experimental.symbolic_shapes import guard_int
 
 from converter.capture import DECOMPOSITIONS as CAPTURE_DECOMPOSITIONS, PRESERVED_OPS
 from converter.lowering import rng_ops
@@ -433,12 +434,24 @@ def _no_device_constants(example_inputs: list) -> Iterator[None]:
         del mode.may_turn_const
 
 
+def _pin_zero_one(example_inputs: list) -> None:
+    """Specialize each symbolic int argument of the graph whose value now is 0 or 1 to it (a guard, as dynamo's for
+    sizes): AOTAutograd specializes it itself when a check while it traces asks (``x[:k]``: is the slice
+    contiguous, ``k == 1``?), after it read the outputs' symbolic sizes for the tensor subclass's wrapping, and the
+    wrapper it builds then expects an output the graph no longer returns (``IndexError: list index out of range``
+    at the first call: PyTorch's, for any traceable tensor subclass, ``TwoTensor`` as well)."""
+    for a in example_inputs:
+        if isinstance(a, torch.SymInt) and a.node.hint in (0, 1):
+            guard_int(a)
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable:
     """The dynamo backend (entry point ``tpu``): AOTAutograd with the decompositions above and
     :func:`compile_graph` for the forward and backward graphs."""
     from tpu_runtime.device import rescued_engine_errors
 
     _late_decompositions()
+    _pin_zero_one(example_inputs)
     graph_checks.take_traced_refusals()  # (left by a trace that failed before its graph was compiled)
     rewrite(gm)
     custom = _custom_op_decompositions(gm)
