@@ -177,6 +177,14 @@ def kernel_choice(ctx: Any, kernel: str, *, static: bool = True, why_not_static:
     return dispatch.choose(kernel, force=force, **config)
 
 
+def difference(a: Any, b: Any) -> Any:
+    """``a - b`` (broadcast), exactly 0 where the two hold the same finite value, as on the CPU. Inside one
+    compiled graph XLA's CPU code contracts a product and a difference into one multiply-add, so ``e_i - e_j``
+    of ``e = z * s`` can be ``fma(z_i, s, -e_j)``: not 0 where ``e_i == e_j``. A distance's gradient is 0 at
+    distance 0 (torch's convention) and O(1) at 1e-7: a pairwise distance needs the exact 0."""
+    return jnp.where((a == b) & jnp.isfinite(a), jnp.zeros((), jnp.result_type(a, b)), a - b)
+
+
 def pnorm(d: Any, p: float, axis: Any = -1, keepdims: bool = False) -> Any:
     """The p-norm over ``axis`` of non-negative ``d`` (``|x|``, ``|x - y|``), as torch's
     vector_norm/cdist/pdist: p=0 counts non-zeros, p=inf takes the max (0 for an empty axis),

@@ -477,3 +477,32 @@ def test_a_failing_hook_under_autograd_grad_raises(capsys):
     y = x * 3
     (g,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(g.cpu(), torch.full((3,), 3.0))
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0])
+@pytest.mark.parametrize("mode", ["fused", "compile"])
+def test_distances_of_equal_rows_made_in_the_same_graph_are_zero_as_on_the_cpu(mode, p):
+    # e = z * s made in the graph that measures it: XLA fused the product into the difference as a multiply-add,
+    # e_i - e_i came out ~1e-7, and the gradient at that "distance" was O(1) off the CPU's (0 at distance 0)
+    z0 = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
+    z0[5] = z0[2]  # two equal rows: pdist's pair
+
+    def loss(z, s):
+        e = z * s
+        return torch.cdist(e, e, p=p), torch.pdist(e, p=p)
+
+    def run(device, fn):
+        z = z0.to(device, copy=True).requires_grad_()
+        c, d = fn(z, 1.5)
+        (c.sum() + d.sum()).backward()
+        return c.detach().cpu(), d.detach().cpu(), z.grad.cpu()
+
+    want = run("cpu", loss)
+    if mode == "compile":
+        got = run("tpu", torch.compile(loss, backend="tpu"))
+    else:
+        with tpu_runtime.set_eager_mode(mode):
+            got = run("tpu", loss)
+    assert torch.count_nonzero(got[0].diagonal()) == 0 and torch.count_nonzero(got[1] == 0) == 1
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

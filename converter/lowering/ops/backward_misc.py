@@ -14,7 +14,7 @@ import math
 import jax.numpy as jnp
 import torch
 
-from converter.lowering.helpers import masked_vjp, opmath_dtype
+from converter.lowering.helpers import difference, masked_vjp, opmath_dtype
 from converter.lowering.ops.pad import lower_replication_pad2d_default
 from converter.lowering.registry import lowering
 
@@ -69,7 +69,7 @@ def lower__cdist_backward_default(ctx, grad, x1, x2, p, cdist):
     """
     dtype = grad.dtype
     acc = opmath_dtype(dtype)
-    d = x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :]
+    d = difference(x1.astype(acc)[..., :, None, :], x2.astype(acc)[..., None, :, :])
     dist = cdist.astype(acc)[..., None]
     g = grad.astype(acc)[..., None]
     zero = jnp.zeros((), acc)

@@ -17,7 +17,7 @@ import torch
 
 from converter.errors import LoweringError, UnsupportedOpError
 from converter.lowering.dtypes import scalar_type_name, to_jax_dtype
-from converter.lowering.helpers import opmath_dtype, pnorm
+from converter.lowering.helpers import difference, opmath_dtype, pnorm
 from converter.lowering.ops.convert import cast
 from converter.lowering.registry import library_lowering, lowering
 
@@ -227,7 +227,7 @@ def lower__cdist_forward_default(ctx, x1, x2, p, compute_mode):
                                  reason=f"cdist only supports non-negative p, got {p}")
     dtype = ctx.out_dtype or x1.dtype
     acc = opmath_dtype(dtype)
-    d = jnp.abs(x1.astype(acc)[..., :, None, :] - x2.astype(acc)[..., None, :, :])
+    d = jnp.abs(difference(x1.astype(acc)[..., :, None, :], x2.astype(acc)[..., None, :, :]))
     return pnorm(d, p).astype(dtype)
 
 

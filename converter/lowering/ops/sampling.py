@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import masked_vjp, opmath_dtype, pnorm
+from converter.lowering.helpers import difference, masked_vjp, opmath_dtype, pnorm
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -265,7 +265,7 @@ def lower__pdist_forward_default(ctx, self, p=2.0):
     i, j = np.triu_indices(rows, 1)
     acc = opmath_dtype(self.dtype)
     x = self.astype(acc)
-    diff = jnp.abs(x[jnp.asarray(i)] - x[jnp.asarray(j)])
+    diff = jnp.abs(difference(x[jnp.asarray(i)], x[jnp.asarray(j)]))
     return pnorm(diff, p).astype(self.dtype)
 
 
@@ -289,7 +289,7 @@ def lower__pdist_backward_default(ctx, grad, self, p, pdist):
         return jnp.zeros(self.shape, self.dtype)
     i, j = (jnp.asarray(a) for a in np.triu_indices(rows, 1))
     x = self.astype(acc)
-    d = x[i] - x[j]
+    d = difference(x[i], x[j])
     g, dist = grad.astype(acc)[:, None], pdist.astype(acc)[:, None]
     zero = jnp.zeros((), acc)
     safe = jnp.where(dist == 0, jnp.ones((), acc), dist)
