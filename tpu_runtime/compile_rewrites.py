@@ -13,6 +13,9 @@ the op, written in torch), for graphs of tpu and of CPU tensors alike. ``convert
 so functionalization does not pair the two and refused the in-place op as a custom operator with an aliased output
 (``aot_eager`` and ``inductor`` fail the same way). The call becomes :func:`polygamma_`, the functional op and a
 ``copy_`` back, which functionalization takes as for any in-place op (through views too).
+
+``torch.conv2d`` / ``conv3d`` / ``conv_transpose2d`` / ``conv_transpose3d``: the result is laid out channels-last
+when the input or the weight is, as the CPU's kernels and eager (:func:`_laid_out_convolution`).
 """
 
 from __future__ import annotations
@@ -54,9 +57,28 @@ def polygamma_(self: Any, n: int) -> Any:
     return self.copy_(torch.polygamma(n, self))
 
 
+def _laid_out_convolution(conv: Any) -> Any:
+    """``conv`` whose result is laid out as the CPU lays it out (channels-last when its input or weight is), as in
+    eager (:func:`tpu_runtime.memory_format.laid_out`): the fake kernel of a convolution on this device answers the
+    contiguous format, so a compiled ``Conv2d`` of a channels-last input returned an NCHW-strided tensor (on which
+    ``.view(n, -1)`` worked where the CPU's raises). A relayout only: the values are the same arrays."""
+
+    def call(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
+        out = conv(input, weight, *args, **kwargs)
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(out.dim())
+        if fmt is not None and any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
+                                   for t in (input, weight)):
+            return out.contiguous(memory_format=fmt)
+        return out
+
+    return call
+
+
 #: Torch functions dynamo records → what the graph calls instead.
 _REWRITES = {F.multilabel_margin_loss: multilabel_margin_loss,
-             torch._C._nn.multilabel_margin_loss: multilabel_margin_loss, torch.Tensor.polygamma_: polygamma_}
+             torch._C._nn.multilabel_margin_loss: multilabel_margin_loss, torch.Tensor.polygamma_: polygamma_,
+             **{f: _laid_out_convolution(f) for f in (torch.conv2d, torch.conv3d, torch.conv_transpose2d,
+                                                      torch.conv_transpose3d)}}
 
 #: Tensor methods dynamo records (``call_method`` nodes, by name) → the function the graph calls instead.
 _METHOD_REWRITES = {"polygamma_": polygamma_}

@@ -29,7 +29,7 @@ import weakref
 from typing import Any, NamedTuple
 
 import torch
-from torch._prims_common import make_contiguous_strides_for
+from torch._prims_common import is_non_overlapping_and_dense_or_false, make_contiguous_strides_for
 from torch.utils._python_dispatch import return_and_correct_aliasing
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -244,6 +244,8 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         strided = next(layouts, None)
         if x.device != DEVICE:
             return x
+        if strided is None and layout[1] is None and not layout[0]:  # not a view: laid out as torch lays it
+            strided = _laid_out(x)
         w = tracing_tensor(x, None, *strided) if strided is not None else tracing_tensor(x)
         if x.is_conj():  # (a lazy conjugate, ``_conj``'s: torch resolves it where the wrapper says so)
             torch._C._set_conj(w, True)
@@ -311,7 +313,8 @@ def _view_layout(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[bool, 
     and checks that the layouts agree): with symbolic arguments (``x[i:i + n]`` over changing sizes), the
     layout of the fake results when the input reports its fake's layout; one the CPU would not make a view,
     or whose symbolic layout is not known, is marked and reports dense strides, and so does any view of a
-    marked tensor; other ops report dense strides."""
+    marked tensor; other ops (``None`` here) report their fake result's strides when dense in some order
+    (:func:`_laid_out`), else dense ones."""
     x = args[0] if args else None
     if type(x) is not TpuTensor or func not in _RUNTIME_VIEWS:
         return False, None
@@ -348,6 +351,16 @@ def _same(a: Any, b: Any) -> bool:
         if not (isinstance(u, torch.SymInt) and isinstance(v, torch.SymInt) and u.node.expr == v.node.expr):
             return False
     return True
+
+
+def _laid_out(fake: torch.Tensor) -> tuple | None:
+    """``(strides, 0)`` of a traced op's result that torch lays out densely in another order than the contiguous
+    one (an elementwise op of a channels-last input), as eager's results report
+    (:func:`tpu_runtime.memory_format.laid_out`); ``None``: contiguous, or symbolic sizes (dense, as before)."""
+    shape, stride = tuple(fake.shape), tuple(fake.stride())
+    if fake.storage_offset() != 0 or not _static((shape, stride)) or stride == tuple(make_contiguous_strides_for(shape)):
+        return None
+    return (stride, 0) if is_non_overlapping_and_dense_or_false(fake) else None
 
 
 def _static(tree: Any) -> bool:

@@ -177,3 +177,21 @@ def test_a_dtype_view_of_another_size_refuses_a_layout_the_cpu_refuses(dtype):
                 laid_out(x.to(device)).view(dtype)
     got = x.to("tpu")[..., :2].view(dtype)  # stride(-1) 1: allowed
     assert torch.equal(got.cpu(), x[..., :2].view(dtype))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_compiled_convolutions_of_a_channels_last_input_are_laid_out_as_on_the_cpu(grad):
+    # the fake convolution of this device answers the contiguous format, and traced results reported dense
+    # strides: a compiled Conv2d of a channels-last input returned NCHW strides (its .view(n, -1) worked where the
+    # CPU's raises), and a second convolution after it then saw a contiguous input
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.ConvTranspose2d(4, 2, 2, stride=2), torch.nn.Upsample(scale_factor=2))
+    x = torch.randn(2, 3, 4, 4).to(memory_format=_CL)
+    want = model(x.clone().requires_grad_(grad))
+    got = torch.compile(copy.deepcopy(model).to("tpu"), backend="tpu")(x.to("tpu").requires_grad_(grad))
+    assert got.stride() == want.stride() == (512, 1, 32, 2)
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        got.view(2, -1)
