@@ -413,3 +413,16 @@ def test_uint8_image_resizes_equal_the_cpus_fixed_point_kernel(mode):
             f = x.float() / 255  # (and the float image, through the same rows)
             torch.testing.assert_close(torch.nn.functional.interpolate(f.to("tpu"), **kw).cpu(),
                                        torch.nn.functional.interpolate(f, **kw), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_truncating_division_of_half_types_rounds_the_quotient_first_as_on_the_cpu(mode, dtype):
+    # -3.890625 / -0.216796875 = 17.95: the CPU rounds it to bfloat16 (18) and truncates that; truncating the float32
+    # quotient gave 17
+    g = torch.Generator().manual_seed(0)
+    a = torch.cat([torch.tensor([-3.890625, 8.375]), torch.randn(4000, generator=g) * 50]).to(dtype)
+    b = torch.cat([torch.tensor([-0.216796875, 0.55859375]), torch.randn(4000, generator=g)]).to(dtype)
+    with tpu_runtime.set_eager_mode(mode):
+        got = torch.div(a.to("tpu"), b.to("tpu"), rounding_mode="trunc").cpu()
+    assert torch.equal(got, torch.div(a, b, rounding_mode="trunc"))

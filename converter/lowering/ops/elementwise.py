@@ -156,7 +156,8 @@ def lower_div_tensor_mode(ctx, self, other, *, rounding_mode=None):
     """div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
 
     Also div.Scalar_mode; ``//`` and floor_divide decompose to it. ``None``: true
-    division; ``"trunc"``: ``trunc(a / b)`` (integers: ``div``, which truncates);
+    division; ``"trunc"``: ``trunc(a / b)``, the quotient rounded to the result's dtype first
+    (integers: ``div``, which truncates);
     ``"floor"``: torch's floor division (Python rule, see ``_floor_div_float``).
     Deviation: integer division by zero gives -1 (XLA) where torch raises.
     """
@@ -164,7 +165,8 @@ def lower_div_tensor_mode(ctx, self, other, *, rounding_mode=None):
         return lower_div_tensor(ctx, self, other)
     a, b, dt = operands(ctx, self, other)
     if rounding_mode == "trunc":
-        out = jax.lax.div(*bcast(a, b)) if not is_floating(a.dtype) else jnp.trunc(a / b)
+        # (half precision: the quotient rounded to the dtype, then truncated, as the CPU's kernel: 17.95 → 18)
+        out = jax.lax.div(*bcast(a, b)) if not is_floating(a.dtype) else jnp.trunc((a / b).astype(dt))
     elif rounding_mode == "floor":
         out = _floor_div_int(a, b) if not is_floating(a.dtype) else _floor_div_float(a, b)
     else:
