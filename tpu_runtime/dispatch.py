@@ -465,6 +465,9 @@ _SPECIAL: dict[Any, Callable] = {
     aten.transpose.int: _transpose,
     aten._unsafe_view.default: _reshape_view,
     aten._reshape_alias.default: _reshape_view,
+    # views of the input, as the CPU's (only not tracked as views by autograd): a write into a chunk reaches it
+    aten.unsafe_split.Tensor: lambda func, args, kwargs: aten.split.Tensor(*args, **kwargs),
+    aten.unsafe_split_with_sizes.default: lambda func, args, kwargs: aten.split_with_sizes.default(*args, **kwargs),
     aten.squeeze.default: _squeeze,
     aten.squeeze.dim: _squeeze,
     aten._has_same_storage_numel.default: _same_storage_numel,

@@ -153,3 +153,19 @@ def test_polygamma_in_place_takes_its_arguments_the_other_way_round(mode):
         torch.testing.assert_close(t.cpu(), want)
         with pytest.raises(RuntimeError, match="can't be cast to the desired output type Long"):
             torch.ones(3, dtype=torch.long, device="tpu").polygamma_(1)
+
+
+@pytest.mark.parametrize("split", [lambda x: torch.unsafe_chunk(x, 3, 1), lambda x: torch.unsafe_split(x, 1, 1),
+                                   lambda x: torch.unsafe_split_with_sizes(x, [2, 1], 1)],
+                         ids=["unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_unsafe_splits_are_views_of_their_input_as_on_the_cpu(mode, split):
+    # they were copies: a write into a part did not reach the input, and the parts reported dense strides
+    results = []
+    for device in ("cpu", "tpu"):
+        with tpu_runtime.set_eager_mode(mode):
+            x = torch.arange(24.0).reshape(2, 3, 4).to(device)
+            parts = split(x)
+            parts[0].fill_(-1)
+            results.append((x.cpu(), [p.stride() for p in parts], [p.storage_offset() for p in parts]))
+    assert torch.equal(results[1][0], results[0][0]) and results[1][1:] == results[0][1:]
