@@ -58,11 +58,25 @@ def _indices_dtype(a: dict) -> None:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
 
 
+def _source_shape(a: dict) -> None:
+    """``index_add``: the source has ``self``'s shape but along ``dim`` (a 0-d one: the whole shape), as the CPU
+    checks (XLA would broadcast a smaller source)."""
+    self, src = a["self"], a["source"]
+    s, t = list(self.shape), list(src.shape)
+    if self.dim() and src.dim():
+        d = a["dim"] % self.dim()
+        s.pop(d)
+        t = t[:d] + t[d + 1:] if d < len(t) else t + [None]
+    if s != t:
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(self.shape)} source.shape = {list(src.shape)}")
+
+
 _FILL_INDEX = _index_dtype((torch.int64,), lambda got: "index_fill_(): Expected dtype int64 for index.", IndexError)
 
 #: op → its checks, each given the call's arguments by name.
 CHECKS: dict[Any, tuple] = {
-    aten.index_add.default: (_int_index("index_add_"), _scalar_type("index_add_")),
+    aten.index_add.default: (_int_index("index_add_"), _scalar_type("index_add_"), _source_shape),
     aten.index_reduce.default: (_int_index("index_reduce_"), _scalar_type("index_reduce_")),
     aten.index_copy.default: (_long_index("index_copy_"), _source_dtype(
         lambda s, t: f"index_copy_(): self and source expected to have the same dtype, but got (self) {s} and "

@@ -234,6 +234,29 @@ def _templates(func: Any, args: tuple, kwargs: dict, dyn: bool | None) -> tuple:
 _REPRO_NUMEL = 1 << 22
 
 
+_aten = torch.ops.aten
+
+
+def _integer_arange(args: tuple, kwargs: dict) -> bool:
+    """An ``arange`` into an integer dtype with a fractional bound or step (the CPU truncates them first)."""
+    dtype = kwargs.get("dtype") or (kwargs["out"].dtype if "out" in kwargs else None)
+    return dtype is not None and not dtype.is_floating_point and not dtype.is_complex \
+        and any(type(a) is float and not a.is_integer() for a in args)
+
+
+#: Ops whose CPU kernel refuses calls their meta kernel takes (XLA would compute something) → whether a call may be
+#: one: such a call signature is run once on CPU tensors of zeros (:func:`raise_as_on_cpu`) and the CPU's error
+#: raised. A convolution's negative padding (XLA crops), ``masked_scatter``'s uint8 mask, ``histogramdd``'s bins of
+#: another count than the dims, ``arange``'s step that truncates to 0 in an integer dtype.
+CPU_CHECKED: dict[Any, Callable[[tuple, dict], bool]] = {
+    _aten.convolution.default: lambda args, kwargs: any(p < 0 for p in args[4]),
+    _aten.masked_scatter.default: lambda args, kwargs: args[1].dtype != torch.bool,
+    _aten._histogramdd_bin_edges.default: lambda args, kwargs: True,
+    _aten.arange.start_out: _integer_arange,
+    _aten.arange.start_step: _integer_arange,
+}
+
+
 def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, error: Exception | None) -> None:
     """Raise what PyTorch on the CPU raises for this call, if it refuses it (shapes that do not match, a dim out
     of range): the same exception type and message a user's ``except`` expects; the op and the user's line are
@@ -408,6 +431,8 @@ def build_plan(func: Any, key: tuple, args: tuple, kwargs: dict, kernel: Callabl
                                   f"{e}); tpu_runtime.set_cpu_fallback(True) runs such ops on CPU") from e
     random = torch.Tag.nondeterministic_seeded in func.tags
     _refuse_dtypes(func, args, kwargs, dyn)
+    if func in CPU_CHECKED and CPU_CHECKED[func](args, kwargs):
+        raise_as_on_cpu(func, args, kwargs, dyn, None)
     specs: list = []
     structure = _structure(meta, specs)
     # Lowerings see device=None: JAX has one device and "meta" must not leak into them.

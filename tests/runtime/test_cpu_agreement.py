@@ -32,6 +32,13 @@ REFUSED = {
     "as_strided negative offset": lambda z, i, s: z.as_strided((2,), (1,), -1),
     "view of a transpose": lambda z, i, s: z.add(torch.arange(6.0, device=z.device).view(2, 3)).t().view(-1),
     "copy_ not broadcastable": lambda z, i, s: z.view(3, 1).expand(3, 2).clone().copy_(torch.zeros(3, 3, device=z.device)),
+    # the CPU's kernel checks these, its meta kernel does not (XLA computed something)
+    "index_add source shape": lambda z, i, s: z.view(3, 1).expand(3, 2).index_add(0, i, s.float()),
+    "conv2d negative padding": lambda z, i, s: F.conv2d(z.view(1, 1, 3, 1).expand(1, 1, 3, 3), z[:1].view(1, 1, 1, 1),
+                                                        padding=-1),
+    "masked_scatter uint8 mask": lambda z, i, s: z.masked_scatter(z.to(torch.uint8), s.float()),
+    "histogramdd bins count": lambda z, i, s: torch.histogramdd(z.view(1, 3), [1, 1]),
+    "arange integer step 0": lambda z, i, s: torch.arange(0, 4, 0.5, dtype=torch.int64, device=z.device),
 }
 
 ACCEPTED = {
@@ -41,6 +48,8 @@ ACCEPTED = {
     "as_strided within the storage": lambda z, i, s: z.add(torch.arange(3.0, device=z.device))[1:].as_strided((2,), (1,), 1),
     "t of 1-d": lambda z, i, s: z.add(1).t(),
     "is_pinned": lambda z, i, s: z.is_pinned(),
+    "index_add source shape": lambda z, i, s: z.view(3, 1).expand(3, 2).index_add(1, i, s.float().view(1, 2).expand(3, 2)),
+    "conv2d zero padding": lambda z, i, s: F.conv2d(z.view(1, 1, 3, 1).add(1), z[:1].view(1, 1, 1, 1).add(2), padding=0),
 }
 
 
