@@ -229,7 +229,11 @@ def tracing_dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     except (RuntimeError, ValueError):
         if func not in _RESHAPES:
             raise
-        # The outer tensor is contiguous (as every tpu tensor is) but its fake may not be (an
+        x = args[0]
+        if func is torch.ops.aten.view.default and _static((x.shape, x.stride(), x.storage_offset(), args[1])):
+            # the layout the tensor reports refuses the view too (``x.t().view(-1)``): the CPU's error
+            meta_layouts(func, (args[1],), {}, tuple(x.shape), x.dtype, tuple(x.stride()), x.storage_offset())
+        # The outer tensor is viewable (as every dense tpu tensor is) but its fake may not be (an
         # expanded view): torch's reshape saw a viewable tensor and asked for a view, which on
         # that layout PyTorch itself would have made a copy. Record that reshape.
         out = torch.ops.aten.reshape.default(fake_args[0], fake_args[1])

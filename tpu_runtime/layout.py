@@ -46,7 +46,9 @@ def meta_layouts(func: Any, rest: tuple, kwargs: dict, shape: tuple, dtype: torc
             ``view(dtype)`` of another element size where the last dim's stride is not 1 (a channels-last tensor)."""
     span = offset + 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides)) if all(shape) else offset
     try:
-        with _disable_current_modes(), torch._C._DisableTorchDispatch():
+        # (without the Python dispatcher, which torch.compile's tracing turns on: its ``view`` refuses with a
+        # ValueError of its own wording, where the CPU's kernel raises the RuntimeError users see)
+        with _disable_current_modes(), torch._C._DisableTorchDispatch(), torch._C._DisablePythonDispatcher():
             x = torch.empty((span,), dtype=dtype, device=_META).as_strided(shape, strides, offset)
             out = func(x, *rest, **kwargs)
     except RuntimeError as e:

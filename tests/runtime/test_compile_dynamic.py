@@ -269,3 +269,17 @@ def test_compile_tpu_python_int_that_becomes_one_after_it_became_dynamic(fn):
         for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
             assert g.stride() == w.stride()
             torch.testing.assert_close(g.cpu(), w)
+
+
+@pytest.mark.parametrize("case", ["transposed_input", "transpose_inside"])
+def test_compile_tpu_view_the_layout_refuses_raises_as_on_the_cpu(case):
+    # torch.compile's Python dispatcher made the layout check's meta view raise a ValueError of its own, which read
+    # as "no layout known": the view of a transposed tensor was computed as a reshape where the CPU refuses it
+    torch._dynamo.reset()
+    x = torch.arange(12.0).reshape(3, 4)
+    fn = (lambda a: a.view(6, 2)) if case == "transposed_input" else (lambda a: a.t().view(-1))
+    arg = x.t() if case == "transposed_input" else x
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        fn(arg)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        torch.compile(fn, backend="tpu")(arg.to("tpu") if case == "transpose_inside" else x.to("tpu").t())
