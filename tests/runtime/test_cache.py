@@ -31,6 +31,35 @@ def test_cache_only_raises_on_a_miss_and_allows_hits():
             torch.exp(torch.ones(7, 1).to("tpu"))    # a new signature
 
 
+@pytest.mark.parametrize("disk", [False, True])
+def test_a_miss_in_cache_only_leaves_an_in_place_target_intact(disk, tmp_path):
+    # strict eager donates a large in-place target to its executable: with a disk cache the miss was found by
+    # running it, and the tensor was gone ("Array has been deleted")
+    session_dir = tpu_runtime.cache_dir()
+    tpu_runtime.set_cache_dir(tmp_path if disk else None)
+    try:
+        x = torch.arange(20000.0).to("tpu")  # (80 KB: donated)
+        with pytest.raises(tpu_runtime.CacheMissError), tpu_runtime.cache_only():
+            x.mul_(3.0)
+        assert x[:3].tolist() == [0.0, 1.0, 2.0]
+    finally:
+        tpu_runtime.set_cache_dir(session_dir)
+
+
+def test_a_miss_in_cache_only_in_fused_eager_keeps_the_values_pending_in_the_graph():
+    # the graph whose compile missed raised, and every value pending in it was lost (a BatchNorm's running
+    # statistics, written in place): it now runs, then the miss is raised at the sync
+    torch.manual_seed(0)
+    with tpu_runtime.set_eager_mode("fused"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8)).to("tpu")
+        model(torch.randn(16, 4).to("tpu")).sum().item()
+        x = torch.randn(5, 4)
+        with pytest.raises(tpu_runtime.CacheMissError, match="fused graph"), tpu_runtime.cache_only():
+            model(x.to("tpu")).sum().item()  # a new batch size: a new graph
+        stats = model[1].running_mean.cpu()  # (raised: "a value of the fused graph was lost")
+    assert torch.isfinite(stats).all() and not torch.equal(stats, torch.zeros(8))
+
+
 def test_float_arguments_of_arithmetic_do_not_recompile():
     x = torch.randn(4, 3).to("tpu")
     (x * 0.125).cpu()

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 
 from converter.lowering.dtypes import JAX_TO_TORCH, to_jax_dtype
 from tpu_runtime._x64 import restore, swap_on
-from tpu_runtime.cache import CACHE, donation_order
+from tpu_runtime.cache import CACHE, CacheMissError, donation_order, misses_allowed
 from tpu_runtime.eager.fused_stats import REPORT
 from tpu_runtime.eager.lazy import LazyRef, concrete
 from tpu_runtime.eager.packing import SLICE, leaf_value, packed_dtypes, plan_packing, slice_cuts, small
@@ -306,12 +306,19 @@ class FusedGraph:
                     _PACKINGS.clear()
                 packing = _PACKINGS[key] = plan_packing(_specs(nodes, ordered), len(donate))
             prev = swap_on()  # x64(), without a context manager's cost
+            miss = None
             try:
                 exe = CACHE.lookup(key)
                 REPORT.note(cause, len(nodes), exe is None)
                 if exe is None:
-                    results = CACHE.compile(key, _graph_fn(nodes, ordered, slices, packing), tuple(leaves),
-                                            describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
+                    try:
+                        results = CACHE.compile(key, _graph_fn(nodes, ordered, slices, packing), tuple(leaves),
+                                                describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
+                    except CacheMissError as e:  # raised once the graph ran: its pending values are not lost
+                        miss = e
+                        with misses_allowed():
+                            results = CACHE.compile(key, _graph_fn(nodes, ordered, slices, packing),
+                                                    tuple(leaves), describe=lambda: "", donate=donate)
                 else:
                     results = exe(*leaves)
             except Exception as e:
@@ -320,19 +327,27 @@ class FusedGraph:
                 return
             finally:
                 restore(prev)
-            slots = packing[2]
-            if ordered is outs and not packing[1]:
-                for r, value in zip(live, results):
-                    r.concrete = value
-                return
-            where = None if ordered is outs else {o: i for i, o in enumerate(ordered)}
-            for i, (r, o) in enumerate(zip(live, outs)):
-                slot = slots[i if where is None else where[o]]
-                if type(slot) is int:
-                    r.concrete = results[slot]
-                else:  # a packed output: cut from its array when read (see plan_packing)
-                    r.graph = None
-                    r.packed = (results[slot[0]], slot[1])
+            self._resolve(live, outs, ordered, packing, results)
+            if miss is not None:
+                raise miss
+
+    @staticmethod
+    def _resolve(live: list, outs: list, ordered: list, packing: tuple, results: tuple) -> None:
+        """Give each live :class:`LazyRef` its value: an output of the graph's ``results``, or a packed one (cut
+        from its array when read)."""
+        slots = packing[2]
+        if ordered is outs and not packing[1]:
+            for r, value in zip(live, results):
+                r.concrete = value
+            return
+        where = None if ordered is outs else {o: i for i, o in enumerate(ordered)}
+        for i, (r, o) in enumerate(zip(live, outs)):
+            slot = slots[i if where is None else where[o]]
+            if type(slot) is int:
+                r.concrete = results[slot]
+            else:  # a packed output: cut from its array when read (see plan_packing)
+                r.graph = None
+                r.packed = (results[slot[0]], slot[1])
 
 
 def _check(plan: Any, values: list) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpu_runtime.cache import CacheMissError
 from tpu_runtime.eager.packing import unpack, unpack_many
 
 
@@ -45,6 +46,8 @@ def run(v: LazyRef, cause: str = "value read") -> None:
     if v.concrete is None and v.error is None and v.packed is None:
         try:
             v.graph.flush(cause)
+        except CacheMissError:
+            raise  # (the graph ran, every value has its own: raised where cache_only() asked)
         except Exception:
             if v.concrete is None and v.packed is None:
                 raise  # (else another value of the graph failed: it raises when read)
