@@ -430,3 +430,28 @@ def test_fused_graph_that_fails_keeps_the_values_that_do_not_depend_on_the_faili
         assert b.cpu().tolist() == [1.0, 3.0, 5.0] and c.cpu().tolist() == [1.0, 2.0, 3.0]
         with pytest.raises(RuntimeError, match="lost because the graph failed"):
             big.sum().item()
+
+
+def test_an_interrupted_fused_compile_loses_its_values_loudly(monkeypatch):
+    # Ctrl-C while a graph compiled left its pending values pointing into the old graph: the next graph read them
+    # as nodes of its own (a wrong value, or an IndexError)
+    from tpu_runtime.cache import CACHE
+
+    with tpu_runtime.set_eager_mode("fused"):
+        p = torch.zeros(4).to("tpu")
+        tpu_runtime.sync()
+        p.add_(torch.ones(4).to("tpu").exp())  # pending in the graph that is interrupted
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(CACHE, "compile", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                tpu_runtime.sync()
+        y = torch.full((4,), 42.0).to("tpu")
+        for _ in range(3):
+            y = y * 1.0
+        with pytest.raises(RuntimeError, match="lost because the graph failed: KeyboardInterrupt"):
+            (p + 0).cpu()
+        assert y.cpu().tolist() == [42.0] * 4

@@ -325,6 +325,10 @@ class FusedGraph:
                 if not recover(nodes, leaves, slices, live, e):
                     raise
                 return
+            except BaseException as e:  # (Ctrl-C while it compiled: its values are lost, and say so when read)
+                for r in live:
+                    r.error = e
+                raise
             finally:
                 restore(prev)
             self._resolve(live, outs, ordered, packing, results)

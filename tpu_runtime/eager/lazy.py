@@ -35,8 +35,8 @@ def concrete(v: Any, cause: str = "value read") -> Any:
         if v.packed is not None:  # (a packed output: see tpu_runtime.eager.packing)
             return unpack(v)
         if v.error is not None:
-            raise RuntimeError(f"a value of the fused graph was lost because the graph failed: {v.error}") \
-                from v.error
+            raise RuntimeError(f"a value of the fused graph was lost because the graph failed: "
+                               f"{str(v.error) or type(v.error).__name__}") from v.error
     return v.concrete
 
 
