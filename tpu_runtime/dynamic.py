@@ -71,10 +71,14 @@ def _bound(func: Any, args: tuple, kwargs: dict) -> list:
 
 
 def _nonzero(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
-    """nonzero(Tensor self) -> Tensor: ``nonzero_static`` with the counted size."""
+    """nonzero(Tensor self) -> Tensor: ``nonzero_static`` with the counted size, laid out as the CPU's result:
+    column-major, strides ``(1, n)`` (so ``.view()`` of it refuses and its columns are contiguous, as there)."""
+    from tpu_runtime.memory_format import with_strides
+
     x = args[0]
     n = _length("nonzero", jnp.count_nonzero, x)
-    return run_op(aten.nonzero_static.default, (x,), {"size": n})
+    out = run_op(aten.nonzero_static.default, (x,), {"size": n})
+    return with_strides(out, (1, n)) if (1, n) != tuple(out.stride()) else out
 
 
 def needs_masks(func: Any, args: tuple) -> bool:

@@ -169,3 +169,17 @@ def test_unsafe_splits_are_views_of_their_input_as_on_the_cpu(mode, split):
             parts[0].fill_(-1)
             results.append((x.cpu(), [p.stride() for p in parts], [p.storage_offset() for p in parts]))
     assert torch.equal(results[1][0], results[0][0]) and results[1][1:] == results[0][1:]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_nonzero_is_laid_out_column_major_as_on_the_cpu(mode):
+    # its result reported dense strides (2, 1): .view(-1) of it worked where the CPU's refuses, and torch.where's
+    # columns were strided
+    x = torch.tensor([[1, 0, 2], [0, 3, 4]])
+    with tpu_runtime.set_eager_mode(mode):
+        for fn in (torch.nonzero, torch.argwhere, lambda t: torch.where(t)[1]):
+            want, got = fn(x), fn(x.to("tpu"))
+            assert (got.stride(), got.storage_offset()) == (want.stride(), want.storage_offset())
+            assert torch.equal(got.cpu(), want)
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            torch.nonzero(x.to("tpu")).view(-1)
