@@ -34,6 +34,8 @@ def test_inplace_ops_cast_to_the_target_and_scalars_keep_their_sign(mode):
         t = x.to("tpu")
         signs = torch.cat([(t.abs() + 1) * -0.0, (t.abs() + 1) * 0.0]).reciprocal().cpu()
         with pytest.raises(RuntimeError, match="broadcast shape"):
+            t[0].add_(t * 1)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):  # (the CPU: overlap first)
             t[0].add_(t)
     assert h.dtype == torch.float16
     torch.testing.assert_close(h.cpu(), (x * 0.5).half() * 3.0 * 3.0, rtol=2e-3, atol=2e-3)
@@ -183,3 +185,32 @@ def test_nonzero_is_laid_out_column_major_as_on_the_cpu(mode):
             assert torch.equal(got.cpu(), want)
         with pytest.raises(RuntimeError, match="view size is not compatible"):
             torch.nonzero(x.to("tpu")).view(-1)
+
+
+#: Writes whose source partly overlaps the written tensor in their storage (the CPU refuses them), and writes it
+#: takes (the same elements and layout; a source it cannot judge, strided; no overlap).
+_OVERLAPS = {"copy_ shifted": (lambda x: x[1:].copy_(x[:-1]), True),
+             "add_ transposed": (lambda x: x[:9].view(3, 3).add_(x[:9].view(3, 3).t()), True),
+             "add_ shifted": (lambda x: x[2:7].add_(x[:5]), True),
+             "out= shifted": (lambda x: torch.add(x[:5], 1, out=x[2:7]), True),
+             "add_ itself": (lambda x: x[2:7].add_(x[2:7]), False),
+             "add_ strided source": (lambda x: x[:4].add_(x[::3]), False),
+             "copy_ disjoint": (lambda x: x[:4].copy_(x[4:8]), False)}
+
+
+@pytest.mark.parametrize("name", list(_OVERLAPS))
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_writes_from_a_partly_overlapping_source_are_refused_as_on_the_cpu(mode, name):
+    # they were computed as if from a copy
+    fn, refused = _OVERLAPS[name]
+    results = []
+    for device in ("cpu", "tpu"):
+        with tpu_runtime.set_eager_mode(mode):
+            x = torch.arange(12.0).to(device)
+            try:
+                fn(x)
+                results.append(x.cpu())
+            except RuntimeError as e:
+                results.append(str(e))
+    assert results[1] == results[0] if refused else torch.equal(results[1], results[0])
+    assert isinstance(results[0], str) == refused
