@@ -362,7 +362,8 @@ def _laid_out(fake: torch.Tensor) -> tuple | None:
     one (an elementwise op of a channels-last input), as eager's results report
     (:func:`tpu_runtime.memory_format.laid_out`); ``None``: contiguous, or symbolic sizes (dense, as before)."""
     shape, stride = tuple(fake.shape), tuple(fake.stride())
-    if fake.storage_offset() != 0 or not _static((shape, stride)) or stride == tuple(make_contiguous_strides_for(shape)):
+    if fake.storage_offset() != 0 or not _static((shape, stride)) \
+            or stride == tuple(make_contiguous_strides_for(shape)):
         return None
     return (stride, 0) if is_non_overlapping_and_dense_or_false(fake) else None
 

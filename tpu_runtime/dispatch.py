@@ -48,8 +48,8 @@ from tpu_runtime.execute import _PLANS, _execute, _run, execute_following, run_o
 from tpu_runtime.fallback import cpu_fallback, defer_backward_error, empty_results, fallback_enabled, missing
 from tpu_runtime.foreach import is_foreach, run_foreach
 from tpu_runtime.other_device import DEVICE_ARG_OPS, on_other_device
-from tpu_runtime.plans import (DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten,
-                               raise_unsupported_dtype)
+from tpu_runtime.cpu_refusals import raise_unsupported_dtype
+from tpu_runtime.plans import DYNAMIC_FLOAT_OPS, INDEXING_OPS, META_FUNCTIONS, ShapeInferenceError, flatten
 from tpu_runtime.tensor import TpuTensor, alias, dense_strides, new_tensor
 from tpu_runtime.traced import traced_plan
 from tpu_runtime.values import convert_plan, materialize, read, to_cpu, upload, upload_into, write

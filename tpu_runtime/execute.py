@@ -26,7 +26,8 @@ from tpu_runtime.eager import _CURRENT as _MODE
 from tpu_runtime.eager import executor
 from tpu_runtime.eager.lazy import LazyRef
 from tpu_runtime.memory_format import laid_out
-from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, raise_cpu_refusal, rebuild
+from tpu_runtime.cpu_refusals import raise_cpu_refusal
+from tpu_runtime.plans import OpPlan, _Slot, build_plan, flatten, rebuild
 from tpu_runtime.tensor import TpuTensor, wrap
 from tpu_runtime.values import convert_plan, host_operand, make_view, read, write
 

@@ -182,7 +182,7 @@ def empty_results(func: Any, args: tuple, kwargs: dict) -> Any:
         Exception: that input has elements (the results' values are not known): what the CPU raises for
             the call (interpolate to an output size 0: the decomposition divided by it), else
             ZeroDivisionError."""
-    from tpu_runtime.plans import raise_as_on_cpu
+    from tpu_runtime.cpu_refusals import raise_as_on_cpu
 
     meta = like_input(func, args, kwargs)
     if any(m.numel() for m in torch.utils._pytree.tree_leaves(meta) if isinstance(m, torch.Tensor)):

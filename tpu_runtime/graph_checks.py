@@ -14,7 +14,7 @@ node's argument values) and read after the run (:func:`report`):
 The checks are asked with the concrete shapes of each compiled signature, so a graph with dynamic sizes
 (``dynamic=True``) checks against this call's sizes. A python argument the CPU refuses (``uniform_(from > to)``)
 raises on every call of the graph; so does a call whose input dtypes the CPU refuses (``softmax`` of ints: eager
-mode's probe, :func:`tpu_runtime.plans.dtype_refusal`), asked of each graph node (:func:`_refused_dtypes`) and,
+mode's probe, :func:`tpu_runtime.cpu_refusals.dtype_refusal`), asked of each graph node (:func:`_refused_dtypes`) and,
 for tpu tensors, of each call AOTAutograd traces before torch's decompositions (:func:`note_traced_call`).
 """
 
@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves, tree_map
 
 from converter.errors import SourceLocation, source_location
-from tpu_runtime import bounds, plans
+from tpu_runtime import bounds, cpu_refusals, plans
 from tpu_runtime.tensor import TpuTensor
 
 
@@ -126,7 +126,7 @@ def _each(observe: list, args: tuple, kwargs: dict, ctx: Any) -> None:
 
 def _probed(node: torch.fx.Node) -> bool:
     """Whether the CPU is asked about the dtypes of ``node``'s inputs, as eager mode asks about a call's
-    (:func:`tpu_runtime.plans.raise_unsupported_dtype`: an integer, bool or complex input, not a backward op's
+    (:func:`tpu_runtime.cpu_refusals.raise_unsupported_dtype`: an integer, bool or complex input, not a backward op's
     indices)."""
     return _asks(node.target, [v.dtype for v in (a.meta.get("val") for a in node.all_input_nodes)
                                if isinstance(v, torch.Tensor)])
@@ -134,27 +134,27 @@ def _probed(node: torch.fx.Node) -> bool:
 
 def _asks(func: Any, dtypes: list) -> bool:
     """Whether eager mode's dtype probe asks the CPU about a call of ``func`` with inputs of ``dtypes``."""
-    if not isinstance(func, torch._ops.OpOverload) or func in plans._ACCELERATOR_DTYPES:
+    if not isinstance(func, torch._ops.OpOverload) or func in cpu_refusals._ACCELERATOR_DTYPES:
         return False
     if func._schema.name.endswith("_backward") and not any(d.is_complex for d in dtypes):
         return False
-    return any(d in plans._PROBED for d in dtypes)
+    return any(d in cpu_refusals._PROBED for d in dtypes)
 
 
 def _ask_cpu(func: Any, args: tuple, kwargs: dict) -> Exception | None:
-    """:func:`tpu_runtime.plans.dtype_refusal` of ``func`` on ``args`` / ``kwargs`` (device tensors as meta
+    """:func:`tpu_runtime.cpu_refusals.dtype_refusal` of ``func`` on ``args`` / ``kwargs`` (device tensors as meta
     stand-ins), on real CPU tensors: outside a tracer's modes (which would make them fake) and Python dispatcher;
     a random op with the CPU generator's state put back (the probe draws)."""
     random = torch.Tag.nondeterministic_seeded in func.tags
     with _disable_current_modes(), torch._C._DisablePythonDispatcher(), \
             torch.random.fork_rng(devices=[]) if random else contextlib.nullcontext():
-        return plans.dtype_refusal(func, meta_templates(args, kwargs))
+        return cpu_refusals.dtype_refusal(func, meta_templates(args, kwargs))
 
 
 def meta_templates(args: tuple, kwargs: dict) -> tuple:
     """:func:`tpu_runtime.plans._templates`'s form for a call whose device tensors are meta stand-ins (a compiled
     graph's node, or a traced call, at the shapes of the signature being compiled), for
-    :func:`~tpu_runtime.plans.dtype_refusal`."""
+    :func:`~tpu_runtime.cpu_refusals.dtype_refusal`."""
     ins: list = []
     _tensors_in((*args, *kwargs.values()), ins)
     counter = [0, False]
@@ -180,7 +180,7 @@ _TRACED_REFUSALS: list = []
 
 def note_traced_call(func: Any, args: tuple, kwargs: dict) -> None:
     """While ``torch.compile`` traces tpu tensors: ask the CPU about a call's dtypes as eager mode does
-    (:func:`tpu_runtime.plans.dtype_refusal`), before torch's decompositions turn the call into ops the CPU takes
+    (:func:`tpu_runtime.cpu_refusals.dtype_refusal`), before torch's decompositions turn the call into ops the CPU takes
     (``logaddexp`` or ``softplus`` of ints, ``xlogy`` of complex numbers: the graph's nodes pass the check of
     :func:`_refused_dtypes`). A refusal is kept, with a note naming the op and the user's line, for the graph
     being compiled. Calls with symbolic sizes are not asked."""
@@ -207,7 +207,7 @@ def take_traced_refusals() -> list:
 def _refused_dtypes(node: torch.fx.Node, args: tuple, kwargs: dict, ctx: Any) -> None:
     """A :class:`Refusal` in ``ctx.checks`` when the CPU refuses the dtypes of ``node``'s inputs (``softmax`` of an
     int tensor, ``sign`` of a complex one: XLA would compute them): asked once per compiled signature, with CPU
-    tensors of ones of this call's shapes (:func:`tpu_runtime.plans.dtype_refusal`); every call of the graph then
+    tensors of ones of this call's shapes (:func:`tpu_runtime.cpu_refusals.dtype_refusal`); every call of the graph then
     raises the CPU's error, as eager mode does."""
     def stand_in(v: Any, traced: Any) -> Any:
         val = traced.meta.get("val") if isinstance(traced, torch.fx.Node) else None

@@ -291,7 +291,7 @@ def _check_out_dtypes(func: Any, args: tuple, kwargs: dict) -> None:
     key = (func, _signature(args), _signature(tuple(kwargs.items())))
     if key in _OUT_ACCEPTED:
         return
-    from tpu_runtime.plans import raise_cpu_refusal
+    from tpu_runtime.cpu_refusals import raise_cpu_refusal
 
     raise_cpu_refusal(func, args, kwargs, False,
                       keep=lambda m: any(w in m for w in ("dtype", "cast", "out type", "Expected out")))
