@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tpu_runtime.memory_format import convolution_format
+
 _TARGET_RANGE = "argument #2 'target' is out of range"  # (the CPU kernel's message)
 
 
@@ -65,11 +67,8 @@ def _laid_out_convolution(conv: Any) -> Any:
 
     def call(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
         out = conv(input, weight, *args, **kwargs)
-        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(out.dim())
-        if fmt is not None and any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous()
-                                   for t in (input, weight)):
-            return out.contiguous(memory_format=fmt)
-        return out
+        fmt = convolution_format(out.dim(), input, weight)
+        return out if fmt is None else out.contiguous(memory_format=fmt)
 
     return call
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
 from tpu_runtime import dynamic, resize
@@ -133,8 +134,6 @@ def refuse_partial_overlap(dst: Any, args: Any) -> None:
 
 def _partial(a: TpuTensor, b: TpuTensor) -> bool:
     """Whether ``a`` and ``b`` (of one storage) overlap partly, as torch's ``get_overlap_status`` says."""
-    from torch._prims_common import is_non_overlapping_and_dense_or_false
-
     if not a.numel() or not b.numel() or not is_non_overlapping_and_dense_or_false(a) \
             or not is_non_overlapping_and_dense_or_false(b):
         return False

@@ -133,9 +133,15 @@ def _output_strides(plan: OpPlan, ins: list) -> tuple:
 def _convolution_format(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple | None:
     """A convolution's output layout: channels-last when its input or weight is (the CPU's kernels choose the
     format so; the meta kernel answers dense)."""
-    for fmt, (rank, _) in _FORMATS.items():
-        if out.dim() == rank and any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous() for t in (x, w)):
-            return channels_last_strides(tuple(out.shape))
+    return None if convolution_format(out.dim(), x, w) is None else channels_last_strides(tuple(out.shape))
+
+
+def convolution_format(rank: int, x: torch.Tensor, w: torch.Tensor) -> Any:
+    """The memory format of a convolution's output of ``rank`` dims: channels-last (2-d or 3-d) when its input ``x``
+    or weight ``w`` is, as the CPU's kernels choose; ``None``: contiguous."""
+    for fmt, (r, _) in _FORMATS.items():
+        if rank == r and any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous() for t in (x, w)):
+            return fmt
     return None
 
 

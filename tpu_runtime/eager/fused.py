@@ -311,14 +311,14 @@ class FusedGraph:
                 exe = CACHE.lookup(key)
                 REPORT.note(cause, len(nodes), exe is None)
                 if exe is None:
+                    fn = _graph_fn(nodes, ordered, slices, packing)
                     try:
-                        results = CACHE.compile(key, _graph_fn(nodes, ordered, slices, packing), tuple(leaves),
+                        results = CACHE.compile(key, fn, tuple(leaves),
                                                 describe=lambda: f"fused graph of {len(nodes)} ops", donate=donate)
                     except CacheMissError as e:  # raised once the graph ran: its pending values are not lost
                         miss = e
                         with misses_allowed():
-                            results = CACHE.compile(key, _graph_fn(nodes, ordered, slices, packing),
-                                                    tuple(leaves), describe=lambda: "", donate=donate)
+                            results = CACHE.compile(key, fn, tuple(leaves), donate=donate)
                 else:
                     results = exe(*leaves)
             except Exception as e:
