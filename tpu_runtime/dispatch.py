@@ -28,7 +28,6 @@ For each op overload the route is decided once and cached:
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -436,17 +435,7 @@ def _op_route(func: Any) -> tuple:
     return ("op", None, func in DYNAMIC_FLOAT_OPS, func in INDEXING_OPS, next(_TAGS))
 
 
-def _same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
-    """``aten::_has_same_storage_numel(Tensor self, Tensor other) -> bool`` (forward AD's ``make_dual`` check):
-    whether both tensors' storages hold as many elements."""
-    def numel(t: Any) -> int:
-        return math.prod(t._storage.spec[0]) if isinstance(t, TpuTensor) else t.untyped_storage().nbytes() // t.itemsize
-
-    return numel(args[0]) == numel(args[1])
-
-
 _SPECIAL: dict[Any, Callable] = {
-    aten.as_strided.default: strided.as_strided,
     aten.is_pinned.default: lambda func, args, kwargs: False,  # no pinned tpu memory (as a CUDA tensor answers)
     aten.record_stream.default: lambda func, args, kwargs: None,  # one stream; a buffer lives while referenced
     aten.detach.default: _alias,
@@ -471,8 +460,8 @@ _SPECIAL: dict[Any, Callable] = {
     aten.unsafe_split_with_sizes.default: lambda func, args, kwargs: aten.split_with_sizes.default(*args, **kwargs),
     aten.squeeze.default: _squeeze,
     aten.squeeze.dim: _squeeze,
-    aten._has_same_storage_numel.default: _same_storage_numel,
     aten.native_batch_norm.default: _batch_norm,
+    **strided.HANDLERS,
     **adjusted.HANDLERS,
     **attention.HANDLERS,
     **index_checks.HANDLERS,

@@ -106,4 +106,39 @@ _PLANS: dict[tuple, Any] = {}
 CACHE.on_clear(_PLANS.clear)
 
 
-__all__ = ["as_strided"]
+def _storage_numel(t: torch.Tensor) -> int:
+    """The elements of ``t``'s storage (a tpu tensor's: its base's)."""
+    return math.prod(t._storage.spec[0]) if isinstance(t, TpuTensor) else t.untyped_storage().nbytes() // t.itemsize
+
+
+def same_storage_numel(func: Any, args: tuple, kwargs: dict) -> bool:
+    """``aten::_has_same_storage_numel(Tensor self, Tensor other) -> bool`` (forward AD's ``make_dual`` check):
+    whether both tensors' storages hold as many elements."""
+    return _storage_numel(args[0]) == _storage_numel(args[1])
+
+
+def zeros_laid_out_as(func: Any, args: tuple, kwargs: dict) -> TpuTensor:
+    """``aten::_new_zeros_with_same_feature_meta(Tensor self, Tensor other, *, int self_num_batch_dims=0) -> Tensor``
+    (forward AD's tangent of a view primal, of a dual written into a view, or of a tangent laid out otherwise than its
+    primal): zeros in a storage of as many elements as ``other``'s, viewed with its sizes, strides and offset;
+    ``self``'s first ``self_num_batch_dims`` dims are prepended, each slice a storage of its own after the last."""
+    self, other = args[0], args[1]
+    batch = kwargs.get("self_num_batch_dims", args[2] if len(args) > 2 else 0)
+    sizes, strides = list(self.shape[:batch]) + list(other.shape), list(other.stride())
+    numel = _storage_numel(other)
+    for size in reversed(self.shape[:batch]):
+        strides.insert(0, numel)
+        numel *= size
+    zeros = torch.zeros(numel, dtype=other.dtype, device=other.device)
+    return zeros.as_strided(sizes, strides, other.storage_offset())
+
+
+#: ATen ops this module runs (merged into the dispatcher's special routes).
+HANDLERS = {
+    aten.as_strided.default: as_strided,
+    aten._has_same_storage_numel.default: same_storage_numel,
+    aten._new_zeros_with_same_feature_meta.default: zeros_laid_out_as,
+}
+
+
+__all__ = ["as_strided", "same_storage_numel", "zeros_laid_out_as", "HANDLERS"]

@@ -380,6 +380,51 @@ def test_forward_mode_ad_make_dual_gives_the_tangent():
     torch.testing.assert_close(tangent("tpu"), tangent("cpu"))
 
 
+def _write_into_a_view(x):
+    out = torch.zeros(4, device=x.device)
+    out[1:3] = x.sin()  # a dual written into a view of a plain tensor: its base's tangent is laid out as the base
+    return out
+
+
+def _dual_of_a_view(x):
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():  # a view primal, and a transposed tangent: each tangent is laid out as its primal
+        row = fwAD.unpack_dual(fwAD.make_dual(x[1], x[0] * 2).sin()).tangent
+        grid = x.reshape(2, 2) if x.numel() == 4 else x.view(1, -1)
+        whole = fwAD.unpack_dual(fwAD.make_dual(grid, grid.t().contiguous().t()).exp()).tangent
+        return row, whole
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("program", ["jvp_write_into_a_view", "make_dual_layouts", "jacfwd_columns"])
+def test_forward_mode_ad_of_tangents_laid_out_as_their_primal_as_on_cpu(program, mode):
+    # forward AD makes such tangents with aten._new_zeros_with_same_feature_meta, which was unsupported
+    from torch.func import jacfwd, jvp
+
+    def run(device):
+        x = torch.tensor([[0.5, 1.0], [1.5, -2.0]]).to(device)
+        if program == "jvp_write_into_a_view":
+            out = jvp(_write_into_a_view, (x[0],), (torch.tensor([1.0, 3.0]).to(device),))
+        elif program == "make_dual_layouts":
+            out = _dual_of_a_view(x.reshape(-1))
+        else:
+            def columns(v):
+                out = torch.zeros(2, 3, device=v.device)
+                for j in range(3):
+                    out[:, j] = v[:, 0] * (j + 1) + v[:, 1].exp()
+                return out
+
+            out = (jacfwd(columns)(x),)
+        return [t.cpu() for t in out]
+
+    with tpu_runtime.set_eager_mode(mode):
+        got = run("tpu")
+    for g, w in zip(got, run("cpu")):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride()
+
+
 @pytest.mark.parametrize("loss", ["mse_loss", "smooth_l1_loss", "huber_loss"])
 def test_mean_loss_of_an_empty_batch_backward_as_on_cpu(loss):
     # a mask that selects nothing: the CPU's loss is NaN and its gradient empty; the backward's decomposition
