@@ -192,6 +192,9 @@ def matmul(a: Any, b: Any) -> Any:
     """``aten::matmul`` for tpu tensors (registered at the AutogradPrivateUse1 key, above torch's composite):
     one op forward, one op backward where :func:`_matmul_taken`, else torch's composite."""
     if not _matmul_taken(a, b):
+        if not (a.dim() and b.dim()):  # (torch's decomposition asserts it: the CPU's message and type)
+            raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.dim()}D and "
+                               f"{b.dim()}D")
         return aten.matmul.default.decompose(a, b)
     return _run(_Matmul, aten.matmul.default, (a, b), (a, b))
 

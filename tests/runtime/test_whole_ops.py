@@ -188,7 +188,7 @@ def test_debug_mode_compares_the_backward_ops_with_the_cpu():
 
 
 @pytest.mark.parametrize("context", [torch.inference_mode, torch.no_grad, torch.enable_grad])
-@pytest.mark.parametrize("case", ["mixed_dtypes", "sizes", "batch_sizes", "int64", "bool_matmul"])
+@pytest.mark.parametrize("case", ["mixed_dtypes", "sizes", "batch_sizes", "int64", "bool_matmul", "zero_dim_matmul"])
 def test_calls_the_cpu_refuses_are_refused_and_integer_ones_computed(context, case):
     # in inference mode linear reaches the table row whole: it computed float32 @ float64 the CPU refuses
     a, b, fn = {"mixed_dtypes": (torch.ones(2, 3), torch.ones(4, 3, dtype=torch.float64), F.linear),
@@ -196,7 +196,8 @@ def test_calls_the_cpu_refuses_are_refused_and_integer_ones_computed(context, ca
                 "batch_sizes": (torch.ones(2, 3, 4), torch.ones(3, 4, 5), torch.matmul),  # batch dims that do not broadcast
                 "int64": (torch.arange(6).view(2, 3), torch.arange(12).view(3, 4), torch.matmul),
                 "bool_matmul": (torch.ones(2, 3, dtype=torch.bool), torch.ones(3, 4, dtype=torch.bool),
-                                torch.matmul)}[case]
+                                torch.matmul),
+                "zero_dim_matmul": (torch.tensor(2.0), torch.ones(3), torch.matmul)}[case]  # (torch's decomposition asserted)
     with context():
         try:
             want = fn(a, b)
