@@ -223,6 +223,33 @@ def test_remainder_and_fmod_round_a_python_scalar_to_a_half_dtype_as_torch(dtype
         assert torch.equal(f(x.to("tpu")).cpu(), f(x))
 
 
+#: A half tensor with a python scalar or a 0-d tensor of another dtype: the CPU casts the scalar (and add/sub's
+#: alpha) to the tensor's dtype first for these, and reads it unrounded for mul/div/lerp/addcmul (kept as they were).
+_HALF_SCALAR_CALLS = {
+    "1.01 - x": lambda x: 1.01 - x, "x + 0.01": lambda x: x + 0.01, "x + 257": lambda x: x + 257,
+    "add_(0.3)": lambda x: x.clone().add_(0.3), "sub alpha": lambda x: x.sub(x.flip(0), alpha=0.3),
+    "add alpha": lambda x: torch.add(x, torch.ones_like(x), alpha=1.3),
+    "x + 0-d float32": lambda x: x + torch.tensor(0.01), "|x| ** 0.3": lambda x: x.abs() ** 0.3,
+    "1.3 ** x": lambda x: 1.3 ** x, "|x| ** 0-d": lambda x: x.abs() ** torch.tensor(1.3),
+    "atan2 0-d": lambda x: torch.atan2(x, torch.tensor(1.3)), "hypot 0-d": lambda x: torch.hypot(x, torch.tensor(0.3)),
+    "foreach add": lambda x: torch._foreach_add([x], 0.01)[0],
+    "x * 0.3": lambda x: x * 0.3, "lerp 0.3": lambda x: torch.lerp(x, torch.ones_like(x), 0.3),
+    "addcmul 0.3": lambda x: torch.addcmul(x, x, x, value=0.3),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("call", list(_HALF_SCALAR_CALLS))
+def test_a_half_tensor_takes_a_scalar_rounded_where_the_cpu_rounds_it(call, dtype, mode):
+    # bf16 1.01 - 0.86328125 is 0.14453125 on the CPU (1.01 taken as 1.0078125), 0.146484375 unrounded: an SGD
+    # step of lr 0.3 on bf16 parameters left a quarter of them a unit apart
+    x = (torch.linspace(-3, 3, 97) + 0.01).to(dtype)
+    with tpu_runtime.set_eager_mode(mode):
+        got = _HALF_SCALAR_CALLS[call](x.to("tpu")).cpu()
+    assert torch.equal(got, _HALF_SCALAR_CALLS[call](x))
+
+
 _REFUSED = {
     "float - bool": (lambda d: torch.tensor([1.0, 2.0], device=d) - torch.tensor([True, False], device=d),
                      "Subtraction, the `-` operator, with a bool tensor"),

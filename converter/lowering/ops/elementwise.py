@@ -79,8 +79,8 @@ def lower_add_tensor(ctx, self, other, alpha=1):
     Also add.Scalar. Emits ``add`` (and ``mul`` when alpha != 1); bool + bool is
     ``or`` as in torch; float16/bfloat16 add in float32 and round once.
     """
-    a, b, dt = operands(ctx, self, other)
-    return (a + _scaled(b, alpha)).astype(dt)
+    a, b, dt = _rounded_operands(ctx, self, other)
+    return (a + _scaled(b, _rounded_scalar(alpha, dt))).astype(dt)
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
@@ -100,8 +100,8 @@ def lower_sub_tensor(ctx, self, other, alpha=1):
     if any(bools):
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
                            "to invert a mask, use the `~` or `logical_not()` operator instead.")
-    a, b, dt = operands(ctx, self, other)
-    return (a - _scaled(b, alpha)).astype(dt)
+    a, b, dt = _rounded_operands(ctx, self, other)
+    return (a - _scaled(b, _rounded_scalar(alpha, dt))).astype(dt)
 
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar)
@@ -194,14 +194,27 @@ def lower_remainder_tensor(ctx, self, other):
     return _remainder(a, b).astype(dt)
 
 
-def _rounded_operands(ctx, self, other):
-    """:func:`operands`, a python float first rounded to a float16/bfloat16 result's dtype, as torch's
-    remainder and fmod kernels take it (``bf16 % 1.3`` divides by 1.296875: the remainder of 100 is 0.14,
-    not the 1.2 of 1.3)."""
-    dt = out_dtype(ctx, self, other)
+def _rounded_operands(ctx, *args, floating: bool = False):
+    """:func:`operands`, each operand first cast to a float16/bfloat16 result's dtype, as torch's CPU kernels of add,
+    sub, pow, atan2, hypot, remainder and fmod take a python scalar or a 0-d tensor of another dtype (its
+    TensorIterator casts inputs to the common dtype; ``mul``, ``div``, ``lerp``, ``addcmul`` read such a scalar
+    unrounded, in float32): bf16 ``100 % 1.3`` divides by 1.296875 (the remainder is 0.14, not the 1.2 of 1.3),
+    ``1.01 - x`` subtracts from 1.0078125."""
+    dt = out_dtype(ctx, *args, floating=floating)
     if dt in (jnp.float16, jnp.bfloat16):
-        self, other = (float(np.asarray(x, dt)) if type(x) in (float, int) else x for x in (self, other))
-    return operands(ctx, self, other)
+        args = promote(*args, dtype=dt, wrap=True)
+    return operands(ctx, *args, floating=floating)
+
+
+def _rounded_scalar(x, dt):
+    """A scalar operand (a python number, or the traced scalar the runtime passes for one) as the CPU's add/sub
+    (``alpha``) and pow (the exponent) kernels take it: cast to a float16/bfloat16 result's dtype ``dt`` (then
+    computed in float32: a product of two half values is exact there)."""
+    if dt not in (jnp.float16, jnp.bfloat16):
+        return x
+    if is_array(x):
+        return x.astype(dt)
+    return float(np.asarray(x, dt)) if type(x) in (int, float) else x
 
 
 @lowering(aten.remainder.Scalar_Tensor)
@@ -251,7 +264,7 @@ def lower_pow_tensor_tensor(ctx, self, exponent):
     square-and-multiply (a ``fori_loop`` over the exponent's bits) with torch's rules
     for negative exponents.
     """
-    a, b, dt = operands(ctx, self, exponent)
+    a, b, dt = _rounded_operands(ctx, self, exponent)
     if is_integer(dt):
         return _int_pow(a, b).astype(dt)
     return _power(a, b).astype(dt)
@@ -276,6 +289,7 @@ def lower_pow_tensor_scalar(ctx, self, exponent):
     """
     dt = out_dtype(ctx, self, exponent)
     x = self.astype(opmath(dt))
+    exponent = _rounded_scalar(exponent, dt)
     if is_array(exponent):
         e = jnp.asarray(exponent, x.dtype)
         return (_int_pow(x, e) if is_integer(dt) else _power(x, e)).astype(dt)
@@ -298,7 +312,7 @@ def lower_atan2_default(ctx, self, other):
 
     Emits ``atan2``; integer inputs give float32.
     """
-    a, b, dt = operands(ctx, self, other, floating=True)
+    a, b, dt = _rounded_operands(ctx, self, other, floating=True)
     return jnp.arctan2(a, b).astype(dt)
 
 
@@ -308,7 +322,7 @@ def lower_hypot_default(ctx, self, other):
 
     Overflow-safe ``sqrt(a*a + b*b)`` (``jnp.hypot``: scales by the larger operand).
     """
-    a, b, dt = operands(ctx, self, other, floating=True)
+    a, b, dt = _rounded_operands(ctx, self, other, floating=True)
     return jnp.hypot(a, b).astype(dt)
 
 
