@@ -299,6 +299,8 @@ def _pack_padded_sequence(func: Any, args: tuple, kwargs: dict) -> tuple:
     if isinstance(lengths, TpuTensor) or lengths.dim() != 1:
         raise RuntimeError("'lengths' argument should be a 1D CPU int64 tensor, but got 1D tpu Long tensor"
                            if isinstance(lengths, TpuTensor) else "'lengths' argument should be a 1D tensor")
+    if not x.numel():
+        raise RuntimeError("Cannot pack empty tensors.")
     lens = lengths.to(torch.int64).tolist()
     if batch_first:
         x = x.transpose(0, 1)
@@ -306,9 +308,15 @@ def _pack_padded_sequence(func: Any, args: tuple, kwargs: dict) -> tuple:
     if len(lens) != batch:
         raise RuntimeError(f"Expected `len(lengths)` to be equal to batch_size, but got {len(lens)} "
                            f"(batch_size={batch})")
-    if not lens or lens[-1] <= 0 or max(lens) > steps or any(a < b for a, b in zip(lens, lens[1:])):
-        raise RuntimeError("`lengths` array must be sorted in decreasing order, positive and at most the "
-                           f"sequence length {steps}; got {lens}")
+    if lens[-1] <= 0:  # (the CPU's checks, in its order)
+        raise RuntimeError("Length of all samples has to be greater than 0, but found an element in 'lengths' that "
+                           "is <= 0")
+    if any(a < b for a, b in zip(lens, lens[1:])):
+        raise RuntimeError("`lengths` array must be sorted in decreasing order when `enforce_sorted` is True. You can "
+                           "pass `enforce_sorted=False` to pack_padded_sequence and/or pack_sequence to sidestep this "
+                           "requirement if you do not need ONNX exportability.")
+    if lens[0] > steps:  # (the CPU's kernel reads past the input)
+        raise RuntimeError(f"`lengths` must be at most the sequence length {steps}; got {lens}")
     batch_sizes = torch.tensor([sum(n > t for n in lens) for t in range(lens[0])], dtype=torch.int64)
     positions = torch.tensor([t * batch + b for t, size in enumerate(batch_sizes.tolist()) for b in range(size)],
                              dtype=torch.int64)

@@ -110,6 +110,20 @@ def test_gru_cell_backward_is_the_vjp_of_the_forward():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("lengths,enforce_sorted", [([5, 0, 2], False), ([2, 3, 5], True), ([5, 3, 0], True),
+                                                     ([5, 0, 2], True), ([], True)])
+def test_packing_bad_lengths_raises_the_cpus_error(lengths, enforce_sorted):
+    # one message for every case said neither which check failed nor the enforce_sorted=False way out
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    x, lens = torch.randn(3 if lengths else 0, 5, 2), torch.tensor(lengths, dtype=torch.int64)  # ([]: empty input)
+    with pytest.raises(RuntimeError) as want:
+        pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=enforce_sorted)
+    with pytest.raises(RuntimeError) as got:
+        pack_padded_sequence(x.to("tpu"), lens, batch_first=True, enforce_sorted=enforce_sorted)
+    assert str(got.value) == str(want.value)
+
+
 @pytest.mark.parametrize("kind,batch_first,bidirectional,mode", [("LSTM", True, False, "fused"),
                                                                   ("GRU", False, True, "fused")])
 def test_packed_sequences_forward_and_gradients_match_cpu(kind, batch_first, bidirectional, mode):
