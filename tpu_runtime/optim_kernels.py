@@ -28,8 +28,11 @@ import torch
 aten = torch.ops.aten
 
 
+_HALF = (jnp.float16, jnp.bfloat16)
+
+
 def _calc_dtype(x: Any) -> Any:
-    return jnp.float32 if x.dtype in (jnp.float16, jnp.bfloat16) else x.dtype
+    return jnp.float32 if x.dtype in _HALF else x.dtype
 
 
 def _f64(x: Any) -> Any:
@@ -145,9 +148,13 @@ def _adagrad(self: list, grads: list, state_sums: list, state_steps: list, lr: A
     for i, (p, g, acc) in enumerate(zip(self, grads, state_sums)):
         clr = lr64 / (1 + (_f64(state_steps[i]) - 1) * decay)
         c, pc, g_stored, gc = _gradient(p, g, grad_scale, maximize)
-        gc = _l2(gc, pc, wd, c)
+        if p.dtype in _HALF:  # (the CPU's vectorized kernel takes them in the parameters' dtype)
+            clr, eps_p, wd_p = (jnp.asarray(x).astype(p.dtype) for x in (clr, eps, wd))
+        else:
+            eps_p, wd_p = eps, wd
+        gc = _l2(gc, pc, wd_p, c)
         total = c(acc) + gc * gc
-        pc = pc - c(clr) * gc / (jnp.sqrt(total) + c(eps))
+        pc = pc - c(clr) * gc / (jnp.sqrt(total) + c(eps_p))
         for out, old, new in zip(outs, (p, g, acc), (pc, g_stored, total)):
             out.append(_skip(found_inf, old, new.astype(old.dtype)))
         outs[3].append(state_steps[i])
