@@ -117,37 +117,46 @@ _OVERLAP = ("unsupported operation: some elements of the input tensor and the wr
             "memory location. Please clone() the tensor before performing the operation.")
 
 
-def refuse_partial_overlap(dst: Any, args: Any) -> None:
+def refuse_partial_overlap(dst: Any, args: Any, whole: bool = False) -> None:
     """Raise the CPU's error when a tensor among ``args`` (a list or tuple of them included) partly overlaps
     ``dst``, the tensor an op writes, in their storage: the same bytes but another layout, or bytes in common
     and others not (``x[1:].copy_(x[:-1])``, ``z.add_(z.t())``). Each is dense in some order, as the CPU judges
-    (a layout it cannot judge is let through there too). The device would compute it as if from a copy."""
+    (a layout it cannot judge is let through there too). The device would compute it as if from a copy. With
+    ``whole``, ``dst`` itself or a tensor of its very bytes and layout is refused too, as torch's
+    ``assert_no_overlap`` refuses it for the ops of :data:`NO_OVERLAP` (``x.scatter_add_(0, i, x)``)."""
     if type(dst) is not TpuTensor:
         return
     storage = dst._storage
     for a in args:
         if type(a) in (list, tuple):
-            refuse_partial_overlap(dst, a)
-        elif type(a) is TpuTensor and a is not dst and a._storage is storage and _partial(dst, a):
+            refuse_partial_overlap(dst, a, whole)
+        elif type(a) is TpuTensor and a._storage is storage and (a is not dst or whole) and _partial(dst, a, whole):
             raise RuntimeError(_OVERLAP)
 
 
-def _partial(a: TpuTensor, b: TpuTensor) -> bool:
-    """Whether ``a`` and ``b`` (of one storage) overlap partly, as torch's ``get_overlap_status`` says."""
+def _partial(a: TpuTensor, b: TpuTensor, whole: bool = False) -> bool:
+    """Whether ``a`` and ``b`` (of one storage) overlap partly, as torch's ``get_overlap_status`` says (with
+    ``whole``: or fully)."""
     if not a.numel() or not b.numel() or not is_non_overlapping_and_dense_or_false(a) \
             or not is_non_overlapping_and_dense_or_false(b):
         return False
     a0, b0 = a.storage_offset() * a.itemsize, b.storage_offset() * b.itemsize
     a1, b1 = a0 + a.numel() * a.itemsize, b0 + b.numel() * b.itemsize
     if (a0, a1) == (b0, b1):
-        return a.stride() != b.stride()
+        return whole or a.stride() != b.stride()
     return a0 < b1 and b0 < a1
+
+
+#: Ops whose written tensor may not overlap another argument at all (the functional twins of in-place ops, and
+#: ``out=`` variants), as their CPU kernels check with ``assert_no_overlap``: scatters, index writes, ``cat``.
+NO_OVERLAP = frozenset({aten.scatter.src, aten.scatter.reduce, aten.scatter_add.default, aten.scatter_reduce.two,
+                        aten.index_add.default, aten.index_copy.default, aten.index_put.default, aten.cat.out})
 
 
 def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     """An in-place op: its ``functional`` twin's result written into ``self`` (``args[0]``)."""
     self = args[0]
-    refuse_partial_overlap(self, args[1:])
+    refuse_partial_overlap(self, args[1:], functional in NO_OVERLAP)
     if functional in _UNIFORM and type(self) is TpuTensor and self._chain:
         return _fill_view(functional, args, kwargs)
     route = _dispatch.route_of(functional)
@@ -249,7 +258,7 @@ def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict, fun
     if func is not None:
         _check_out_dtypes(func, args, kwargs)
     for n in out_names:
-        refuse_partial_overlap(kwargs[n], args)
+        refuse_partial_overlap(kwargs[n], args, func in NO_OVERLAP)
     kw = {k: v for k, v in kwargs.items() if k not in out_names}
     if "dtype" not in kw and any(a.name == "dtype" and _factory_kwarg(a) for a in functional._schema.arguments) \
             and isinstance(kwargs[out_names[0]], torch.Tensor):  # a factory (linspace.out): the out's dtype

@@ -195,7 +195,16 @@ _OVERLAPS = {"copy_ shifted": (lambda x: x[1:].copy_(x[:-1]), True),
              "out= shifted": (lambda x: torch.add(x[:5], 1, out=x[2:7]), True),
              "add_ itself": (lambda x: x[2:7].add_(x[2:7]), False),
              "add_ strided source": (lambda x: x[:4].add_(x[::3]), False),
-             "copy_ disjoint": (lambda x: x[:4].copy_(x[4:8]), False)}
+             "copy_ disjoint": (lambda x: x[:4].copy_(x[4:8]), False),
+             # scatters, index writes and cat refuse their written tensor itself as a source too (assert_no_overlap)
+             "scatter_add_ itself": (lambda x: x.scatter_add_(0, torch.tensor([1, 0, 3]).to(x.device), x), True),
+             "scatter_ itself": (lambda x: x.scatter_(0, torch.tensor([1, 0]).to(x.device), x), True),
+             "scatter_reduce_ itself": (lambda x: x.scatter_reduce_(0, torch.tensor([2]).to(x.device), x, "sum"), True),
+             "index_add_ itself": (lambda x: x.index_add_(0, torch.arange(12).flip(0).to(x.device), x), True),
+             "index_copy_ view": (lambda x: x[:3].index_copy_(0, torch.tensor([2, 1]).to(x.device), x[1:3]), True),
+             "index_put_ itself": (lambda x: x.index_put_((torch.arange(12).to(x.device),), x, accumulate=True), True),
+             "cat out= itself": (lambda x: torch.cat([x[:6], x[:6]], out=x), True),
+             "index_add_ other": (lambda x: x.index_add_(0, torch.tensor([2, 0]).to(x.device), x[:2].clone()), False)}
 
 
 @pytest.mark.parametrize("name", list(_OVERLAPS))
