@@ -15,6 +15,7 @@ import torch
 from converter.lowering.dtypes import scalar_type_name
 from tpu_runtime import dispatch as _dispatch  # (circular: used at call time only)
 from tpu_runtime.adjusted import _row_route
+from tpu_runtime.tensor import TpuTensor
 
 aten = torch.ops.aten
 
@@ -96,6 +97,46 @@ CHECKS: dict[Any, tuple] = {
 }
 
 
+def _fill_mask(self: Any, indices: Any, values: Any) -> Any:
+    """The mask ``x[mask] = v`` fills, when torch's ``index_put_`` takes it as ``masked_fill_`` (one bool/uint8 mask
+    on ``self``'s device, a one-element host value: ``canDispatchToMaskedFill``), broadcastable to ``self``; else
+    ``None``.
+
+    Raises:
+        IndexError: the mask's shape does not match the dims it indexes (torch's message).
+    """
+    if isinstance(values, TpuTensor) or not isinstance(values, torch.Tensor) or values.numel() != 1:
+        return None
+    mask, dim = None, 0
+    for index in indices:
+        if index is None:
+            dim += 1
+            continue
+        if index.dtype not in (torch.bool, torch.uint8) or not isinstance(index, TpuTensor) or mask is not None:
+            return None
+        mask = index
+        for j, size in enumerate(index.shape):
+            if size != self.shape[dim + j]:
+                raise IndexError(f"The shape of the mask {list(index.shape)} at index {j} does not match the shape of "
+                                 f"the indexed tensor {list(self.shape)} at index {dim + j}")
+        dim += index.dim()
+    if mask is None:
+        return None
+    return mask.reshape(tuple(mask.shape) + (1,) * (self.dim() - dim))
+
+
+def _index_put(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``index_put``: a fill of a mask by a one-element host value runs as ``masked_fill``, as torch runs it (the
+    value cast as a scalar: ``int_x[int_x > 1] = torch.tensor(2.5)`` fills 2, where a device value of another dtype
+    is refused); else :func:`checked`."""
+    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    if not named.get("accumulate", False):
+        mask = _fill_mask(named["self"], named["indices"], named["values"])
+        if mask is not None:
+            return aten.masked_fill.Scalar(named["self"], mask, named["values"].item())
+    return checked(func, args, kwargs)
+
+
 def checked(func: Any, args: tuple, kwargs: dict) -> Any:
     """Run ``func``'s :data:`CHECKS` on its arguments, then ``func`` by its usual route.
 
@@ -116,6 +157,6 @@ def _inner_route(func: Any) -> tuple:
 
 
 #: Special routes of :mod:`tpu_runtime.dispatch`.
-HANDLERS: dict[Any, Callable] = {op: checked for op in CHECKS}
+HANDLERS: dict[Any, Callable] = {**{op: checked for op in CHECKS}, aten.index_put.default: _index_put}
 
 __all__ = ["CHECKS", "HANDLERS", "checked"]

@@ -44,6 +44,9 @@ REFUSED = {
 ACCEPTED = {
     "index_add int32 index": lambda z, i, s: z.index_add(0, i.int(), s.float(), alpha=2),
     "setitem python number": lambda z, i, s: z.__setitem__(i, 2) or z,
+    # a mask filled by a one-element host tensor is a masked_fill, its value cast as a scalar (was refused for its dtype)
+    "setitem mask host value": lambda z, i, s: z.__setitem__(z > -1, torch.tensor(2.5, dtype=torch.float64)) or z,
+    "index_put_ mask host value": lambda z, i, s: z.index_put_((z > -1,), torch.tensor([7], dtype=torch.int64)),
     "take": lambda z, i, s: z.add(1).take(i),
     "as_strided within the storage": lambda z, i, s: z.add(torch.arange(3.0, device=z.device))[1:].as_strided((2,), (1,), 1),
     "t of 1-d": lambda z, i, s: z.add(1).t(),
