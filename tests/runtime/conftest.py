@@ -14,9 +14,14 @@ import tpu_runtime
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _runtime_cache(tmp_path_factory):
-    """Point the runtime's on-disk compile cache at a fresh session directory."""
-    tpu_runtime.set_cache_dir(tmp_path_factory.mktemp("xla_cache"))
+def _runtime_cache(tmp_path_factory, worker_id):
+    """Point the runtime's on-disk compile cache at a fresh directory of this run, shared by its xdist workers (an
+    executable one worker compiled, the other loads instead of compiling it again)."""
+    if worker_id == "master":
+        path = tmp_path_factory.mktemp("xla_cache")
+    else:  # (each worker's base directory is its own; their parent is the run's)
+        path = tmp_path_factory.getbasetemp().parent / "xla_cache"
+    tpu_runtime.set_cache_dir(path)
     yield
 
 
