@@ -36,13 +36,16 @@ def _integer_arange(args: tuple, kwargs: dict) -> bool:
 #: Ops whose CPU kernel refuses calls their meta kernel takes (XLA would compute something) → whether a call may be
 #: one: such a call signature is run once on CPU tensors of zeros (:func:`raise_as_on_cpu`) and the CPU's error
 #: raised. A convolution's negative padding (XLA crops), ``masked_scatter``'s uint8 mask, ``histogramdd``'s bins of
-#: another count than the dims, ``arange``'s step that truncates to 0 in an integer dtype.
+#: another count than the dims, ``arange``'s step that truncates to 0 in an integer dtype, a bool ``cumsum``/``cumprod``
+#: ``dtype=`` (the CPU has no bool kernel for them).
 CPU_CHECKED: dict[Any, Callable[[tuple, dict], bool]] = {
     _aten.convolution.default: lambda args, kwargs: any(p < 0 for p in args[4]),
     _aten.masked_scatter.default: lambda args, kwargs: args[1].dtype != torch.bool,
     _aten._histogramdd_bin_edges.default: lambda args, kwargs: True,
     _aten.arange.start_out: _integer_arange,
     _aten.arange.start_step: _integer_arange,
+    _aten.cumsum.default: lambda args, kwargs: kwargs.get("dtype") is torch.bool,
+    _aten.cumprod.default: lambda args, kwargs: kwargs.get("dtype") is torch.bool,
 }
 
 
@@ -63,8 +66,8 @@ def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, erro
     try:
         _on_cpu(func, templates, torch.zeros, shrink=False, quiet=False)
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
-        if isinstance(e, NotImplementedError) or (error is not None and not isinstance(e, type(error))):
-            return
+        if error is not None and (isinstance(e, NotImplementedError) or not isinstance(e, type(error))):
+            return  # (a CPU_CHECKED call, error None: the CPU's missing kernel is its refusal too)
         e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()})")
         raise e.with_traceback(None) from None
 

@@ -39,6 +39,8 @@ REFUSED = {
     "masked_scatter uint8 mask": lambda z, i, s: z.masked_scatter(z.to(torch.uint8), s.float()),
     "histogramdd bins count": lambda z, i, s: torch.histogramdd(z.view(1, 3), [1, 1]),
     "arange integer step 0": lambda z, i, s: torch.arange(0, 4, 0.5, dtype=torch.int64, device=z.device),
+    "cumsum dtype bool": lambda z, i, s: z.cumsum(0, dtype=torch.bool),  # (NotImplementedError: no bool kernel)
+    "cumprod dtype bool": lambda z, i, s: z.cumprod(0, dtype=torch.bool),
 }
 
 ACCEPTED = {
