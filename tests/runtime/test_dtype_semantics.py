@@ -104,8 +104,10 @@ def test_in_place_ops_refuse_a_result_type_self_cannot_hold_as_on_the_cpu(call, 
 
 @pytest.mark.parametrize("call", [lambda t: t.fill_(-1), lambda t: t.masked_fill(t > 0, -2),
                                   lambda t: torch.full((2,), -1, dtype=torch.uint8, device=t.device),
-                                  lambda t: t.clamp(-1, 3), lambda t: torch.where(t > 1, t, -1)],
-                         ids=["fill", "masked_fill", "full", "clamp", "where"])
+                                  lambda t: t.clamp(-1, 3), lambda t: torch.where(t > 1, t, -1),
+                                  lambda t: t.scatter(0, torch.tensor([2, 0], device=t.device), -3),
+                                  lambda t: t.scatter(0, torch.tensor([2, 1], device=t.device), -3, reduce="multiply")],
+                         ids=["fill", "masked_fill", "full", "clamp", "where", "scatter", "scatter_multiply"])
 def test_an_unsigned_tensor_takes_a_negative_int_wrapped_as_on_the_cpu(call):
     # c10 lets uint8 take -255..-1 as their two's complement (-1 is 255); 300 is still refused
     x = torch.tensor([0, 2, 7], dtype=torch.uint8)

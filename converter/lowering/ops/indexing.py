@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import torch
 
 from converter.errors import UnsupportedOpError
-from converter.lowering.helpers import dim as norm_dim
+from converter.lowering.helpers import dim as norm_dim, wrapped_int
 from converter.lowering.registry import lowering
 
 aten = torch.ops.aten
@@ -263,6 +263,8 @@ def _scatter(x, dim, index, src, how):
         out = _scatter(x.reshape(1), 0, index.reshape(-1), src if not hasattr(src, "reshape") else src.reshape(-1), how)
         return out.reshape(())
     src = _crop(src, index)
+    if type(src) is int and jnp.issubdtype(x.dtype, jnp.integer):  # (-3 into uint8 is 253, as torch casts it)
+        src = wrapped_int(src, x.dtype)
     src = src.astype(x.dtype) if hasattr(src, "astype") else jnp.asarray(src, x.dtype)
     return getattr(x.at[_coords(x, dim, index)], _how(x.dtype, how))(src, mode=_IN_RANGE)
 
