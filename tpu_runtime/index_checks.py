@@ -75,6 +75,14 @@ def _source_shape(a: dict) -> None:
 
 _FILL_INDEX = _index_dtype((torch.int64,), lambda got: "index_fill_(): Expected dtype int64 for index.", IndexError)
 
+
+def _fill_value(a: dict) -> None:
+    """``index_fill_``: a complex value into a real tensor is refused, as the CPU refuses it (``fill_`` takes one
+    whose imaginary part is 0)."""
+    if isinstance(a["value"], complex) and not a["self"].is_complex():
+        raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
+
+
 #: op → its checks, each given the call's arguments by name.
 CHECKS: dict[Any, tuple] = {
     aten.index_add.default: (_int_index("index_add_"), _scalar_type("index_add_"), _source_shape),
@@ -82,7 +90,7 @@ CHECKS: dict[Any, tuple] = {
     aten.index_copy.default: (_long_index("index_copy_"), _source_dtype(
         lambda s, t: f"index_copy_(): self and source expected to have the same dtype, but got (self) {s} and "
                      f"(source) {t}")),
-    aten.index_fill.int_Scalar: (_FILL_INDEX,),
+    aten.index_fill.int_Scalar: (_FILL_INDEX, _fill_value),
     aten.index_fill.int_Tensor: (_FILL_INDEX,),
     aten.index_put.default: (_source_dtype(
         lambda s, t: f"Index put requires the source and destination dtypes match, got {s} for the destination and "

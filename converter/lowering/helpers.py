@@ -95,9 +95,17 @@ def check_fits(value: Any, dtype: Any) -> Any:
     fill value, except that an unsigned dtype takes a negative int down to ``-max`` wrapped around (c10's
     ``overflows``: ``uint8`` fills ``-1`` as 255). Other values come back unchanged.
 
+    A complex value of a real ``dtype`` is its real part when its imaginary part is 0 (``fill_(2+0j)``), as c10
+    converts it; another is refused.
+
     Raises:
         RuntimeError: torch's message (``fill_``, ``full``, ``masked_fill`` with ``int8`` and 300).
     """
+    if type(value) is complex and not jnp.issubdtype(dtype, jnp.complexfloating):
+        if value.imag:
+            name = np.dtype(dtype).name
+            raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(name, name)} without overflow")
+        value = value.real
     if type(value) is int and jnp.issubdtype(dtype, jnp.integer):
         info = jnp.iinfo(dtype)
         if info.min == 0 and -info.max <= value < 0:

@@ -225,6 +225,24 @@ def test_remainder_and_fmod_round_a_python_scalar_to_a_half_dtype_as_torch(dtype
         assert torch.equal(f(x.to("tpu")).cpu(), f(x))
 
 
+@pytest.mark.parametrize("call", [lambda x: x.fill_(2 + 0j), lambda x: x.int().fill_(2.5 + 0j),
+                                  lambda x: x.__setitem__(Ellipsis, 1 + 0j) or x,
+                                  lambda x: torch.full((2,), 3 + 0j, dtype=torch.float32, device=x.device),
+                                  lambda x: x.fill_(2 + 1j),
+                                  lambda x: x.index_fill_(0, torch.tensor([0], device=x.device), -2 + 0j)],
+                         ids=["fill", "fill_int", "setitem", "full", "fill_imaginary", "index_fill"])
+def test_a_complex_python_number_into_a_real_tensor_as_on_the_cpu(call):
+    # c10 takes one whose imaginary part is 0 as its real part (the lowerings failed converting it); index_fill_
+    # refuses any, as the CPU
+    results = []
+    for device in ("cpu", "tpu"):
+        try:
+            results.append(call(torch.tensor([5.0, 1.0], device=device)).cpu().tolist())
+        except RuntimeError as e:
+            results.append(str(e))
+    assert results[1] == results[0]
+
+
 #: A half tensor with a python scalar or a 0-d tensor of another dtype: the CPU casts the scalar (and add/sub's
 #: alpha) to the tensor's dtype first for these, and reads it unrounded for mul/div/lerp/addcmul (kept as they were).
 _HALF_SCALAR_CALLS = {
