@@ -312,6 +312,11 @@ META_FUNCTIONS: dict[Any, Callable] = {
                                                                                              total.shape)),
     aten.binomial.default: lambda count, prob, generator=None: count.new_empty(torch.broadcast_shapes(count.shape,
                                                                                                       prob.shape)),
+    # (torch's floor-division meta is a decomposition whose result is dense: the CPU's kernel lays it out as its
+    # inputs, as truncating division's meta does)
+    aten.div.Tensor_mode: lambda self, other, *, rounding_mode: aten.div.Tensor_mode(
+        self, other, rounding_mode="trunc" if rounding_mode == "floor" else rounding_mode),
+    aten.floor_divide.default: lambda self, other: aten.div.Tensor_mode(self, other, rounding_mode="trunc"),
     aten.histogram.bin_ct: _histogram_meta,
     aten.histogram.bins_tensor: _histogram_meta,
     aten._histogramdd_from_bin_cts.default: _histogramdd_meta,

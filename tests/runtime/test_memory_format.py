@@ -120,6 +120,10 @@ _FOLLOWING = {
     "mul of a transpose": lambda t: t.transpose(0, 3) * 2,
     "add of two permutes": lambda t: t.permute(0, 2, 3, 1) + t.permute(0, 2, 3, 1),
     "gelu of a permute": lambda t: torch.nn.functional.gelu(t.permute(3, 1, 2, 0)),
+    # (by a dense tensor: torch's floor-division meta lays the result out dense, the CPU's kernel as the first input)
+    "floor division of a transpose": lambda t: t.transpose(0, 3) // torch.full((5, 3, 4, 2), 0.7, device=t.device),
+    "div floor of a permute": lambda t: torch.div(t.permute(0, 2, 3, 1), torch.full((2, 4, 5, 3), 0.3, device=t.device),
+                                                  rounding_mode="floor"),
     "where of a channels-last": lambda t: torch.where(t.contiguous(memory_format=_CL) > 0, t, 0.0),
     "conv2d of a channels-last": lambda t: torch.nn.functional.conv2d(t.contiguous(memory_format=_CL),
                                                                       torch.ones(2, 3, 2, 2, device=t.device)),
