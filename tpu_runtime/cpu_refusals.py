@@ -53,9 +53,9 @@ def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, erro
     """Raise what PyTorch on the CPU raises for this call, if it refuses it (shapes that do not match, a dim out
     of range): the same exception type and message a user's ``except`` expects; the op and the user's line are
     added as a note. Returns when the meta failure is the runtime's own (no meta kernel, a data-dependent shape),
-    or when the CPU's refusal is not of ``error``'s type (``None``: any refusal is raised; so is it after an
-    arithmetic error in torch's Python meta function itself: ``upsample_bicubic2d``'s to an empty size divides
-    by it)."""
+    or when the CPU's refusal is not of ``error``'s type or a kindred one (:data:`_KINDRED`; ``None``: any refusal
+    is raised; so is it after an arithmetic error in torch's Python meta function itself: ``upsample_bicubic2d``'s
+    to an empty size divides by it)."""
     if isinstance(error, NotImplementedError):  # no meta kernel, or a data-dependent output shape
         return
     if isinstance(error, ArithmeticError):
@@ -66,10 +66,16 @@ def raise_as_on_cpu(func: Any, args: tuple, kwargs: dict, dyn: bool | None, erro
     try:
         _on_cpu(func, templates, torch.zeros, shrink=False, quiet=False)
     except Exception as e:  # noqa: BLE001 (re-raised as it is)
-        if error is not None and (isinstance(e, NotImplementedError) or not isinstance(e, type(error))):
+        if error is not None and (isinstance(e, NotImplementedError) or not isinstance(e, _KINDRED.get(
+                type(error), type(error)))):
             return  # (a CPU_CHECKED call, error None: the CPU's missing kernel is its refusal too)
         e.add_note(f"(raised for the tpu tensors of {func} at {caller_location()})")
         raise e.with_traceback(None) from None
+
+
+#: A meta kernel's error type → the CPU errors raised for it (the meta's ``RuntimeError`` of an empty reduction
+#: ``amax(0)`` of a (0, 3) tensor is the CPU kernel's ``IndexError``: a dim check too).
+_KINDRED = {RuntimeError: (RuntimeError, IndexError)}
 
 
 #: Dtypes whose support :func:`raise_unsupported_dtype` asks the CPU about (float16/bfloat16 are not: the CPU lacks

@@ -40,6 +40,7 @@ REFUSED = {
     "histogramdd bins count": lambda z, i, s: torch.histogramdd(z.view(1, 3), [1, 1]),
     "arange integer step 0": lambda z, i, s: torch.arange(0, 4, 0.5, dtype=torch.int64, device=z.device),
     "cumsum dtype bool": lambda z, i, s: z.cumsum(0, dtype=torch.bool),  # (NotImplementedError: no bool kernel)
+    "amax of an empty dim": lambda z, i, s: z.view(3, 1)[:0].amax(0),  # (IndexError; the meta's is a RuntimeError)
     "cumprod dtype bool": lambda z, i, s: z.cumprod(0, dtype=torch.bool),
 }
 
