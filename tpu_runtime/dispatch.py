@@ -330,7 +330,7 @@ def _copy_(func: Any, args: tuple, kwargs: dict) -> Any:
         dst.copy_(to_cpu(src))
         return dst
     if isinstance(src, TpuTensor):
-        inplace.refuse_partial_overlap(dst, (src,))
+        inplace.refuse_overlap(dst, (src,))
         value = read(src)
         if src._spec != dst._spec:
             value = executor().run(convert_plan(src._spec, dst._spec), [value])[0]

@@ -137,21 +137,27 @@ def _index_put(func: Any, args: tuple, kwargs: dict) -> Any:
     """``index_put``: a fill of a mask by a one-element host value runs as ``masked_fill``, as torch runs it (the
     value cast as a scalar: ``int_x[int_x > 1] = torch.tensor(2.5)`` fills 2, where a device value of another dtype
     is refused); else :func:`checked`."""
-    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    named = _named(func, args, kwargs)
     if not named.get("accumulate", False):
         mask = _fill_mask(named["self"], named["indices"], named["values"])
         if mask is not None:
             return aten.masked_fill.Scalar(named["self"], mask, named["values"].item())
-    return checked(func, args, kwargs)
+    return checked(func, args, kwargs, named)
 
 
-def checked(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Run ``func``'s :data:`CHECKS` on its arguments, then ``func`` by its usual route.
+def _named(func: Any, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by name."""
+    return dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+
+
+def checked(func: Any, args: tuple, kwargs: dict, named: dict | None = None) -> Any:
+    """Run ``func``'s :data:`CHECKS` on its arguments (``named``: by name, if the caller has them), then ``func`` by
+    its usual route.
 
     Raises:
         RuntimeError: an argument the CPU refuses, with its message (IndexError for ``index_fill``'s index, as
             the CPU)."""
-    named = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    named = _named(func, args, kwargs) if named is None else named
     for check in CHECKS[func]:
         check(named)
     return _dispatch._route(func, args, kwargs, _inner_route(func))

@@ -117,7 +117,7 @@ _OVERLAP = ("unsupported operation: some elements of the input tensor and the wr
             "memory location. Please clone() the tensor before performing the operation.")
 
 
-def refuse_partial_overlap(dst: Any, args: Any, whole: bool = False) -> None:
+def refuse_overlap(dst: Any, args: Any, whole: bool = False) -> None:
     """Raise the CPU's error when a tensor among ``args`` (a list or tuple of them included) partly overlaps
     ``dst``, the tensor an op writes, in their storage: the same bytes but another layout, or bytes in common
     and others not (``x[1:].copy_(x[:-1])``, ``z.add_(z.t())``). Each is dense in some order, as the CPU judges
@@ -129,7 +129,7 @@ def refuse_partial_overlap(dst: Any, args: Any, whole: bool = False) -> None:
     storage = dst._storage
     for a in args:
         if type(a) in (list, tuple):
-            refuse_partial_overlap(dst, a, whole)
+            refuse_overlap(dst, a, whole)
         elif type(a) is TpuTensor and a._storage is storage and (a is not dst or whole) and _partial(dst, a, whole):
             raise RuntimeError(_OVERLAP)
 
@@ -156,7 +156,7 @@ NO_OVERLAP = frozenset({aten.scatter.src, aten.scatter.reduce, aten.scatter_add.
 def inplace(functional: Any, args: tuple, kwargs: dict) -> Any:
     """An in-place op: its ``functional`` twin's result written into ``self`` (``args[0]``)."""
     self = args[0]
-    refuse_partial_overlap(self, args[1:], functional in NO_OVERLAP)
+    refuse_overlap(self, args[1:], functional in NO_OVERLAP)
     if functional in _UNIFORM and type(self) is TpuTensor and self._chain:
         return _fill_view(functional, args, kwargs)
     route = _dispatch.route_of(functional)
@@ -258,7 +258,7 @@ def out_variant(functional: Any, out_names: list, args: tuple, kwargs: dict, fun
     if func is not None:
         _check_out_dtypes(func, args, kwargs)
     for n in out_names:
-        refuse_partial_overlap(kwargs[n], args, func in NO_OVERLAP)
+        refuse_overlap(kwargs[n], args, func in NO_OVERLAP)
     kw = {k: v for k, v in kwargs.items() if k not in out_names}
     if "dtype" not in kw and any(a.name == "dtype" and _factory_kwarg(a) for a in functional._schema.arguments) \
             and isinstance(kwargs[out_names[0]], torch.Tensor):  # a factory (linspace.out): the out's dtype

@@ -201,7 +201,7 @@ def _rounded_operands(ctx, *args, floating: bool = False):
     unrounded, in float32): bf16 ``100 % 1.3`` divides by 1.296875 (the remainder is 0.14, not the 1.2 of 1.3),
     ``1.01 - x`` subtracts from 1.0078125."""
     dt = out_dtype(ctx, *args, floating=floating)
-    if dt in (jnp.float16, jnp.bfloat16):
+    if np.dtype(dt) in _HALF:
         args = promote(*args, dtype=dt, wrap=True)
     return operands(ctx, *args, floating=floating)
 
@@ -210,7 +210,7 @@ def _rounded_scalar(x, dt):
     """A scalar operand (a python number, or the traced scalar the runtime passes for one) as the CPU's add/sub
     (``alpha``) and pow (the exponent) kernels take it: cast to a float16/bfloat16 result's dtype ``dt`` (then
     computed in float32: a product of two half values is exact there)."""
-    if dt not in (jnp.float16, jnp.bfloat16):
+    if np.dtype(dt) not in _HALF:
         return x
     if is_array(x):
         return x.astype(dt)
